@@ -1,0 +1,16 @@
+"""reverie: model-based reinforcement learning with learned world models (DreamerV3, PlaNet) in PyTorch.
+
+Public API::
+
+    from reverie import DreamerV3, make_env, make_vector_env, Replay, train, evaluate, load_run
+"""
+
+from reverie.agents.dreamer import DreamerV3
+from reverie.envs import make_env, make_vector_env
+from reverie.evaluate import evaluate
+from reverie.replay import Replay
+from reverie.run import load_run
+from reverie.train import train
+
+__all__ = ["DreamerV3", "make_env", "make_vector_env", "Replay", "train", "evaluate", "load_run"]
+__version__ = "0.1.0"

@@ -1,0 +1,239 @@
+"""DreamerV3 (Hafner et al. 2023): world model learning + actor-critic learning in imagination.
+
+Defaults are the 2023 reference configuration (DESIGN.md section 4); size presets set the widths.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
+from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
+from reverie.models.networks import MLP
+from reverie.models.world_model import WorldModel
+from reverie.types import ActionSpec
+
+LOSS_SCALES = {"reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}  # reference loss_scales; decoder keys: 1.0
+
+
+class Actor(nn.Module):
+    """Policy ``pi(a_t | s_t)`` on features ``(..., D + S*K)``.
+
+    Discrete: :class:`UnimixCategorical` over ``A`` one-hot actions (unimix 1%). Continuous:
+    :class:`BoundedNormal` with ``tanh`` mean and std in ``[0.1, 1.0]`` (reference ``actor.minstd/maxstd``).
+    """
+
+    def __init__(self, feat_dim: int, spec: ActionSpec, units: int, layers: int, unimix: float = 0.01,
+                 min_std: float = 0.1, max_std: float = 1.0):
+        super().__init__()
+        self.spec, self.unimix, self.min_std, self.max_std = spec, unimix, min_std, max_std
+        self.net = MLP(feat_dim, spec.dim if spec.discrete else 2 * spec.dim, units=units, layers=layers)
+
+    def forward(self, feat: torch.Tensor) -> torch.distributions.Distribution:
+        out = self.net(feat)
+        if self.spec.discrete:
+            return UnimixCategorical(out, self.unimix)
+        mean, std = out.chunk(2, -1)
+        return BoundedNormal(mean, std, self.min_std, self.max_std)
+
+
+class DreamerV3(nn.Module):
+    """DreamerV3 agent implementing the :class:`reverie.agents.base.Agent` protocol.
+
+    Args:
+        obs_shapes: ``{key: shape}`` of the observations the world model encodes and decodes.
+        action_spec: :class:`reverie.types.ActionSpec`.
+        deter, stoch, classes, units, layers: size preset (DESIGN.md section 4; ``xs``: 256/32/32/256/1).
+        horizon: imagination horizon ``H`` (15). gamma: ``1 - 1/333``. lam: 0.95.
+        free_nats: free bits (1.0). unimix: latent/actor uniform mix (0.01).
+        loss_scales: world-model loss scales; keys must equal the world model's loss keys (decoder keys
+            default to 1.0).
+        actor_entropy: entropy scale (3e-4). slow_critic_fraction: EMA step of the slow critic (0.02).
+        slow_reg: scale of the critic regulariser towards the slow critic (1.0).
+        model_lr/model_eps/model_clip: world-model Adam (1e-4, 1e-8, 1000).
+        actor_lr, critic_lr / ac_eps / ac_clip: actor and critic Adam (3e-5, 1e-5, 100).
+        device: torch device for parameters and updates.
+
+    Raises:
+        ValueError: ``loss_scales`` keys that differ from the world model's losses.
+    """
+
+    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *, deter: int = 512,
+                 stoch: int = 32, classes: int = 32, units: int = 512, layers: int = 2, horizon: int = 15,
+                 gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, free_nats: float = 1.0, unimix: float = 0.01,
+                 loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
+                 slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
+                 model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
+                 ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu"):
+        super().__init__()
+        self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
+        self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
+        self.model_clip, self.ac_clip = model_clip, ac_clip
+        self.obs_keys = sorted(obs_shapes)
+        self.wm = WorldModel(obs_shapes, action_spec.dim, deter=deter, stoch=stoch, classes=classes, units=units,
+                             layers=layers, unimix=unimix, free_nats=free_nats)
+        feat = self.wm.rssm.feat_dim
+        self.actor = Actor(feat, action_spec, units, layers, unimix)
+        self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
+        self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.retnorm = ReturnNormalizer()
+        scales = {k: 1.0 for k in self.wm.loss_keys} | LOSS_SCALES | dict(loss_scales or {})
+        if set(scales) != set(self.wm.loss_keys):
+            raise ValueError(f"loss_scales keys {sorted(scales)} differ from the world model's losses "
+                             f"{sorted(self.wm.loss_keys)}")
+        self.loss_scales = scales
+        self.device = torch.device(device)
+        self.to(self.device)
+        self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
+
+    # ----------------------------------------------------------------------------------------------- acting
+    def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(rssm_state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
+        with torch.inference_mode():
+            return self.wm.rssm.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
+
+    @torch.inference_mode()
+    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
+        """One policy step for ``N`` envs (Agent protocol).
+
+        Args:
+            obs: ``(N, ...)`` arrays with the observation keys and ``is_first (N,)``.
+            state: from :meth:`initial_state` or the previous call; None starts fresh.
+            mode: ``"explore"``/``"sample"`` sample from the actor, ``"eval"`` takes its mode.
+
+        Returns:
+            ``(action (N, A) float32, state)``; one-hot actions for discrete spaces, ``[-1, 1]`` for Box.
+
+        Raises:
+            ValueError: unknown ``mode``.
+        """
+        if mode not in ("explore", "eval", "sample"):
+            raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
+        n = len(obs["is_first"])
+        rssm_state, prev_action = state if state is not None else self.initial_state(n)
+        data = self._tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
+        post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
+        post = {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
+        dist = self.actor(self.wm.rssm.feat(post))
+        action = dist.mode if mode == "eval" else dist.sample()
+        if not self.spec.discrete:
+            action = action.clamp(-1.0, 1.0)
+        return action.cpu().numpy().astype(np.float32), (post, action)
+
+    # ----------------------------------------------------------------------------------------------- learning
+    def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        out = {}
+        for k, v in batch.items():
+            t = torch.as_tensor(np.asarray(v), device=self.device)
+            out[k] = t if t.dtype == torch.bool else t.float()
+        return out
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One DreamerV3 update: world model, then actor and critic on imagined trajectories.
+
+        Args:
+            batch: replay sample with observation keys, ``prev_action (T, B, A)``, ``reward``, ``is_first``,
+                ``is_terminal`` ``(T, B)``.
+
+        Returns:
+            metrics: world-model losses (``loss/<key>``), ``kl``, entropies, actor/critic losses, return and
+            advantage statistics, gradient norms.
+        """
+        data = self._tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        metrics: dict[str, torch.Tensor] = {}
+
+        # --- world model (eq. 4-5) ---
+        losses, post, info = self.wm.loss(data)
+        model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
+        self.model_opt.zero_grad(set_to_none=True)
+        model_loss.backward()
+        metrics["grad_norm/model"] = nn.utils.clip_grad_norm_(self.wm.parameters(), self.model_clip)
+        self.model_opt.step()
+        metrics |= {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
+        metrics["loss/model"] = model_loss.detach()
+        metrics |= info
+
+        # --- imagination from every posterior state (section 4) ---
+        start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
+        start_cont = 1.0 - data["is_terminal"].flatten(0, 1).float()  # (T, B) -> (T*B,)
+        metrics |= self._behavior(start, start_cont)
+        values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
+        return dict(zip(metrics.keys(), values))
+
+    def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
+        rssm, discrete = self.wm.rssm, self.spec.discrete
+        # Discrete actions learn by REINFORCE: the rollout needs no gradients. Continuous actions learn by
+        # backpropagating returns through the dynamics (straight through the world model into the actions).
+        with torch.no_grad() if discrete else nullcontext():
+            states, actions = rssm.imagine(lambda s: self.actor(rssm.feat(s).detach()).rsample(), start, self.horizon)
+            feat = rssm.feat(states)  # (H+1, N, F)
+            reward = self.wm.reward(feat).mean  # (H+1, N)
+            cont = self.wm.cont(feat).mode
+            cont = torch.cat([start_cont[None], cont[1:]])  # the start state's own continue flag is known
+            value = TwoHotSymlog(self.critic(feat)).mean  # (H+1, N)
+            ret = lambda_return(reward, value, cont, self.gamma, self.lam)  # (H, N)
+        weight = imagination_weights(cont, self.gamma)[:-1]  # (H, N)
+
+        # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
+        self.retnorm.update(ret)
+        scale = self.retnorm.scale()
+        adv = (ret - value[:-1]) / scale  # (H, N)
+        dist = self.actor(feat[:-1].detach())
+        if discrete:
+            objective = dist.log_prob(actions[:-1].detach()) * adv.detach()
+        else:
+            objective = adv
+        entropy = dist.entropy()
+        actor_loss = -(weight * (objective + self.actor_entropy * entropy)).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        actor_norm = nn.utils.clip_grad_norm_(self.actor.parameters(), self.ac_clip)
+        self.actor_opt.step()
+
+        # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
+        critic_feat = feat[:-1].detach()
+        critic_dist = TwoHotSymlog(self.critic(critic_feat))
+        with torch.no_grad():
+            slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean
+        critic_loss = -critic_dist.log_prob(ret.detach()) - self.slow_reg * critic_dist.log_prob(slow_target)
+        critic_loss = (weight * critic_loss).mean()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        critic_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.ac_clip)
+        self.critic_opt.step()
+        with torch.no_grad():
+            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
+                slow.lerp_(fast, self.slow_fraction)
+        return {
+            "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
+            "grad_norm/actor": actor_norm, "grad_norm/critic": critic_norm,
+            "actor/entropy": entropy.detach().mean(), "return/mean": ret.detach().mean(),
+            "return/scale": scale.detach(), "advantage/mean": adv.detach().mean(), "advantage/std": adv.detach().std(),
+            "value/mean": value.detach().mean(), "imagine/reward_mean": reward.detach().mean(),
+        }
+
+    # ----------------------------------------------------------------------------------------------- state
+    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
+        """Parameters, slow critic and normaliser (``nn.Module`` state) plus the three optimisers."""
+        if args or kwargs:
+            return super().state_dict(*args, **kwargs)
+        return {"modules": super().state_dict(), "model_opt": self.model_opt.state_dict(),
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict()}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> Any:  # type: ignore[override]
+        if "modules" not in state:
+            return super().load_state_dict(state, strict)
+        super().load_state_dict(state["modules"], strict)
+        for name in ("model_opt", "actor_opt", "critic_opt"):
+            getattr(self, name).load_state_dict(state[name])
+        return None

@@ -1,0 +1,201 @@
+"""Build contract envs from an ``env`` config group, and translate agent actions for them.
+
+An env config (e.g. ``configs/env/cartpole.yaml``) looks like::
+
+    id: CartPole-v1      # a registered Gymnasium id, or a dotted import path "my_pkg.MyRobotEnv" (class or factory)
+    kwargs: {}           # passed to gym.make / the callable
+    action_repeat: 1
+    time_limit: null     # optional episode cap in agent steps (truncation, sets is_last only)
+    num_envs: 1
+    vector_mode: sync    # sync | async
+    wrappers: []         # [{_target_: dotted.path, ...kwargs}] instantiated with env=..., applied to the raw env
+
+The wrapper chain is: raw env -> user ``wrappers`` -> ActionRepeat -> action normalisation -> DictObservation
+-> TimeLimit -> SeededReset (see :mod:`reverie.envs.wrappers`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.wrappers import TimeLimit
+
+from reverie.envs.wrappers import (
+    ActionRepeat,
+    DictObservation,
+    SeededReset,
+    UnsupportedSpaceError,
+    derive_seed,
+    normalize_action,
+)
+from reverie.types import ActionSpec
+
+VECTOR_MODES = ("sync", "async")
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers -> plain Python containers (resolved); anything else unchanged."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf ships with hydra-core
+        return value
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _import_callable(path: str):
+    """``"pkg.mod.Name"`` -> the object, or None when the module or attribute does not exist."""
+    module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        return None
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        # Only a missing module named by the path itself means "not an import path"; an ImportError
+        # raised from inside the user's module is a real bug and propagates.
+        if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
+            return None
+        raise
+    target = getattr(module, attr, None)
+    return target if callable(target) else None
+
+
+def _make_raw(env_id: str, kwargs: dict) -> gym.Env:
+    """Create the un-wrapped env from a registered id or a dotted import path."""
+    if env_id in gym.registry:
+        return gym.make(env_id, **kwargs)
+    target = _import_callable(env_id)
+    if target is None:
+        close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3)
+        hint = f" Close registered ids: {', '.join(close)}." if close else ""
+        raise ValueError(
+            f"env.id={env_id!r} is neither a registered Gymnasium id nor an importable `module.Callable`.{hint} "
+            "Use e.g. env.id=CartPole-v1 or env.id=my_pkg.MyRobotEnv (a gym.Env class or a function returning one)."
+        )
+    env = target(**kwargs)
+    if not isinstance(env, gym.Env):
+        raise TypeError(f"env.id={env_id!r} returned {type(env).__name__}, expected a gymnasium.Env")
+    return env
+
+
+def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
+    """Build one contract env from an env config.
+
+    Observations become a dict (``vector`` float32 ``(F,)``, ``image`` uint8 ``(3, H, W)``, or a Dict
+    space's own keys), ``Box`` actions are taken in ``[-1, 1]``, ``Discrete`` actions as ``0..n-1``.
+    The first ``reset()`` without a seed uses ``derive_seed(seed, index)`` (see
+    :func:`reverie.envs.wrappers.derive_seed`), and the action space is seeded with the same value, so every
+    env copy ``index`` gets its own stream.
+
+    Args:
+        cfg: the env config (OmegaConf ``DictConfig`` or plain dict); only ``id`` is required.
+        seed: run seed, an int >= 0.
+        index: which parallel copy this is, an int >= 0.
+
+    Returns:
+        The wrapped ``gym.Env``.
+
+    Raises:
+        ValueError: ``id`` is missing, neither registered nor importable; bad ``action_repeat``/``time_limit``.
+        UnsupportedSpaceError: an observation or action space outside the contract.
+    """
+    env_id = cfg.get("id")
+    if not env_id:
+        raise ValueError("the env config has no 'id'; set env.id=CartPole-v1 or env.id=my_pkg.MyRobotEnv")
+    kwargs = _plain(cfg.get("kwargs")) or {}
+    env = _make_raw(str(env_id), dict(kwargs))
+
+    user_wrappers = _plain(cfg.get("wrappers")) or []
+    if user_wrappers:
+        from hydra.utils import instantiate
+
+        for spec in user_wrappers:
+            if not isinstance(spec, Mapping) or "_target_" not in spec:
+                raise ValueError(f"each entry of env.wrappers needs a _target_ (a dotted wrapper class), got {spec!r}")
+            env = instantiate(spec, env=env)
+
+    repeat = cfg.get("action_repeat", 1)
+    if repeat not in (None, 1):
+        env = ActionRepeat(env, repeat)
+    env = normalize_action(env)
+    env = DictObservation(env)
+    time_limit = cfg.get("time_limit")
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, (int, np.integer)) or time_limit < 1:
+            raise ValueError(f"env.time_limit must be null or an int >= 1 (agent steps), got {time_limit!r}")
+        env = TimeLimit(env, max_episode_steps=int(time_limit))
+    return SeededReset(env, derive_seed(seed, index))
+
+
+def make_vector_env(
+    cfg: Mapping, seed: int, num_envs: int | None = None, mode: str | None = None
+) -> gym.vector.VectorEnv:
+    """Build ``N`` contract envs in a Gymnasium vector env with ``AutoresetMode.NEXT_STEP``.
+
+    Copy ``i`` is ``make_env(cfg, seed, index=i)``. NEXT_STEP (chosen on purpose, not SAME_STEP): the call
+    that ends an episode returns the TRUE final observation with ``terminated``/``truncated``; the next call
+    for that env ignores its action and returns the reset observation with reward 0 and both flags False.
+    That gives exactly one replay row per env per call (see :class:`reverie.envs.stepper.VectorStepper`).
+
+    Args:
+        cfg: the env config.
+        seed: run seed.
+        num_envs: ``N``; defaults to ``cfg.num_envs`` (1 if absent).
+        mode: ``"sync"`` (``SyncVectorEnv``) or ``"async"`` (``AsyncVectorEnv``, one process per env);
+            defaults to ``cfg.vector_mode`` (``"sync"`` if absent).
+
+    Returns:
+        A ``gym.vector.VectorEnv`` whose observations are dicts of ``(N, ...)`` arrays.
+
+    Raises:
+        ValueError: ``num_envs`` < 1 or an unknown ``mode``; plus whatever :func:`make_env` raises.
+    """
+    n = int(num_envs if num_envs is not None else cfg.get("num_envs", 1) or 1)
+    if n < 1:
+        raise ValueError(f"env.num_envs must be >= 1, got {n}")
+    mode = mode if mode is not None else cfg.get("vector_mode", "sync")
+    if mode not in VECTOR_MODES:
+        raise ValueError(f"env.vector_mode must be one of {VECTOR_MODES}, got {mode!r}")
+    fns = [functools.partial(make_env, cfg, seed, i) for i in range(n)]
+    cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+    return cls(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+
+def action_spec(space: spaces.Space) -> ActionSpec:
+    """The agent-facing description of a (normalised) single-env action space.
+
+    ``Discrete(n)`` -> ``ActionSpec(discrete=True, dim=n)``; ``Box`` of shape ``(A,)`` ->
+    ``ActionSpec(discrete=False, dim=A)``.
+
+    Raises:
+        UnsupportedSpaceError: any other space.
+    """
+    if isinstance(space, spaces.Discrete):
+        return ActionSpec(discrete=True, dim=int(space.n))
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        return ActionSpec(discrete=False, dim=int(space.shape[0]))
+    raise UnsupportedSpaceError("action space", space, "only Discrete(n) and Box of shape (A,) are supported")
+
+
+def to_env_action(action: np.ndarray, spec: ActionSpec) -> np.ndarray:
+    """Model actions ``(N, A)`` float32 -> what the vector env takes.
+
+    Discrete: ``argmax`` over ``A`` -> int64 ``(N,)``. Continuous: clipped to ``[-1, 1]`` -> float32 ``(N, A)``.
+
+    Raises:
+        ValueError: ``action`` is not 2-D with last dim ``spec.dim``.
+    """
+    action = np.asarray(action)
+    if action.ndim != 2 or action.shape[1] != spec.dim:
+        raise ValueError(f"actions must have shape (N, {spec.dim}), got {action.shape}")
+    if spec.discrete:
+        return np.argmax(action, axis=1).astype(np.int64)
+    return np.clip(action, -1.0, 1.0).astype(np.float32)

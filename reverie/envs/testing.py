@@ -1,0 +1,180 @@
+"""Tiny deterministic envs for tests and examples. Registered nowhere: use the import path as ``env.id``,
+e.g. ``env.id=reverie.envs.testing.CountingEnv env.kwargs.length=3``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+#: Observation code of step ``s`` in episode ``e`` (both counted from 0 since construction): ``e * CODE_BASE + s``.
+CODE_BASE = 1000
+
+
+class CountingEnv(gym.Env):
+    """Episodes of exactly ``length`` steps whose observations say which episode and step they are.
+
+    - obs: float32 ``(obs_dim,)``; ``obs[0] = episode * 1000 + step`` where ``episode`` counts resets since
+      construction (0 for the first) and ``step`` counts steps in the episode (0 at reset). With
+      ``echo_action`` ``obs[1]`` is the action received by the step that produced this obs (0 at reset);
+      the other entries are 0. Independent of the seed.
+    - reward: the step index reached, so step ``s`` (1-based) gives ``s`` and an episode returns
+      ``length * (length + 1) / 2``.
+    - episode end: after ``length`` steps, ``terminated`` if ``terminate`` else ``truncated``.
+    - actions: ``Discrete(2)`` if ``discrete`` else ``Box(-1, 1, (1,))``.
+
+    Raises:
+        ValueError: ``length`` < 1, or ``echo_action`` with ``obs_dim`` < 2.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self, length: int = 5, obs_dim: int = 1, discrete: bool = True, terminate: bool = True, echo_action: bool = False
+    ):
+        if length < 1:
+            raise ValueError(f"CountingEnv length must be >= 1, got {length}")
+        if echo_action and obs_dim < 2:
+            raise ValueError(f"CountingEnv(echo_action=True) needs obs_dim >= 2, got {obs_dim}")
+        self.length = int(length)
+        self.obs_dim = int(obs_dim)
+        self.terminate = bool(terminate)
+        self.echo_action = bool(echo_action)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (self.obs_dim,), np.float32)
+        self.action_space = spaces.Discrete(2) if discrete else spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.episode = -1
+        self.t = 0
+
+    def _obs(self, last_action: float = 0.0) -> np.ndarray:
+        obs = np.zeros(self.obs_dim, np.float32)
+        obs[0] = self.episode * CODE_BASE + self.t
+        if self.echo_action:
+            obs[1] = last_action
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if self.t >= self.length:
+            raise RuntimeError("CountingEnv.step() after the episode ended; call reset()")
+        self.t += 1
+        done = self.t == self.length
+        value = float(np.asarray(action).reshape(-1)[0])
+        return self._obs(value), float(self.t), done and self.terminate, done and not self.terminate, {}
+
+
+class ImageCountingEnv(CountingEnv):
+    """:class:`CountingEnv` with uint8 ``(size, size, 3)`` image observations.
+
+    The image is ``step % 256`` in channel 0, ``episode % 256`` in channel 1 and 0 in channel 2 (so the
+    HWC -> CHW conversion is checkable). With ``dict_obs`` the observation is a Dict
+    ``{"image": that image, "vector": the CountingEnv vector}``; rewards, flags and actions are CountingEnv's.
+    """
+
+    def __init__(self, length: int = 5, size: int = 64, dict_obs: bool = False, **kwargs):
+        super().__init__(length=length, **kwargs)
+        self.size = int(size)
+        self.dict_obs = bool(dict_obs)
+        image = spaces.Box(0, 255, (self.size, self.size, 3), np.uint8)
+        if self.dict_obs:
+            self.observation_space = spaces.Dict({"image": image, "vector": self.observation_space})
+        else:
+            self.observation_space = image
+
+    def _obs(self, last_action: float = 0.0):
+        image = np.zeros((self.size, self.size, 3), np.uint8)
+        image[..., 0] = self.t % 256
+        image[..., 1] = self.episode % 256
+        if self.dict_obs:
+            return {"image": image, "vector": super()._obs(last_action)}
+        return image
+
+
+class IdentityEnv(gym.Env):
+    """Reward for repeating the target shown in the observation; a quick learning check.
+
+    - ``discrete``: obs float32 one-hot ``(n,)`` of a target drawn each step; ``Discrete(n)`` actions;
+      reward 1 if the action equals the target shown in the previous observation, else 0.
+    - continuous: obs float32 ``(1,)`` target in ``[-1, 1]``; ``Box(-1, 1, (1,))`` actions;
+      reward ``1 - |action - target| / 2`` (in ``[0, 1]``).
+
+    Episodes are truncated after ``length`` steps, so the best return is ``length``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, n: int = 2, length: int = 10, discrete: bool = True):
+        if n < 2 or length < 1:
+            raise ValueError(f"IdentityEnv needs n >= 2 and length >= 1, got n={n} length={length}")
+        self.n, self.length, self.discrete = int(n), int(length), bool(discrete)
+        if self.discrete:
+            self.observation_space = spaces.Box(0.0, 1.0, (self.n,), np.float32)
+            self.action_space = spaces.Discrete(self.n)
+        else:
+            self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+            self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.t = 0
+        self.target = 0
+
+    def _obs(self) -> np.ndarray:
+        if self.discrete:
+            self.target = int(self.np_random.integers(self.n))
+            return np.eye(self.n, dtype=np.float32)[self.target]
+        self.target = float(self.np_random.uniform(-1.0, 1.0))
+        return np.array([self.target], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if self.discrete:
+            reward = float(int(action) == self.target)
+        else:
+            reward = 1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - self.target) / 2.0
+        self.t += 1
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+class SpaceEnv(gym.Env):
+    """An env with the given spaces that returns samples of them; for testing space handling.
+
+    Rewards are 0 and episodes never end. Pass the spaces as objects (from Python, not YAML).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space):
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+class RecordActions(gym.Wrapper):
+    """Records every action the wrapped env receives in ``recorded_actions`` (a list of copies).
+
+    Put it first in ``env.wrappers`` (``{_target_: reverie.envs.testing.RecordActions}``) to see actions in
+    the raw env's own units, e.g. after reverie's ``[-1, 1]`` rescaling.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.recorded_actions: list = []
+
+    def step(self, action):
+        self.recorded_actions.append(np.array(action, copy=True))
+        return self.env.step(action)

@@ -1,0 +1,204 @@
+"""Output distributions of the world model and the actor (DreamerV3, Hafner et al. 2023, section 3-4).
+
+All are ``torch.distributions.Distribution`` subclasses, so ``log_prob``, ``entropy``, ``mode``,
+``sample``/``rsample`` behave the same for every head. Leading dims are free: ``(T, B, ...)`` or ``(B, ...)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import distributions as td
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) * log(1 + |x|)`` (DreamerV3 eq. 9). Any shape."""
+    return torch.sign(x) * torch.log1p(torch.abs(x))
+
+
+def symexp(x: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`symlog`: ``sign(x) * (exp(|x|) - 1)`` (DreamerV3 eq. 9). Any shape."""
+    return torch.sign(x) * torch.expm1(torch.abs(x))
+
+
+def symlog_bins(num_bins: int = 255, low: float = -20.0, high: float = 20.0) -> torch.Tensor:
+    """Bin centres in symlog space, exactly symmetric around 0 when ``low == -high`` and ``num_bins`` is odd.
+
+    Reference config: ``bins: 255`` over ``[-20, 20]``. Built from one half and its mirror so that
+    ``bins[i] == -bins[-1 - i]`` holds bit for bit, which makes the mean of uniform probabilities exactly 0.
+    """
+    if num_bins % 2 == 1 and low == -high:
+        half = torch.linspace(0.0, high, (num_bins + 1) // 2)
+        return torch.cat([-half.flip(0)[:-1], half])
+    return torch.linspace(low, high, num_bins)
+
+
+class TwoHotSymlog(td.Distribution):
+    """Categorical over fixed bins in symlog space, trained with two-hot targets (DreamerV3 eq. 10-11).
+
+    Args:
+        logits: ``(..., K)`` with ``K = bins.numel()`` (255 by default).
+        bins: ``(K,)`` bin centres in symlog space; default :func:`symlog_bins`.
+
+    ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits, which is
+    why the reward and critic output layers are zero-initialised. ``log_prob(x)``: ``(...)``, the
+    cross-entropy of the two-hot encoding of ``symlog(x)`` against the predicted probabilities.
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = False
+
+    def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None):
+        if bins is None:
+            bins = symlog_bins(logits.shape[-1])
+        bins = bins.to(device=logits.device, dtype=logits.dtype)
+        if bins.shape[-1] != logits.shape[-1]:
+            raise ValueError(f"TwoHotSymlog: logits have {logits.shape[-1]} bins, bins tensor has {bins.shape[-1]}")
+        self.logits = logits
+        self.bins = bins
+        self.probs = torch.softmax(logits, -1)
+        super().__init__(batch_shape=logits.shape[:-1], validate_args=False)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        # Sum the negative and positive halves separately (mirrored order) so uniform probs give exactly 0.
+        k = self.bins.shape[-1]
+        m = k // 2
+        weighted = self.probs * self.bins
+        lower = weighted[..., :m].flip(-1).sum(-1)
+        upper = weighted[..., k - m :].sum(-1)
+        middle = weighted[..., m:k - m].sum(-1)
+        return symexp(lower + middle + upper)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        target = two_hot(symlog(value), self.bins)  # (...) -> (..., K)
+        return (target * F.log_softmax(self.logits, -1)).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.probs * F.log_softmax(self.logits, -1)).sum(-1)
+
+
+def two_hot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+    """Two-hot encoding of ``x`` ``(...)`` over sorted ``bins`` ``(K,)`` -> ``(..., K)`` (DreamerV3 eq. 11).
+
+    The two neighbouring bins get weights proportional to closeness, summing to 1; values outside the bin
+    range put all weight on the closest end bin. ``(two_hot(x) * bins).sum(-1) == x`` inside the range.
+    """
+    x = x.detach()
+    k = bins.shape[-1]
+    above = torch.searchsorted(bins, x.contiguous(), right=True).clamp(1, k - 1)  # index of first bin > x
+    below = above - 1
+    lo, hi = bins[below], bins[above]
+    w_hi = ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
+    w_lo = 1.0 - w_hi
+    out = torch.zeros(*x.shape, k, device=x.device, dtype=bins.dtype)
+    out.scatter_(-1, below.unsqueeze(-1), w_lo.unsqueeze(-1))
+    out.scatter_add_(-1, above.unsqueeze(-1), w_hi.unsqueeze(-1))
+    return out
+
+
+def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
+    """Log-probabilities of ``(1 - unimix) * softmax(logits) + unimix / K``. ``(..., K)`` -> ``(..., K)``."""
+    if unimix <= 0.0:
+        return F.log_softmax(logits, -1)
+    probs = (1.0 - unimix) * torch.softmax(logits, -1) + unimix / logits.shape[-1]
+    return torch.log(probs)
+
+
+class UnimixCategorical(td.OneHotCategorical):
+    """One-hot categorical mixed with ``unimix`` of the uniform distribution, straight-through ``rsample``.
+
+    DreamerV3 section 4 ("1% unimix"): ``probs = (1 - unimix) * softmax(logits) + unimix / K``.
+
+    Args:
+        logits: ``(..., K)``.
+        unimix: mixing weight of the uniform distribution (reference ``unimix: 0.01``).
+
+    ``rsample()`` returns a one-hot ``(..., K)`` sample whose gradient is that of the probabilities
+    (straight-through estimator, Bengio et al. 2013). ``mode`` is the one-hot argmax.
+    """
+
+    has_rsample = True
+
+    def __init__(self, logits: torch.Tensor, unimix: float = 0.01):
+        super().__init__(logits=unimix_logits(logits, unimix), validate_args=False)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        index = self.logits.argmax(-1)
+        return F.one_hot(index, self.logits.shape[-1]).to(self.logits.dtype)
+
+    @torch.no_grad()
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+        """One-hot sample by inverting the CDF: one uniform draw per distribution, no multinomial kernel."""
+        probs = self.probs.expand(torch.Size(sample_shape) + self.probs.shape)
+        cdf = probs.cumsum(-1)
+        u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
+        index = (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
+        return F.one_hot(index, probs.shape[-1]).to(probs.dtype)
+
+    def rsample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+        sample = self.sample(sample_shape)
+        probs = self.probs.expand(sample.shape)
+        return sample + probs - probs.detach()
+
+
+class BoundedNormal(td.Independent):
+    """Diagonal normal with ``tanh`` mean and std squashed into ``[min_std, max_std]``.
+
+    DreamerV3 (2023 reference, ``actor.dist: normal``, ``minstd 0.1``, ``maxstd 1.0``):
+    ``mean = tanh(mean_raw)``, ``std = (max_std - min_std) * sigmoid(std_raw + 2) + min_std``.
+
+    Args:
+        mean_raw, std_raw: ``(..., A)``.
+
+    Samples are unbounded; the env layer clips actions to ``[-1, 1]``. Event shape ``(A,)``.
+    """
+
+    def __init__(self, mean_raw: torch.Tensor, std_raw: torch.Tensor, min_std: float = 0.1, max_std: float = 1.0):
+        mean = torch.tanh(mean_raw)
+        std = (max_std - min_std) * torch.sigmoid(std_raw + 2.0) + min_std
+        super().__init__(td.Normal(mean, std), 1, validate_args=False)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.base_dist.mean
+
+
+class SymlogMSE(td.Distribution):
+    """Vector decoder output: prediction in symlog space, ``log_prob(x) = -sum((pred - symlog(x))^2)``.
+
+    DreamerV3 eq. 8 (symlog squared error). Args: ``pred`` ``(..., F)``. ``mode``/``mean``: ``symexp(pred)``.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, pred: torch.Tensor):
+        self.pred = pred
+        super().__init__(batch_shape=pred.shape[:-1], event_shape=pred.shape[-1:], validate_args=False)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return symexp(self.pred)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return -((self.pred - symlog(value)) ** 2).sum(-1)
+
+
+class Bernoulli(td.Bernoulli):
+    """Bernoulli continue head (DreamerV3 section 3). ``logits`` ``(...)``; ``mode`` is ``probs > 0.5``."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__(logits=logits, validate_args=False)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return (self.logits > 0).to(self.logits.dtype)

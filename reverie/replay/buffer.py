@@ -1,0 +1,296 @@
+"""Ring-buffer replay with one contiguous time stream per env, sampled as time-first windows.
+
+Storage: one array per key shaped ``(L, N, ...)`` with ``L = capacity // N`` rows; ``add`` writes row
+``cursor`` for all ``N`` envs at once and the cursor wraps, so column ``n`` is env ``n``'s stream in time
+order (oldest row at ``cursor`` once the buffer has wrapped, at 0 before). ``sample(B, T)`` gathers
+``(T, B)`` rows of ``B`` columns with one fancy-index per key.
+
+Valid windows (time-order positions ``p .. p+T-1`` counted from the oldest stored row):
+
+- after wrapping, ``p >= 1``: the previous row (position ``p - 1``) is still stored, so ``prev_action`` is
+  known, and no window ever joins the newest row to the oldest (which is about to be overwritten);
+- before wrapping, ``p >= 0``: position 0 is the first row ever added, nothing came before it, and its
+  ``prev_action`` is 0.
+
+Windows may cross episode boundaries; ``is_first`` marks every crossing (DESIGN.md section 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from reverie.types import FLAG_KEYS
+
+Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
+REQUIRED_KEYS = ("action", "reward", *FLAG_KEYS)
+STORAGES = ("memory", "memmap")
+MIN_ROWS = 2
+META_FILE = "replay.json"
+
+
+def _file_name(key: str) -> str:
+    return f"{key}.npy"
+
+
+class Replay:
+    """Time-first replay buffer for ``N`` parallel envs.
+
+    Args:
+        capacity: total steps stored over all envs; ``L = capacity // num_envs`` rows per env (at least 2).
+        num_envs: ``N``, the number of parallel env streams (columns).
+        spec: every key stored per row -> ``(shape, dtype)`` of one env's value, e.g.
+            ``{"vector": ((4,), float32), "action": ((A,), float32), "reward": ((), float32),
+            "is_first": ((), bool), ...}``; must contain ``action``, ``reward``, ``is_first``, ``is_last``,
+            ``is_terminal`` (build it with :meth:`spec_for`). Images stay uint8.
+        storage: ``"memory"`` (``np.zeros``) or ``"memmap"`` (``.npy`` files opened with
+            ``np.lib.format.open_memmap`` in ``directory``).
+        directory: where memmap files live (created if missing); required for ``"memmap"``.
+        seed: seeds the sampler's ``np.random.Generator`` (``np.random.default_rng(seed)``); its state is
+            part of :meth:`state_dict`.
+
+    Raises:
+        ValueError: too small a capacity, a missing required key, ``prev_action`` in the spec, an unknown
+            storage, or memmap without a directory.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        spec: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        storage: str = "memory",
+        directory: str | os.PathLike | None = None,
+        seed: int = 0,
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        rows = int(capacity) // int(num_envs)
+        if rows < MIN_ROWS:
+            raise ValueError(
+                f"replay.capacity={capacity} with {num_envs} envs leaves {rows} rows per env; need at least "
+                f"{MIN_ROWS}: set replay.capacity >= {MIN_ROWS * num_envs}"
+            )
+        missing = [key for key in REQUIRED_KEYS if key not in spec]
+        if missing:
+            raise ValueError(f"replay spec lacks keys {missing}; build it with Replay.spec_for(obs_space, action_dim)")
+        if "prev_action" in spec:
+            raise ValueError("'prev_action' is computed by Replay.sample and must not be in the spec")
+        if storage not in STORAGES:
+            raise ValueError(f"replay.storage must be one of {STORAGES}, got {storage!r}")
+        if storage == "memmap" and directory is None:
+            raise ValueError("replay.storage='memmap' needs a directory: set replay.directory=/path/to/replay")
+        self.spec: Spec = {key: (tuple(int(d) for d in shape), np.dtype(dtype)) for key, (shape, dtype) in spec.items()}
+        self.num_envs = int(num_envs)
+        self.length = rows  # L
+        self.storage = storage
+        self.directory = None if directory is None else os.fspath(directory)
+        self.cursor = 0  # next row to write
+        self.fill = 0  # rows stored, <= L
+        self._wrapped = False  # the cursor has passed the last row at least once
+        self.rng = np.random.default_rng(seed)
+        self.arrays: dict[str, np.ndarray] = {}
+        if storage == "memmap":
+            os.makedirs(self.directory, exist_ok=True)
+        for key, (shape, dtype) in self.spec.items():
+            full = (self.length, self.num_envs, *shape)
+            if storage == "memmap":
+                path = os.path.join(self.directory, _file_name(key))
+                self.arrays[key] = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=full)
+            else:
+                self.arrays[key] = np.zeros(full, dtype)
+
+    @staticmethod
+    def spec_for(obs_space, action_dim: int) -> Spec:
+        """Spec for a single env's Dict observation space (``space.spaces`` of ``name -> Box``) and ``A``.
+
+        Returns:
+            obs keys with their shapes/dtypes, plus ``action`` ``(A,)`` float32, ``reward`` ``()`` float32 and
+            ``is_first``/``is_last``/``is_terminal`` ``()`` bool.
+
+        Raises:
+            ValueError: ``obs_space`` is not a Dict space (run the env through ``reverie.envs.make_env``).
+        """
+        subspaces = getattr(obs_space, "spaces", None)
+        if not isinstance(subspaces, Mapping):
+            raise ValueError(f"Replay.spec_for needs a Dict observation space (from reverie.envs), got {obs_space!r}")
+        spec: Spec = {name: (tuple(space.shape), np.dtype(space.dtype)) for name, space in subspaces.items()}
+        spec["action"] = ((int(action_dim),), np.dtype(np.float32))
+        spec["reward"] = ((), np.dtype(np.float32))
+        for key in FLAG_KEYS:
+            spec[key] = ((), np.dtype(bool))
+        return spec
+
+    @property
+    def capacity(self) -> int:
+        """Steps the buffer can hold: ``L * N`` (the requested capacity rounded down to a multiple of ``N``)."""
+        return self.length * self.num_envs
+
+    @property
+    def num_rows(self) -> int:
+        """Rows stored per env (``<= L``)."""
+        return self.fill
+
+    @property
+    def wrapped(self) -> bool:
+        """True once the cursor has wrapped: the buffer is full and each ``add`` overwrites the oldest row."""
+        return self._wrapped
+
+    def __len__(self) -> int:
+        """Steps stored: ``num_rows * N``."""
+        return self.fill * self.num_envs
+
+    def add(self, step: Mapping[str, np.ndarray]) -> None:
+        """Write one row for all ``N`` envs at the cursor (the oldest row is overwritten once full).
+
+        Args:
+            step: every spec key -> ``(N, *shape)`` array; extra keys are ignored.
+
+        Raises:
+            KeyError: a spec key is missing.
+            ValueError: a value has the wrong shape, or a dtype that does not cast ``same_kind`` to the spec's
+                (e.g. float images for a uint8 key).
+        """
+        missing = [key for key in self.spec if key not in step]
+        if missing:
+            raise KeyError(f"Replay.add: step lacks keys {missing}; every row needs {sorted(self.spec)}")
+        values = {}
+        for key, (shape, dtype) in self.spec.items():
+            value = np.asarray(step[key])
+            want = (self.num_envs, *shape)
+            if value.shape != want:
+                raise ValueError(f"Replay.add: {key!r} has shape {value.shape}, expected (N, ...) = {want}")
+            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+                raise ValueError(f"Replay.add: {key!r} has dtype {value.dtype}, which does not cast to {dtype}")
+            values[key] = value
+        for key, value in values.items():
+            self.arrays[key][self.cursor] = value
+        self.cursor += 1
+        if self.cursor == self.length:
+            self.cursor = 0
+            self._wrapped = True
+        self.fill = min(self.fill + 1, self.length)
+
+    def sample(self, batch: int, length: int) -> dict[str, np.ndarray]:
+        """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
+
+        Cost is ``O(batch * length)`` per key whatever the capacity or fill: one fancy-index per key.
+
+        Args:
+            batch: ``B`` >= 1.
+            length: ``T`` >= 1.
+
+        Returns:
+            Every spec key as ``(T, B, *shape)`` (images uint8), plus ``prev_action`` ``(T, B, A)`` float32:
+            the action of the previous row in the same column, 0 where ``is_first`` (and at the very first row).
+
+        Raises:
+            ValueError: ``batch`` or ``length`` < 1, or fewer stored rows than a window needs.
+        """
+        if batch < 1 or length < 1:
+            raise ValueError(f"batch and length must be >= 1, got batch={batch} length={length}")
+        offset = 1 if self._wrapped else 0  # first valid start position, see the module docstring
+        starts = self.fill - length + 1 - offset  # number of valid start positions per column
+        if starts < 1:
+            raise ValueError(
+                f"replay holds {self.fill} rows per env but a window of length {length} needs {length + offset}"
+                f"{' (one more for the previous action once wrapped)' if offset else ''}: collect more steps first"
+                f"{'' if length + offset <= self.length else f' or raise replay.capacity (rows per env: {self.length})'}"
+            )
+        oldest = self.cursor if self._wrapped else 0
+        cols = self.rng.integers(0, self.num_envs, size=batch)  # (B,)
+        pos = offset + self.rng.integers(0, starts, size=batch)  # (B,) time-order start positions
+        tpos = pos[None, :] + np.arange(length)[:, None]  # (T, B) time-order positions
+        rows = (oldest + tpos) % self.length  # (T, B) physical rows
+        out = {key: array[rows, cols[None, :]] for key, array in self.arrays.items()}
+        prev = self.arrays["action"][(rows - 1) % self.length, cols[None, :]]  # (T, B, A)
+        keep = ~out["is_first"] & (tpos > 0)  # (T, B); tpos 0 only exists before wrapping
+        out["prev_action"] = (prev * keep[..., None]).astype(np.float32)
+        return out
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: cursor, fill, RNG state, and the data.
+
+        For ``"memory"`` the arrays themselves (not copies); for ``"memmap"`` the files are flushed and
+        only their paths recorded (``"files"``).
+        """
+        state = {
+            "cursor": self.cursor,
+            "fill": self.fill,
+            "wrapped": self._wrapped,
+            "rng": self.rng.bit_generator.state,
+            "num_envs": self.num_envs,
+            "length": self.length,
+            "spec": {key: (list(shape), dtype.str) for key, (shape, dtype) in self.spec.items()},
+        }
+        if self.storage == "memmap":
+            for array in self.arrays.values():
+                array.flush()
+            state["files"] = {key: os.path.abspath(array.filename) for key, array in self.arrays.items()}
+        else:
+            state["arrays"] = self.arrays
+        return state
+
+    def _check_layout(self, state: Mapping) -> None:
+        spec = {key: (list(shape), np.dtype(dtype).str) for key, (shape, dtype) in state["spec"].items()}
+        mine = {key: (list(shape), dtype.str) for key, (shape, dtype) in self.spec.items()}
+        if (state["num_envs"], state["length"]) != (self.num_envs, self.length) or spec != mine:
+            raise ValueError(
+                "replay state does not match this buffer: saved "
+                f"num_envs={state['num_envs']} rows={state['length']} spec={spec}, this buffer "
+                f"num_envs={self.num_envs} rows={self.length} spec={mine}; build the Replay with the saved settings"
+            )
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a :meth:`state_dict` into this buffer (arrays copied in; memmap files read unless they are ours).
+
+        Raises:
+            ValueError: the state's ``num_envs``, rows per env or spec differ from this buffer's.
+        """
+        self._check_layout(state)
+        if "files" in state:
+            for key, path in state["files"].items():
+                if not (self.storage == "memmap" and os.path.abspath(self.arrays[key].filename) == path):
+                    self.arrays[key][...] = np.load(path, mmap_mode="r")
+        else:
+            for key, array in state["arrays"].items():
+                self.arrays[key][...] = array
+        self.cursor, self.fill, self._wrapped = int(state["cursor"]), int(state["fill"]), bool(state["wrapped"])
+        self.rng.bit_generator.state = state["rng"]
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write one ``<key>.npy`` per key plus ``replay.json`` (cursor, fill, RNG state, layout) to ``directory``.
+
+        For a memmap buffer saved into its own directory, the files are flushed instead of copied.
+        """
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        state = self.state_dict()
+        for key, array in self.arrays.items():
+            path = os.path.join(directory, _file_name(key))
+            if self.storage == "memmap" and os.path.exists(path) and os.path.samefile(path, array.filename):
+                continue  # flushed by state_dict()
+            np.save(path, array)
+        meta = {k: v for k, v in state.items() if k not in ("arrays", "files")}
+        meta["keys"] = list(self.arrays)
+        with open(os.path.join(directory, META_FILE), "w") as f:
+            json.dump(meta, f, indent=1)
+
+    def load(self, directory: str | os.PathLike) -> None:
+        """Load what :meth:`save` wrote into this buffer (built with the same capacity, num_envs and spec).
+
+        Raises:
+            FileNotFoundError: ``directory`` has no ``replay.json``.
+            ValueError: the saved layout differs from this buffer's.
+        """
+        directory = os.fspath(directory)
+        meta_path = os.path.join(directory, META_FILE)
+        if not os.path.exists(meta_path):
+            raise FileNotFoundError(f"no saved replay in {directory!r} (missing {META_FILE}); was Replay.save run?")
+        with open(meta_path) as f:
+            meta = json.load(f)
+        meta["files"] = {key: os.path.abspath(os.path.join(directory, _file_name(key))) for key in meta["keys"]}
+        self.load_state_dict(meta)
