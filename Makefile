@@ -7,7 +7,6 @@
 #
 # The venv is (re)installed only when pyproject.toml is newer than the stamp file.
 # torch is installed FIRST with an exact pin, so the `-e .` install finds it satisfied and never pulls
-# another build. For a CPU-only wheel: make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
 PYTHON ?= python3
 VENV ?= .venv

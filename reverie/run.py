@@ -9,6 +9,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from reverie.checkpoint import load_checkpoint
+from reverie.envs import to_env_action
 
 
 class LoadedRun:
@@ -28,11 +29,28 @@ class LoadedRun:
         return self.agent.initial_state(batch)
 
     def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "eval") -> tuple[np.ndarray, Any]:
-        """Policy step for ``N`` envs: ``obs`` dict of ``(N, ...)`` arrays incl. ``is_first (N,)``.
+        """Policy step returning actions ready for envs built by :func:`reverie.make_env`/``make_vector_env``.
 
-        Returns ``(action (N, A) float32, state)``; see :meth:`reverie.agents.base.Agent.act`.
+        Args:
+            obs: one env's observation dict (e.g. ``{"vector": (F,)}``) or a batch of ``N`` (``(N, F)``), as
+                returned by ``reset``/``step``. ``is_first`` is optional: without it, the episode starts when
+                ``state`` is None.
+            state: None at the start of an episode, then the state this method returned.
+            mode: ``"eval"`` (policy mode) or ``"sample"``.
+
+        Returns:
+            ``(action, state)``: an ``int`` (Discrete) or ``(A,)`` float32 in ``[-1, 1]`` (Box) for one env;
+            ``(N,)`` int64 or ``(N, A)`` for a batch.
         """
-        return self.agent.act(obs, state, mode)
+        key = next(iter(self.obs_shapes))
+        single = np.asarray(obs[key]).ndim == len(self.obs_shapes[key])
+        batch = {k: np.asarray(obs[k])[None] if single else np.asarray(obs[k]) for k in self.obs_shapes}
+        n = len(batch[key])
+        is_first = obs.get("is_first", np.full(n, state is None))
+        batch["is_first"] = np.asarray(is_first, bool).reshape(n)
+        action, state = self.agent.act(batch, state, mode)
+        env_action = to_env_action(action, self.action_spec)
+        return (env_action[0].item() if self.action_spec.discrete else env_action[0]) if single else env_action, state
 
 
 def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:

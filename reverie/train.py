@@ -138,7 +138,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             # --- log / eval / checkpoint clocks ---
             stop = False
             if eval_clock(env_steps):
-                stop = tc.stop_return is not None and run_eval() >= tc.stop_return
+                mean_return = run_eval()
+                stop = tc.stop_return is not None and mean_return >= tc.stop_return
             if log_clock(env_steps) or stop:
                 elapsed = time.time() - start
                 logger.write(env_steps, {"updates": updates, "frames": env_steps * repeat, "wall_s": elapsed,

@@ -17,6 +17,7 @@ from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
 from reverie.models.networks import MLP
 from reverie.models.world_model import WorldModel
+from reverie.precision import autocast, resolve_precision
 from reverie.types import ActionSpec
 
 LOSS_SCALES = {"reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}  # reference loss_scales; decoder keys: 1.0
@@ -59,6 +60,8 @@ class DreamerV3(nn.Module):
         model_lr/model_eps/model_clip: world-model Adam (1e-4, 1e-8, 1000).
         actor_lr, critic_lr / ac_eps / ac_clip: actor and critic Adam (3e-5, 1e-5, 100).
         device: torch device for parameters and updates.
+        precision: ``"auto"`` (bfloat16 where the hardware runs it natively), ``"float32"`` or ``"bfloat16"``;
+            parameters and distributions stay float32 (see :mod:`reverie.precision`).
 
     Raises:
         ValueError: ``loss_scales`` keys that differ from the world model's losses.
@@ -70,7 +73,7 @@ class DreamerV3(nn.Module):
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
                  model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
-                 ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu"):
+                 ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto"):
         super().__init__()
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
@@ -89,6 +92,7 @@ class DreamerV3(nn.Module):
                              f"{sorted(self.wm.loss_keys)}")
         self.loss_scales = scales
         self.device = torch.device(device)
+        self.compute_dtype = resolve_precision(precision, self.device)
         self.to(self.device)
         self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
@@ -120,6 +124,10 @@ class DreamerV3(nn.Module):
         n = len(obs["is_first"])
         rssm_state, prev_action = state if state is not None else self.initial_state(n)
         data = self._tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        with autocast(self.device, self.compute_dtype):
+            return self._act(data, rssm_state, prev_action, mode)
+
+    def _act(self, data, rssm_state, prev_action, mode):
         embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
         post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
         post = {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
@@ -149,6 +157,12 @@ class DreamerV3(nn.Module):
             advantage statistics, gradient norms.
         """
         data = self._tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        with autocast(self.device, self.compute_dtype):
+            metrics = self._update(data)
+        values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
+        return dict(zip(metrics.keys(), values))
+
+    def _update(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         metrics: dict[str, torch.Tensor] = {}
 
         # --- world model (eq. 4-5) ---
@@ -166,8 +180,7 @@ class DreamerV3(nn.Module):
         start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
         start_cont = 1.0 - data["is_terminal"].flatten(0, 1).float()  # (T, B) -> (T*B,)
         metrics |= self._behavior(start, start_cont)
-        values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
-        return dict(zip(metrics.keys(), values))
+        return metrics
 
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""

@@ -49,6 +49,7 @@ class TwoHotSymlog(td.Distribution):
     has_rsample = False
 
     def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None):
+        logits = logits.float()  # distributions always compute in float32 (also under autocast)
         if bins is None:
             bins = symlog_bins(logits.shape[-1])
         bins = bins.to(device=logits.device, dtype=logits.dtype)
@@ -125,7 +126,7 @@ class UnimixCategorical(td.OneHotCategorical):
     has_rsample = True
 
     def __init__(self, logits: torch.Tensor, unimix: float = 0.01):
-        super().__init__(logits=unimix_logits(logits, unimix), validate_args=False)
+        super().__init__(logits=unimix_logits(logits.float(), unimix), validate_args=False)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -144,7 +145,7 @@ class UnimixCategorical(td.OneHotCategorical):
     def rsample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
         sample = self.sample(sample_shape)
         probs = self.probs.expand(sample.shape)
-        return sample + probs - probs.detach()
+        return sample + (probs - probs.detach())  # exactly one-hot in value, gradient of probs
 
 
 class BoundedNormal(td.Independent):
@@ -160,8 +161,8 @@ class BoundedNormal(td.Independent):
     """
 
     def __init__(self, mean_raw: torch.Tensor, std_raw: torch.Tensor, min_std: float = 0.1, max_std: float = 1.0):
-        mean = torch.tanh(mean_raw)
-        std = (max_std - min_std) * torch.sigmoid(std_raw + 2.0) + min_std
+        mean = torch.tanh(mean_raw.float())
+        std = (max_std - min_std) * torch.sigmoid(std_raw.float() + 2.0) + min_std
         super().__init__(td.Normal(mean, std), 1, validate_args=False)
 
     @property
@@ -178,7 +179,7 @@ class SymlogMSE(td.Distribution):
     arg_constraints: dict = {}
 
     def __init__(self, pred: torch.Tensor):
-        self.pred = pred
+        self.pred = pred.float()
         super().__init__(batch_shape=pred.shape[:-1], event_shape=pred.shape[-1:], validate_args=False)
 
     @property
@@ -197,7 +198,7 @@ class Bernoulli(td.Bernoulli):
     """Bernoulli continue head (DreamerV3 section 3). ``logits`` ``(...)``; ``mode`` is ``probs > 0.5``."""
 
     def __init__(self, logits: torch.Tensor):
-        super().__init__(logits=logits, validate_args=False)
+        super().__init__(logits=logits.float(), validate_args=False)
 
     @property
     def mode(self) -> torch.Tensor:

@@ -1,0 +1,105 @@
+import numpy as np
+import pytest
+import torch
+
+from reverie.agents.dreamer import DreamerV3
+from reverie.models.distributions import TwoHotSymlog
+from reverie.types import ActionSpec
+
+TINY = dict(deter=16, stoch=4, classes=4, units=16, layers=1, horizon=3, precision="float32")
+
+
+def batch(T=6, B=3, F=4, A=2, seed=0):
+    rng = np.random.default_rng(seed)
+    is_first = np.zeros((T, B), bool)
+    is_first[0] = True
+    return {"vector": rng.normal(size=(T, B, F)).astype(np.float32),
+            "prev_action": np.eye(A, dtype=np.float32)[rng.integers(A, size=(T, B))] * ~is_first[..., None],
+            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
+            "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_update_returns_finite_metrics_and_act_shapes(discrete):
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
+    metrics = agent.update(batch())
+    for key in ("loss/vector", "loss/reward", "loss/cont", "loss/dyn", "loss/rep", "loss/actor", "loss/critic"):
+        assert np.isfinite(metrics[key]), key
+    obs = {"vector": np.zeros((5, 4), np.float32), "is_first": np.ones(5, bool)}
+    action, state = agent.act(obs, None, "explore")
+    assert action.shape == (5, 2) and action.dtype == np.float32
+    if discrete:
+        assert np.all(action.sum(-1) == 1.0)
+    else:
+        assert np.all(np.abs(action) <= 1.0)
+    torch.manual_seed(1)  # latents are sampled in every mode (as in the reference); the actor takes its mode
+    a1, _ = agent.act(obs, None, "eval")
+    torch.manual_seed(1)
+    a2, _ = agent.act(obs, None, "eval")
+    assert np.array_equal(a1, a2)
+
+
+def test_loss_scales_must_match_world_model_losses():
+    with pytest.raises(ValueError, match="loss_scales keys"):
+        DreamerV3({"vector": (4,)}, ActionSpec(True, 2), loss_scales={"bogus": 1.0}, **TINY)
+
+
+def test_state_dict_round_trip_acts_identically():
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
+    agent.update(batch())
+    other = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
+    other.load_state_dict(agent.state_dict())
+    obs = {"vector": np.ones((2, 4), np.float32), "is_first": np.ones(2, bool)}
+    torch.manual_seed(1)
+    mine = agent.act(obs, None, "eval")[0]
+    torch.manual_seed(1)
+    assert np.array_equal(mine, other.act(obs, None, "eval")[0])
+    assert other.model_opt.state_dict()["state"].keys() == agent.model_opt.state_dict()["state"].keys()
+    assert other.retnorm.high.item() == agent.retnorm.high.item()
+
+
+def test_slow_critic_tracks_critic_by_ema():
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), slow_critic_fraction=0.02, **TINY)
+    slow_before = [p.clone() for p in agent.slow_critic.parameters()]
+    agent.update(batch())
+    for before, slow, fast in zip(slow_before, agent.slow_critic.parameters(), agent.critic.parameters()):
+        torch.testing.assert_close(slow, 0.98 * before + 0.02 * fast)
+
+
+def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
+    """A one-step bandit in imagination: reward 1 arrives after action 1 was taken at the start state.
+
+    The update must raise pi(action 1 | start). Pairing the advantage of step t with the action of step t+1
+    (here always the opposite action) would lower it instead.
+    """
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), actor_lr=1e-2, actor_entropy=0.0,
+                      **(TINY | {"horizon": 1}))
+    rssm = agent.wm.rssm
+    start = {k: v.expand(64, *v.shape[1:]).clone() for k, v in rssm.initial(1).items()}
+
+    def fake_imagine(policy, start_state, horizon):
+        n = start_state["deter"].shape[0]
+        a0 = torch.arange(n) % 2
+        nxt = {k: v.clone() for k, v in start_state.items()}
+        nxt["deter"][:, 0] = 100.0 * a0  # the next state remembers which action led to it
+        states = {k: torch.stack([start_state[k], nxt[k]]) for k in start_state}
+        actions = torch.stack([torch.eye(2)[a0], torch.eye(2)[1 - a0]])  # action at t+1 is always the other one
+        return states, actions
+
+    monkeypatch.setattr(rssm, "imagine", fake_imagine)
+    monkeypatch.setattr(agent.wm, "reward", lambda feat: TwoHotSymlog(torch.where(
+        (feat[..., :1] > 50.0), torch.nn.functional.one_hot(torch.tensor(150), 255).float() * 50.0,
+        torch.zeros(255))))  # reward ~1.2 after action 1, 0 after action 0
+
+    def prob_action_1():
+        with torch.no_grad():
+            return agent.actor(rssm.feat(start)).probs[0, 1].item()
+
+    before = prob_action_1()
+    for _ in range(5):
+        agent._behavior(start, torch.ones(64))
+    assert prob_action_1() > before + 0.05

@@ -1,0 +1,90 @@
+import math
+
+import pytest
+import torch
+
+from reverie.models.distributions import (Bernoulli, BoundedNormal, SymlogMSE, TwoHotSymlog, UnimixCategorical,
+                                          symexp, symlog, symlog_bins, two_hot)
+
+
+def test_symlog_exact_values_and_inverse():
+    x = torch.tensor([0.0, math.e - 1.0, -(math.e - 1.0), 1e6, -3.5], dtype=torch.float64)
+    y = symlog(x)
+    assert y[0] == 0.0
+    assert y[1].item() == pytest.approx(1.0, abs=1e-12)
+    assert y[2].item() == pytest.approx(-1.0, abs=1e-12)
+    torch.testing.assert_close(symexp(y), x, rtol=1e-12, atol=1e-12)
+
+
+def test_bins_are_exactly_symmetric():
+    bins = symlog_bins(255)
+    assert bins.shape == (255,)
+    assert bins[0] == -20.0 and bins[-1] == 20.0 and bins[127] == 0.0
+    assert torch.equal(bins, -bins.flip(0))
+
+
+def test_two_hot_exact_weights():
+    bins = torch.tensor([-1.0, 0.0, 1.0, 2.0])
+    out = two_hot(torch.tensor([0.25, -5.0, 7.0, 1.0]), bins)
+    expected = torch.tensor([[0.0, 0.75, 0.25, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
+    torch.testing.assert_close(out, expected)
+    inside = torch.tensor([-0.6, 0.0, 0.3, 1.9])
+    torch.testing.assert_close((two_hot(inside, bins) * bins).sum(-1), inside)
+
+
+def test_two_hot_symlog_zero_logits_give_exact_zero_and_uniform_log_prob():
+    dist = TwoHotSymlog(torch.zeros(3, 5, 255))
+    assert dist.mean.shape == (3, 5)
+    assert torch.all(dist.mean == 0.0)  # exact, not approximately
+    lp = dist.log_prob(torch.full((3, 5), 12.0))
+    torch.testing.assert_close(lp, torch.full((3, 5), -math.log(255.0)))
+
+
+def test_two_hot_symlog_mean_recovers_a_bin_value():
+    bins = symlog_bins(255)
+    logits = torch.full((255,), -1e4)
+    logits[200] = 0.0
+    assert TwoHotSymlog(logits).mean.item() == pytest.approx(symexp(bins[200]).item(), rel=1e-5)
+
+
+def test_unimix_probabilities_exact():
+    logits = torch.log(torch.tensor([0.25, 0.75]))
+    probs = UnimixCategorical(logits, unimix=0.01).probs
+    torch.testing.assert_close(probs, torch.tensor([0.99 * 0.25 + 0.005, 0.99 * 0.75 + 0.005]))
+
+
+def test_unimix_straight_through_gradient_equals_probs_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 4, requires_grad=True)
+    weights = torch.randn(6, 4)
+    dist = UnimixCategorical(logits, unimix=0.01)
+    sample = dist.rsample()
+    assert torch.all(sample.detach().sum(-1) == 1.0) and set(sample.detach().unique().tolist()) <= {0.0, 1.0}
+    (g_sample,) = torch.autograd.grad((sample * weights).sum(), logits)
+    (g_probs,) = torch.autograd.grad((UnimixCategorical(logits, 0.01).probs * weights).sum(), logits)
+    torch.testing.assert_close(g_sample, g_probs)
+
+
+def test_unimix_sample_frequencies_match_probs():
+    torch.manual_seed(0)
+    logits = torch.log(torch.tensor([0.1, 0.2, 0.7])).expand(200_000, 3)
+    freq = UnimixCategorical(logits, unimix=0.0).sample().mean(0)
+    torch.testing.assert_close(freq, torch.tensor([0.1, 0.2, 0.7]), atol=5e-3, rtol=0)
+
+
+def test_bounded_normal_std_range_and_mode():
+    mean_raw = torch.tensor([[0.5, -2.0]])
+    low = BoundedNormal(mean_raw, torch.full((1, 2), -1e4))
+    high = BoundedNormal(mean_raw, torch.full((1, 2), 1e4))
+    torch.testing.assert_close(low.base_dist.stddev, torch.full((1, 2), 0.1))
+    torch.testing.assert_close(high.base_dist.stddev, torch.full((1, 2), 1.0))
+    torch.testing.assert_close(low.mode, torch.tanh(mean_raw))
+    assert low.log_prob(torch.zeros(1, 2)).shape == (1,)  # independent over A
+
+
+def test_symlog_mse_and_bernoulli():
+    dist = SymlogMSE(torch.tensor([[1.0, -1.0]]))
+    torch.testing.assert_close(dist.log_prob(torch.tensor([[math.e - 1.0, 0.0]])), torch.tensor([-1.0]))
+    torch.testing.assert_close(dist.mode, torch.tensor([[math.e - 1.0, -(math.e - 1.0)]]))
+    cont = Bernoulli(torch.tensor([2.0, -2.0]))
+    assert cont.mode.tolist() == [1.0, 0.0]

@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from reverie.models.rssm import RSSM
+
+
+def make(action_dim=2, embed=6):
+    torch.manual_seed(0)
+    return RSSM(action_dim, embed, deter=16, stoch=4, classes=5, units=16)
+
+
+@pytest.mark.parametrize("T,B", [(1, 1), (4, 3), (9, 2)])
+def test_observe_and_imagine_shapes(T, B):
+    rssm = make()
+    post, prior = rssm.observe(torch.randn(T, B, 6), torch.zeros(T, B, 2), torch.zeros(T, B, dtype=torch.bool))
+    for s in (post, prior):
+        assert s["deter"].shape == (T, B, 16) and s["stoch"].shape == (T, B, 4, 5) and s["logits"].shape == (T, B, 4, 5)
+    assert rssm.feat(post).shape == (T, B, 16 + 20)
+    start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
+    states, actions = rssm.imagine(lambda s: torch.zeros(s["deter"].shape[0], 2), start, horizon=3)
+    assert states["deter"].shape == (4, T * B, 16) and actions.shape == (4, T * B, 2)
+    torch.testing.assert_close(states["deter"][0], start["deter"])
+
+
+def test_is_first_resets_state_regardless_of_history():
+    rssm = make()
+    T = 6
+    embed = torch.randn(T, 2, 6)
+    embed[3:, 1] = embed[3:, 0]  # same observations from t=3 on, different before
+    action = torch.randn(T, 2, 2)
+    action[3:, 1] = action[3:, 0]
+    action[:3, 1] = -action[:3, 0]  # different previous actions, including the one fed at t=3
+    is_first = torch.zeros(T, 2, dtype=torch.bool)
+    is_first[0] = True
+    is_first[3] = True
+    post, prior = rssm.observe(embed, action, is_first, sample=False)
+    assert not torch.equal(post["deter"][2, 0], post["deter"][2, 1])  # histories differ before the reset
+    for key in ("deter", "stoch", "logits"):
+        torch.testing.assert_close(post[key][3:, 0], post[key][3:, 1], rtol=0, atol=0)
+        torch.testing.assert_close(prior[key][3:, 0], prior[key][3:, 1], rtol=0, atol=0)
+
+
+def test_is_first_matches_a_fresh_start():
+    rssm = make()
+    embed, action = torch.randn(4, 1, 6), torch.randn(4, 1, 2)
+    first = torch.tensor([[False], [False], [True], [False]])
+    post, _ = rssm.observe(embed, action, first, sample=False)
+    fresh, _ = rssm.observe(embed[2:], torch.zeros_like(action[2:]), torch.tensor([[True], [False]]), sample=False)
+    fresh_action = action[2:].clone()
+    fresh_action[0] = 0.0
+    fresh2, _ = rssm.observe(embed[2:], fresh_action, torch.tensor([[True], [False]]), sample=False)
+    # different sequence lengths change matmul blocking, so equal up to float32 rounding
+    torch.testing.assert_close(post["deter"][2:], fresh2["deter"], rtol=0, atol=1e-6)
+    torch.testing.assert_close(post["deter"][2], fresh["deter"][0], rtol=0, atol=1e-6)
+
+
+def test_initial_state_is_learned():
+    rssm = make()
+    init = rssm.initial(3)
+    assert init["deter"].shape == (3, 16) and init["stoch"].shape == (3, 4, 5)
+    assert torch.all(init["stoch"].sum(-1) == 1.0)
+    init["deter"].sum().backward()
+    assert rssm.initial_deter.grad is not None
