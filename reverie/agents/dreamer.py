@@ -185,28 +185,39 @@ class DreamerV3(nn.Module):
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
         rssm, discrete = self.wm.rssm, self.spec.discrete
+        dists: list[torch.distributions.Distribution] = []  # pi(. | s_t) for t = 0..H, kept for the actor loss
+
+        def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
+            with torch.enable_grad():  # the actor's own graph, also inside the no-grad rollout
+                dist = self.actor(rssm.feat(state).detach())
+            dists.append(dist)
+            return dist.sample() if discrete else dist.rsample()
+
         # Discrete actions learn by REINFORCE: the rollout needs no gradients. Continuous actions learn by
         # backpropagating returns through the dynamics (straight through the world model into the actions).
         with torch.no_grad() if discrete else nullcontext():
-            states, actions = rssm.imagine(lambda s: self.actor(rssm.feat(s).detach()).rsample(), start, self.horizon)
+            states, actions = rssm.imagine(policy, start, self.horizon)
             feat = rssm.feat(states)  # (H+1, N, F)
-            reward = self.wm.reward(feat).mean  # (H+1, N)
-            cont = self.wm.cont(feat).mode
-            cont = torch.cat([start_cont[None], cont[1:]])  # the start state's own continue flag is known
-            value = TwoHotSymlog(self.critic(feat)).mean  # (H+1, N)
-            ret = lambda_return(reward, value, cont, self.gamma, self.lam)  # (H, N)
-        weight = imagination_weights(cont, self.gamma)[:-1]  # (H, N)
+            reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
+            cont = torch.cat([start_cont[None], self.wm.cont(feat[1:]).mode])  # start's own flag is known
+        # Discrete: one critic pass serves the returns (detached) and the critic loss. Continuous: the returns
+        # need values differentiable in the imagined states, so the critic loss gets its own pass below.
+        with torch.enable_grad() if discrete else nullcontext():
+            critic_out = self.critic(feat)  # (H+1, N, 255)
+        value = TwoHotSymlog(critic_out).mean  # (H+1, N)
+        ret = lambda_return(reward, value if not discrete else value.detach(), cont, self.gamma, self.lam)  # (H, N)
+        weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
         # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
         self.retnorm.update(ret)
         scale = self.retnorm.scale()
-        adv = (ret - value[:-1]) / scale  # (H, N)
-        dist = self.actor(feat[:-1].detach())
+        adv = (ret - value[:-1].detach()) / scale  # (H, N)
         if discrete:
-            objective = dist.log_prob(actions[:-1].detach()) * adv.detach()
+            logp = torch.stack([dists[t].log_prob(actions[t]) for t in range(self.horizon)])  # (H, N)
+            objective = logp * adv.detach()
         else:
             objective = adv
-        entropy = dist.entropy()
+        entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
         actor_loss = -(weight * (objective + self.actor_entropy * entropy)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
@@ -215,7 +226,7 @@ class DreamerV3(nn.Module):
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
-        critic_dist = TwoHotSymlog(self.critic(critic_feat))
+        critic_dist = TwoHotSymlog(critic_out[:-1] if discrete else self.critic(critic_feat))
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean
         critic_loss = -critic_dist.log_prob(ret.detach()) - self.slow_reg * critic_dist.log_prob(slow_target)

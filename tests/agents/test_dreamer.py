@@ -87,6 +87,7 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
         nxt = {k: v.clone() for k, v in start_state.items()}
         nxt["deter"][:, 0] = 100.0 * a0  # the next state remembers which action led to it
         states = {k: torch.stack([start_state[k], nxt[k]]) for k in start_state}
+        policy(start_state), policy(nxt)  # the agent records pi(. | s_t) through its policy, as in a real rollout
         actions = torch.stack([torch.eye(2)[a0], torch.eye(2)[1 - a0]])  # action at t+1 is always the other one
         return states, actions
 
