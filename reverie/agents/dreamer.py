@@ -186,18 +186,20 @@ class DreamerV3(nn.Module):
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
         rssm, discrete = self.wm.rssm, self.spec.discrete
         dists: list[torch.distributions.Distribution] = []  # pi(. | s_t) for t = 0..H, kept for the actor loss
+        feats: list[torch.Tensor] = []  # features of s_t, cast once to the compute dtype, reused by every head
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
+            feats.append(rssm.feat(state).to(self.compute_dtype))  # (N, F)
             with torch.enable_grad():  # the actor's own graph, also inside the no-grad rollout
-                dist = self.actor(rssm.feat(state).detach())
+                dist = self.actor(feats[-1].detach())
             dists.append(dist)
             return dist.sample() if discrete else dist.rsample()
 
         # Discrete actions learn by REINFORCE: the rollout needs no gradients. Continuous actions learn by
         # backpropagating returns through the dynamics (straight through the world model into the actions).
         with torch.no_grad() if discrete else nullcontext():
-            states, actions = rssm.imagine(policy, start, self.horizon)
-            feat = rssm.feat(states)  # (H+1, N, F)
+            _, actions = rssm.imagine(policy, start, self.horizon, keys=())
+            feat = torch.stack(feats)  # (H+1) x (N, F) -> (H+1, N, F)
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
             cont = torch.cat([start_cont[None], self.wm.cont(feat[1:]).mode])  # start's own flag is known
         # Discrete: one critic pass serves the returns (detached) and the critic loss. Continuous: the returns

@@ -42,7 +42,9 @@ class TwoHotSymlog(td.Distribution):
 
     ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits, which is
     why the reward and critic output layers are zero-initialised. ``log_prob(x)``: ``(...)``, the
-    cross-entropy of the two-hot encoding of ``symlog(x)`` against the predicted probabilities.
+    cross-entropy of the two-hot encoding of ``symlog(x)`` against the predicted probabilities, computed by
+    gathering the two neighbouring bins (the same number as summing over a dense two-hot vector, without
+    materialising one).
     """
 
     arg_constraints: dict = {}
@@ -57,30 +59,53 @@ class TwoHotSymlog(td.Distribution):
             raise ValueError(f"TwoHotSymlog: logits have {logits.shape[-1]} bins, bins tensor has {bins.shape[-1]}")
         self.logits = logits
         self.bins = bins
-        self.probs = torch.softmax(logits, -1)
+        k = bins.shape[-1]
+        self._symmetric = k % 2 == 1 and bool(torch.equal(bins, -bins.flip(0)))
         super().__init__(batch_shape=logits.shape[:-1], validate_args=False)
 
     @property
+    def probs(self) -> torch.Tensor:
+        return torch.softmax(self.logits, -1)
+
+    @property
     def mean(self) -> torch.Tensor:
-        # Sum the negative and positive halves separately (mirrored order) so uniform probs give exactly 0.
-        k = self.bins.shape[-1]
-        m = k // 2
-        weighted = self.probs * self.bins
-        lower = weighted[..., :m].flip(-1).sum(-1)
-        upper = weighted[..., k - m :].sum(-1)
-        middle = weighted[..., m:k - m].sum(-1)
-        return symexp(lower + middle + upper)
+        probs = self.probs
+        if self._symmetric:
+            # bins[m + i] == -bins[m - i]: pair the halves, so equal probabilities cancel exactly (mean 0 at 0 logits)
+            m = self.bins.shape[-1] // 2
+            diff = probs[..., m + 1 :] - probs[..., :m].flip(-1)  # (..., m)
+            return symexp(diff @ self.bins[m + 1 :])
+        return symexp(probs @ self.bins)
 
     @property
     def mode(self) -> torch.Tensor:
         return self.mean
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        target = two_hot(symlog(value), self.bins)  # (...) -> (..., K)
-        return (target * F.log_softmax(self.logits, -1)).sum(-1)
+        below, above, w_below, w_above = two_hot_indices(symlog(value.float()), self.bins)
+        logp = F.log_softmax(self.logits, -1)
+        lp_below = logp.gather(-1, below.unsqueeze(-1)).squeeze(-1)
+        lp_above = logp.gather(-1, above.unsqueeze(-1)).squeeze(-1)
+        return w_below * lp_below + w_above * lp_above
 
     def entropy(self) -> torch.Tensor:
-        return -(self.probs * F.log_softmax(self.logits, -1)).sum(-1)
+        logp = F.log_softmax(self.logits, -1)
+        return -(logp.exp() * logp).sum(-1)
+
+
+def two_hot_indices(x: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Neighbouring bin indices and weights of the two-hot encoding of ``x`` ``(...)`` over sorted ``bins``.
+
+    Returns ``(below, above, w_below, w_above)``, each ``(...)``; the weights sum to 1 and values outside the
+    bin range put all weight on the closest end bin.
+    """
+    x = x.detach()
+    k = bins.shape[-1]
+    above = torch.searchsorted(bins, x.contiguous(), right=True).clamp(1, k - 1)  # index of first bin > x
+    below = above - 1
+    lo, hi = bins[below], bins[above]
+    w_above = ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
+    return below, above, 1.0 - w_above, w_above
 
 
 def two_hot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
@@ -89,16 +114,10 @@ def two_hot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     The two neighbouring bins get weights proportional to closeness, summing to 1; values outside the bin
     range put all weight on the closest end bin. ``(two_hot(x) * bins).sum(-1) == x`` inside the range.
     """
-    x = x.detach()
-    k = bins.shape[-1]
-    above = torch.searchsorted(bins, x.contiguous(), right=True).clamp(1, k - 1)  # index of first bin > x
-    below = above - 1
-    lo, hi = bins[below], bins[above]
-    w_hi = ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
-    w_lo = 1.0 - w_hi
-    out = torch.zeros(*x.shape, k, device=x.device, dtype=bins.dtype)
-    out.scatter_(-1, below.unsqueeze(-1), w_lo.unsqueeze(-1))
-    out.scatter_add_(-1, above.unsqueeze(-1), w_hi.unsqueeze(-1))
+    below, above, w_below, w_above = two_hot_indices(x, bins)
+    out = torch.zeros(*x.shape, bins.shape[-1], device=x.device, dtype=bins.dtype)
+    out.scatter_(-1, below.unsqueeze(-1), w_below.unsqueeze(-1))
+    out.scatter_add_(-1, above.unsqueeze(-1), w_above.unsqueeze(-1))
     return out
 
 
@@ -108,6 +127,32 @@ def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
         return F.log_softmax(logits, -1)
     probs = (1.0 - unimix) * torch.softmax(logits, -1) + unimix / logits.shape[-1]
     return torch.log(probs)
+
+
+def one_hot_index(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``(...)`` int64 -> ``(..., classes)`` one-hot (a scatter, without ``F.one_hot``'s range checks)."""
+    out = torch.zeros(*index.shape, classes, device=index.device, dtype=dtype)
+    return out.scatter_(-1, index.unsqueeze(-1), 1.0)
+
+
+def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
+    """Straight-through one-hot sample of :class:`UnimixCategorical` without building the distribution.
+
+    The hot path of the RSSM (one call per latent step): ``logits (..., K)`` -> one-hot ``(..., K)`` whose
+    value is a sample and whose gradient is that of the unimix probabilities. Same law as
+    ``UnimixCategorical(logits, unimix).rsample()``.
+    """
+    probs = torch.softmax(logits.float(), -1)
+    if unimix > 0.0:
+        probs = (1.0 - unimix) * probs + unimix / logits.shape[-1]
+    with torch.no_grad():
+        cdf = probs.cumsum(-1)
+        u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
+        index = (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
+        sample = one_hot_index(index, logits.shape[-1], probs.dtype)
+    if not probs.requires_grad:
+        return sample
+    return sample + (probs - probs.detach())
 
 
 class UnimixCategorical(td.OneHotCategorical):
@@ -130,8 +175,7 @@ class UnimixCategorical(td.OneHotCategorical):
 
     @property
     def mode(self) -> torch.Tensor:
-        index = self.logits.argmax(-1)
-        return F.one_hot(index, self.logits.shape[-1]).to(self.logits.dtype)
+        return one_hot_index(self.logits.argmax(-1), self.logits.shape[-1], self.logits.dtype)
 
     @torch.no_grad()
     def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
@@ -139,8 +183,8 @@ class UnimixCategorical(td.OneHotCategorical):
         probs = self.probs.expand(torch.Size(sample_shape) + self.probs.shape)
         cdf = probs.cumsum(-1)
         u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
-        index = (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
-        return F.one_hot(index, probs.shape[-1]).to(probs.dtype)
+        index = (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
+        return one_hot_index(index, probs.shape[-1], probs.dtype)
 
     def rsample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
         sample = self.sample(sample_shape)

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from reverie.models.distributions import UnimixCategorical
+from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
 from reverie.models.networks import MLP, trunc_normal_init_
 
 State = dict[str, torch.Tensor]
@@ -107,8 +107,9 @@ class RSSM(nn.Module):
         return self.prior_net(deter).unflatten(-1, (self.stoch, self.classes))  # (..., S*K) -> (..., S, K)
 
     def _draw(self, logits: torch.Tensor, sample: bool) -> torch.Tensor:
-        dist = UnimixCategorical(logits, self.unimix)
-        return dist.rsample() if sample else dist.mode
+        if sample:
+            return unimix_sample(logits, self.unimix)  # straight-through one-hot (..., S, K)
+        return one_hot_index(logits.argmax(-1), self.classes)  # the mode (unimix keeps the argmax)
 
     def _step_deter(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
         x = self.in_norm(self.in_z(state["stoch"].flatten(-2)) + action_proj)
@@ -164,13 +165,15 @@ class RSSM(nn.Module):
         logits = self._prior_logits(deter)
         return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits}
 
-    def imagine(self, policy: Callable[[State], torch.Tensor], start: State, horizon: int) -> tuple[State, torch.Tensor]:
+    def imagine(self, policy: Callable[[State], torch.Tensor], start: State, horizon: int,
+                keys: tuple[str, ...] = ("deter", "stoch", "logits")) -> tuple[State, torch.Tensor]:
         """Roll the prior forward from ``start`` with actions from ``policy`` (DreamerV3 section 4).
 
         Args:
             policy: maps a state ``(N, ...)`` to an action ``(N, A)``.
             start: start states ``(N, ...)`` (e.g. every posterior state of a batch, ``N = T*B``).
             horizon: ``H`` imagined steps.
+            keys: which state entries to stack and return (skip ``logits`` when only features are needed).
 
         Returns:
             ``(states, actions)``: states ``(H+1, N, ...)`` with ``start`` at index 0; ``actions (H+1, N, A)``
@@ -181,5 +184,5 @@ class RSSM(nn.Module):
         for _ in range(horizon):
             states.append(self.img_step(states[-1], actions[-1]))
             actions.append(policy(states[-1]))
-        stacked = {k: torch.stack([s[k] for s in states]) for k in ("deter", "stoch", "logits")}
+        stacked = {k: torch.stack([s[k] for s in states]) for k in keys}
         return stacked, torch.stack(actions)

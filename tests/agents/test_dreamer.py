@@ -81,7 +81,7 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
     rssm = agent.wm.rssm
     start = {k: v.expand(64, *v.shape[1:]).clone() for k, v in rssm.initial(1).items()}
 
-    def fake_imagine(policy, start_state, horizon):
+    def fake_imagine(policy, start_state, horizon, keys=("deter", "stoch", "logits")):
         n = start_state["deter"].shape[0]
         a0 = torch.arange(n) % 2
         nxt = {k: v.clone() for k, v in start_state.items()}

@@ -88,3 +88,13 @@ def test_symlog_mse_and_bernoulli():
     torch.testing.assert_close(dist.mode, torch.tensor([[math.e - 1.0, -(math.e - 1.0)]]))
     cont = Bernoulli(torch.tensor([2.0, -2.0]))
     assert cont.mode.tolist() == [1.0, 0.0]
+
+
+def test_two_hot_log_prob_equals_dense_two_hot_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 255)
+    value = torch.tensor([0.0, 0.3, -2.5, 1e3]).expand(3, 4) * torch.tensor([[1.0], [-1.0], [7.0]])
+    dist = TwoHotSymlog(logits)
+    dense = (two_hot(symlog(value), dist.bins) * torch.log_softmax(logits, -1)).sum(-1)
+    torch.testing.assert_close(dist.log_prob(value), dense)
+    torch.testing.assert_close(dist.mean, symexp((torch.softmax(logits, -1) * dist.bins).sum(-1)))
