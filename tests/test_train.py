@@ -94,3 +94,11 @@ def test_user_env_by_import_path_and_wrapper_list(tmp_path):
     train_eps = [s for s in scores if s["mode"] == "train"]
     assert train_eps and all(s["length"] == 7 for s in train_eps)
     assert all(s["return"] == 7.0 for s in train_eps)  # rewards 1..7 clipped to [0, 1] -> seven ones
+
+
+def test_memmap_replay_and_async_envs(tmp_path):
+    run_dir = train(tmp_path, "mm", "replay.storage=memmap", "env.vector_mode=async", "env.num_envs=2",
+                    "train.steps=96")
+    files = {p.name for p in (run_dir / "replay").iterdir()}
+    assert {"vector.npy", "action.npy", "is_first.npy"} <= files
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["updates"] > 0
