@@ -7,6 +7,7 @@
 #
 # The venv is (re)installed only when pyproject.toml is newer than the stamp file.
 # torch is installed FIRST with an exact pin, so the `-e .` install finds it satisfied and never pulls
+# another (multi-GB CUDA) build.
 
 PYTHON ?= python3
 VENV ?= .venv

@@ -6,7 +6,7 @@ Examples::
     reverie train env=pendulum
     reverie train env=gym env.id=Acrobot-v1 size=s agent.train_ratio=256
     reverie train exp=debug                         # tiny smoke run
-    reverie eval runs/2026-11-30_120000_default --episodes 10
+    reverie eval runs/2026-11-30_120000_classic --episodes 10
 """
 
 from __future__ import annotations
@@ -22,6 +22,30 @@ from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+
+USAGE = """usage: reverie COMMAND [ARGS]
+
+commands:
+  train [OVERRIDE ...]        train an agent (Hydra overrides; `reverie train --help`)
+  eval RUN [--episodes N]     evaluate a trained run directory or checkpoint file
+  compare ...                 compare scores with the official ones (`reverie compare --help`)
+
+examples:
+  reverie train                              DreamerV3 xs on CartPole-v1
+  reverie train env=pendulum                 continuous actions
+  reverie train exp=debug                    tiny smoke run
+  reverie eval runs/<run> --episodes 10"""
+
+TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
+
+Hydra overrides (key=value, group=option, +new.key=value), e.g.
+  reverie train env=pendulum size=s seed=1
+  reverie train env=gym env.id=Acrobot-v1
+  reverie train exp=debug                 # tiny smoke run
+  reverie train --cfg                     # print the resolved config and exit
+Groups: agent (dreamerv3), env (cartpole, pendulum, gym), size (debug, xs, s, m, l, xl),
+replay (default), logger (tensorboard, wandb, none), exp (classic, reference, debug)."""
 
 
 class ConfigError(ValueError):
@@ -54,32 +78,63 @@ def _explain(err: Exception, overrides: list[str]) -> str:
     match = re.search(r"Could not override '([^']+)'", text)
     if match:
         key = match.group(1)
-        parent, _, leaf = key.rpartition(".")
         try:
             with initialize_config_module("reverie.configs", version_base="1.3"):
-                base = compose("config", overrides=[o for o in overrides if not o.startswith(key + "=")])
-            node = OmegaConf.select(base, parent) if parent else base
-            known = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else "(not a mapping)"
+                base = compose("config", overrides=[o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
         except Exception:  # noqa: BLE001 - the hint is best effort; the key name is the message
-            known = "see `reverie train --cfg`"
+            base = None
+        parts = key.split(".")
+        depth = len(parts) - 1  # the deepest existing mapping on the key's path
+        while base is not None and depth > 0 and not isinstance(OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
+            depth -= 1
+        parent, missing = ".".join(parts[:depth]), parts[depth]
+        node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
         where = f"'{parent}'" if parent else "the root config"
-        return (f"config error: unknown key '{key}': {where} has no key '{leaf}'. Supported keys there: {known}. "
-                f"(`reverie train --cfg` prints the whole config.)")
+        if isinstance(node, DictConfig) and len(node) > 0:
+            known = f"Supported keys there: {', '.join(sorted(node.keys()))}."
+        elif isinstance(node, DictConfig):
+            known = (f"{where} is a free-form mapping (e.g. keyword arguments): add the key with "
+                     f"`+{key}=...`.")
+        else:
+            known = "`reverie train --cfg` prints the whole config."
+        return f"config error: unknown key '{key}': {where} has no key '{missing}'. {known}"
     return f"config error: {text}"
 
 
-def check_env(cfg: DictConfig) -> None:
-    """Build (and close) one env copy so a bad id or an unsupported space fails before any run directory exists.
+def check_setup(cfg: DictConfig) -> None:
+    """Build one env copy and the agent so that a bad id, an unsupported space or a bad agent value fails
+    before any run directory exists.
 
     Raises:
-        ConfigError: the env cannot be created or uses a space reverie cannot handle.
+        ConfigError: the env cannot be created or uses a space reverie cannot handle; the agent cannot be
+            built from ``agent.module`` (unknown or invalid argument); a numeric setting is not a number.
     """
-    from reverie.envs import make_env
+    from hydra.errors import InstantiationException
+
+    from reverie.envs import action_spec, make_env
+    from reverie.replay import Ratio
+    from reverie.train import build_agent
 
     try:
-        make_env(cfg.env, cfg.seed).close()
+        env = make_env(cfg.env, cfg.seed)
+        obs_shapes = {k: tuple(s.shape) for k, s in env.observation_space.spaces.items()}
+        spec = action_spec(env.action_space)
+        env.close()
     except (ValueError, ImportError, TypeError) as err:
         raise ConfigError(f"env error: {err}") from err
+    try:
+        Ratio(float(cfg.agent.train_ratio), int(cfg.agent.batch_size), int(cfg.agent.batch_length))
+        for key in ("steps", "prefill", "log_every", "eval_every", "eval_episodes", "checkpoint_every"):
+            int(cfg.train[key])
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"config error: a numeric setting is not a number: {err}. Check agent.train_ratio, "
+                          f"agent.batch_size, agent.batch_length and the train.* counts.") from err
+    try:
+        build_agent(cfg.agent, obs_shapes, spec)
+    except (InstantiationException, ValueError, TypeError) as err:
+        cause = err.__cause__ or err
+        raise ConfigError(f"agent error: {cause}\n(the agent is built from `agent.module`; `reverie train --cfg` "
+                          f"prints it)") from err
 
 
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
@@ -94,20 +149,24 @@ def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
             suffix += 1
             run_dir = Path(root) / f"{stamp}_{cfg.exp_name}_{suffix}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.run_dir = str(run_dir)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     return run_dir
 
 
 def cmd_train(args: list[str]) -> int:
+    if "-h" in args or "--help" in args:
+        print(TRAIN_HELP)
+        return 0
     if "--cfg" in args:
         print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
         return 0
     from reverie.train import train  # deferred: torch import only when training
 
     cfg = load_config(args)
-    check_env(cfg)
-    train(cfg, make_run_dir(cfg))
-    return 0
+    check_setup(cfg)
+    summary = train(cfg, make_run_dir(cfg))
+    return 130 if summary["interrupted"] else 0
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -120,21 +179,26 @@ def cmd_eval(argv: list[str]) -> int:
     from reverie.evaluate import evaluate
     from reverie.run import load_run
 
-    run = load_run(args.run)
+    try:
+        run = load_run(args.run)
+    except FileNotFoundError as err:
+        print(f"eval error: {err}", file=sys.stderr)
+        return 2
     seed = run.config["seed"] if args.seed is None else args.seed
-    result = evaluate(run, run.config["env"], args.episodes, seed, mode="sample" if args.sample else "eval")
+    result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode="sample" if args.sample else "eval")
     print(json.dumps({k: result[k] for k in ("mean", "std", "min", "max", "returns")}, indent=1))
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval,
+            "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv)}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``reverie`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(__doc__)
+        print(USAGE)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
             return 2

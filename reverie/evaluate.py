@@ -73,9 +73,11 @@ def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval"
     cfg = OmegaConf.create(OmegaConf.to_container(env_cfg, resolve=True) if OmegaConf.is_config(env_cfg)
                            else copy.deepcopy(dict(env_cfg)))
     cfg.kwargs = dict(cfg.get("kwargs") or {}) | {"render_mode": "rgb_array"}
-    # pygame-based renderers (Gymnasium classic control) open an audio device they never use; on a headless
-    # machine SDL then prints an XDG_RUNTIME_DIR error. A user's own setting wins.
+    # pygame-based renderers (Gymnasium classic control) initialise SDL's audio and video although they draw
+    # off-screen; on a headless machine SDL then prints an XDG_RUNTIME_DIR error. A user's own setting wins.
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         stepper = VectorStepper(make_vector_env(cfg, seed + EVAL_SEED_OFFSET, num_envs=1, mode="sync"))
     except TypeError as err:  # a user env whose constructor takes no render_mode

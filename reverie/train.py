@@ -7,6 +7,8 @@ It owns time (env steps, the train_ratio clock, log/eval/save clocks) and knows 
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,8 +70,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             ``videos/`` go.
 
     Returns:
-        ``{"env_steps", "updates", "eval_return", "evals": [(env_step, wall_s, mean_return), ...],
-        "wall_s"}``.
+        ``{"env_steps", "updates", "eval_return" (the last evaluation's mean), "evals": [(env_step, wall_s,
+        mean_return), ...], "wall_s", "interrupted"}``. Ctrl-C or SIGTERM stops collection, writes the
+        metrics and a checkpoint, and returns with ``interrupted`` True.
     """
     run_dir = Path(run_dir)
     tc, ac = cfg.train, cfg.agent
@@ -107,6 +110,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             "config": OmegaConf.to_container(cfg, resolve=True),
             "counters": {"env_steps": env_steps, "updates": updates}, "ratio": ratio.state_dict()})
 
+    def write_metrics() -> None:
+        elapsed = max(time.time() - start, 1e-9)
+        logger.write(env_steps, {"updates": updates, "frames": env_steps * repeat, "wall_s": elapsed,
+                                 "fps/env_steps": env_steps / elapsed, "fps/updates": updates / elapsed})
+
     def run_eval() -> float:
         result = evaluate(agent, cfg.env, int(tc.eval_episodes), cfg.seed, mode=tc.eval_mode)
         for ret, length in zip(result["returns"], result["lengths"]):
@@ -116,52 +124,73 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         return result["mean"]
 
     row, state = stepper.reset(), None
-    with Progress(int(tc.steps), enabled=bool(tc.progress)) as progress:
-        while env_steps < tc.steps:
-            # --- act: random policy during prefill, then the agent's exploration policy ---
-            if env_steps < tc.prefill:
-                action = random_actions(rng, spec, n)
-            else:
-                action, state = agent.act(row, state, "explore")
-            # --- add row t = (obs_t, reward_t, flags_t, action_t) and step the envs ---
-            replay.add({**row, "action": action})
-            row, episodes = stepper.step(action)
-            env_steps += n
-            for ep in episodes:
-                last_return = ep["return"]
-                logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
-            # --- train: updates owed by the train_ratio clock once prefill is done ---
-            if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
-                for _ in range(ratio(n)):
-                    logger.scalars(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length))))
-                    updates += 1
-            # --- log / eval / checkpoint clocks ---
-            stop = False
-            if eval_clock(env_steps):
-                mean_return = run_eval()
-                stop = tc.stop_return is not None and mean_return >= tc.stop_return
-            if log_clock(env_steps) or stop:
-                elapsed = time.time() - start
-                logger.write(env_steps, {"updates": updates, "frames": env_steps * repeat, "wall_s": elapsed,
-                                         "fps/env_steps": env_steps / elapsed, "fps/updates": updates / elapsed})
-            if ckpt_clock(env_steps):
-                checkpoint()
-            progress.update(env_steps, {"updates": updates, "last_return": last_return})
-            if stop:
-                break
+    interrupted = False
+    previous_sigterm = _sigterm_as_interrupt()
+    try:
+        with Progress(int(tc.steps), enabled=bool(tc.progress)) as progress:
+            while env_steps < tc.steps:
+                # --- act: random policy during prefill, then the agent's exploration policy ---
+                if env_steps < tc.prefill:
+                    action = random_actions(rng, spec, n)
+                else:
+                    action, state = agent.act(row, state, "explore")
+                # --- add row t = (obs_t, reward_t, flags_t, action_t) and step the envs ---
+                replay.add({**row, "action": action})
+                row, episodes = stepper.step(action)
+                env_steps += n
+                for ep in episodes:
+                    last_return = ep["return"]
+                    logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
+                # --- train: updates owed by the train_ratio clock once prefill is done ---
+                if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
+                    for _ in range(ratio(n)):
+                        logger.scalars(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length))))
+                        updates += 1
+                # --- log / eval / checkpoint clocks ---
+                stop = False
+                if eval_clock(env_steps):
+                    mean_return = run_eval()
+                    stop = tc.stop_return is not None and mean_return >= tc.stop_return
+                if log_clock(env_steps) or stop:
+                    write_metrics()
+                if ckpt_clock(env_steps):
+                    checkpoint()
+                progress.update(env_steps, {"updates": updates, "last_return": last_return})
+                if stop:
+                    break
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _sigterm_as_interrupt)
+        interrupted = True
+        print(f"\n[reverie] interrupted at env step {env_steps}: writing metrics and a checkpoint", flush=True)
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
-    # --- final evaluation, checkpoint and video ---
-    final = run_eval()
-    logger.write(env_steps, {"updates": updates, "frames": env_steps * repeat, "wall_s": time.time() - start})
+    # --- final evaluation (unless the last step just had one), checkpoint and video ---
+    if not interrupted and not (evals and evals[-1][0] == env_steps):
+        run_eval()
+    final = evals[-1][2] if evals else float("nan")
+    write_metrics()
     checkpoint()
-    if tc.video:
+    if tc.video and not interrupted:
         frames, _ = record_episode(agent, cfg.env, cfg.seed, mode=tc.eval_mode)
         if frames is not None:
             logger.video("eval/episode", frames, env_steps)
     stepper.close()
     logger.close()
-    summary = {"env_steps": env_steps, "updates": updates, "eval_return": final, "evals": evals,
-               "wall_s": time.time() - start}
-    print(f"[reverie] done: {env_steps} env steps, {updates} updates, eval return {final:.1f}, "
-          f"{summary['wall_s'] / 60:.1f} min; run dir {run_dir}")
+    wall = time.time() - start
+    summary = {"env_steps": env_steps, "updates": updates, "eval_return": final, "evals": evals, "wall_s": wall,
+               "interrupted": interrupted}
+    print(f"[reverie] {'interrupted' if interrupted else 'done'}: {env_steps} env steps, {updates} updates, "
+          f"last eval return {final:.1f}, {wall / 60:.2f} min; run dir {run_dir}")
     return summary
+
+
+def _sigterm_as_interrupt():
+    """Turn SIGTERM into KeyboardInterrupt (main thread only) so a killed run still saves; returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)

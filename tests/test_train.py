@@ -102,3 +102,58 @@ def test_memmap_replay_and_async_envs(tmp_path):
     files = {p.name for p in (run_dir / "replay").iterdir()}
     assert {"vector.npy", "action.npy", "is_first.npy"} <= files
     assert read_jsonl(run_dir / "metrics.jsonl")[-1]["updates"] > 0
+
+
+def test_eval_command_on_discrete_and_continuous_runs(tmp_path, capsys):
+    for env in ("cartpole", "pendulum"):
+        run_dir = train(tmp_path, f"ev_{env}", f"env={env}", "train.steps=64", "train.eval_episodes=1")
+        capsys.readouterr()
+        assert main(["eval", str(run_dir), "--episodes", "3"]) == 0
+        table = json.loads(capsys.readouterr().out)
+        assert len(table["returns"]) == 3 and table["min"] <= table["mean"] <= table["max"]
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_interrupt_writes_a_checkpoint_and_exits_130(tmp_path, monkeypatch):
+    from reverie.agents.dreamer import DreamerV3
+
+    calls = {"n": 0}
+    real_update = DreamerV3.update
+
+    def update_then_interrupt(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real_update(self, batch)
+
+    monkeypatch.setattr(DreamerV3, "update", update_then_interrupt)
+    run_dir = tmp_path / "int"
+    assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=1000"]) == 130
+    run = load_run(run_dir)
+    assert 64 <= run.counters["env_steps"] < 1000 and run.counters["updates"] == 4
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] == run.counters["env_steps"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agent.train_ratio=abc", "not a number"),
+    ("+agent.module.lr=1", "lr"),
+    ("env.id=reverie.envs.testing.ImageCountingEnv", "CNN encoder"),
+])
+def test_bad_agent_values_fail_before_the_run_dir_exists(tmp_path, capsys, override, message):
+    extra = ["env=gym"] if "ImageCounting" in override else []
+    assert main(["train", "exp=debug", *extra, override, f"run_dir={tmp_path / 'x'}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_key_hints_for_nested_and_free_form_keys():
+    with pytest.raises(ConfigError, match=r"'agent' has no key 'modul'.*train_ratio"):
+        load_config(["agent.modul.model_lr=1"])
+    with pytest.raises(ConfigError, match=r"free-form mapping.*\+env\.kwargs\.foo"):
+        load_config(["env=gym", "env.id=Acrobot-v1", "env.kwargs.foo=1"])
+
+
+def test_help_texts(capsys):
+    assert main(["--help"]) == 0 and "commands:" in capsys.readouterr().out
+    assert main(["train", "--help"]) == 0 and "overrides" in capsys.readouterr().out.lower()

@@ -222,7 +222,9 @@ class DreamerV3(nn.Module):
         entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
         actor_loss = -(weight * (objective + self.actor_entropy * entropy)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        # inputs=: through the world model and critic only the activation gradients are needed on the way to
+        # the actions, not their weight gradients (those matmuls are skipped).
+        actor_loss.backward(inputs=list(self.actor.parameters()))
         actor_norm = nn.utils.clip_grad_norm_(self.actor.parameters(), self.ac_clip)
         self.actor_opt.step()
 
@@ -234,7 +236,7 @@ class DreamerV3(nn.Module):
         critic_loss = -critic_dist.log_prob(ret.detach()) - self.slow_reg * critic_dist.log_prob(slow_target)
         critic_loss = (weight * critic_loss).mean()
         self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
+        critic_loss.backward(inputs=list(self.critic.parameters()))
         critic_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.ac_clip)
         self.critic_opt.step()
         with torch.no_grad():
