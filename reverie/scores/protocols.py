@@ -1,0 +1,146 @@
+"""Scoring protocols: which episodes of a run make its score, on the frame axis.
+
+A protocol picks a window ``[lo, hi]`` of environment **frames** (never agent steps) and scores a run as the
+mean return of the episodes that *ended* in it; a task's score is then the mean over seeds.
+
+* ``atari100k``: episodes ending in ``[390_000, 400_000]`` frames (the last 10k frames of the 100k-agent-step,
+  400k-frame budget), per seed, then the mean over seeds (reverie DESIGN.md section 4).
+* ``atari57``: ``[196M, 200M]`` frames (the last 2% of the 200M-frame budget; our choice, not the paper's).
+* ``dmc_proprio`` / ``dmc_vision``: the step budget of the DreamerV3 runs (500k / 1M frames, action repeat 2),
+  episodes ending in the last 10k frames before it.
+* ``generic`` (any other env, e.g. CartPole): the final window ``[(1 - f) * budget, budget]`` with ``f = 0.1``
+  and ``budget`` given, or the largest frame count every run reached.
+
+Binned rows (``bin_width > 0``, bins ``[x, x + w)``) count when the bin overlaps the window by a positive length,
+and a run's score is then the mean of its bin means (the files do not keep episode counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from reverie.scores.baselines import normalise
+
+RUN_KEYS = ["suite", "task", "method", "run", "seed"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """Where on the frame axis a run is scored.
+
+    Attributes:
+        name: suite name.
+        window: ``(lo, hi)`` frames, inclusive; None means the final window of ``budget``.
+        budget: frames; for ``window=None`` (None: the largest frame count that every run reached).
+        final_fraction: width of the final window as a fraction of ``budget``.
+    """
+
+    name: str
+    window: tuple[float, float] | None = None
+    budget: float | None = None
+    final_fraction: float = 0.1
+
+    def resolve(self, table: pd.DataFrame) -> tuple[float, float]:
+        """The ``(lo, hi)`` frame window for ``table`` (the tidy table of the runs to score).
+
+        Raises:
+            ValueError: empty table with no fixed window, or a window with ``lo > hi``.
+        """
+        if self.window is not None:
+            lo, hi = map(float, self.window)
+        else:
+            if self.budget is not None:
+                budget = float(self.budget)
+            elif len(table):
+                last = table.groupby(["method", "run", "task"])["frames"].max()
+                budget = float(last.min())
+            else:
+                raise ValueError(f"protocol {self.name}: no episodes to place a final window on; pass a budget")
+            lo, hi = budget * (1.0 - self.final_fraction), budget
+        if lo > hi:
+            raise ValueError(f"protocol {self.name}: window start {lo:g} is after its end {hi:g} (frames)")
+        return lo, hi
+
+
+PROTOCOLS = {
+    "atari100k": Protocol("atari100k", window=(390_000, 400_000)),
+    "atari57": Protocol("atari57", window=(196_000_000, 200_000_000)),
+    "dmc_proprio": Protocol("dmc_proprio", window=(490_000, 500_000)),
+    "dmc_vision": Protocol("dmc_vision", window=(990_000, 1_000_000)),
+    "generic": Protocol("generic"),
+}
+
+
+def get_protocol(suite: str, window: tuple[float, float] | None = None, budget: float | None = None,
+                 final_fraction: float | None = None) -> Protocol:
+    """The protocol of ``suite``, with an optional window (frames), budget (frames) or final fraction override.
+
+    Raises:
+        ValueError: unknown suite (the message lists the known ones).
+    """
+    if suite not in PROTOCOLS:
+        raise ValueError(f"unknown suite {suite!r}; known suites: {', '.join(PROTOCOLS)} (use `generic` for "
+                         f"any other environment)")
+    base = PROTOCOLS[suite]
+    changes: dict = {}
+    if window is not None:
+        changes["window"] = (float(window[0]), float(window[1]))
+    if budget is not None:
+        changes["budget"] = float(budget)
+        if window is None:  # a budget alone means the final window before it
+            changes["window"] = None
+    if final_fraction is not None:
+        changes["final_fraction"] = float(final_fraction)
+    return dataclasses.replace(base, **changes)
+
+
+def in_window(table: pd.DataFrame, lo: float, hi: float) -> pd.Series:
+    """Rows of ``table`` inside ``[lo, hi]`` frames: episodes ending there, or bins overlapping it (positive length)."""
+    frames, width = table["frames"], table["bin_width"]
+    episode = (width <= 0) & (frames >= lo) & (frames <= hi)
+    binned = (width > 0) & (frames < hi) & (frames + width > lo)
+    return episode | binned
+
+
+def run_scores(table: pd.DataFrame, protocol: Protocol,
+               baselines: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+    """One score per run: the mean return of its rows in the protocol window, and its normalised score.
+
+    Args:
+        table: tidy score table (``readers.COLUMNS``).
+        protocol: the scoring protocol; its window is resolved on ``table``.
+        baselines: ``{task: (random, human)}`` for Atari normalisation (default: the built-in Atari100k table).
+
+    Returns:
+        Columns ``suite, task, method, run, seed, return, score, episodes, lo, hi``; a run with nothing in the
+        window keeps a row with ``return`` and ``score`` NaN and ``episodes`` 0.
+    """
+    lo, hi = protocol.resolve(table)
+    inside = table[in_window(table, lo, hi)]
+    runs = table[RUN_KEYS].drop_duplicates()
+    means = inside.groupby(RUN_KEYS, as_index=False).agg(**{"return": ("return", "mean"),
+                                                           "episodes": ("return", "size")})
+    out = runs.merge(means, on=RUN_KEYS, how="left")
+    out["episodes"] = out["episodes"].fillna(0).astype(int)
+    out["score"] = [float(normalise(r, t, s, baselines)) for r, t, s in zip(out["return"], out["task"], out["suite"])]
+    out["lo"], out["hi"] = lo, hi
+    missing = out[out["episodes"] == 0]
+    if len(missing):
+        names = ", ".join(f"{m}/{t}/seed {s}"
+                          for m, t, s in missing[["method", "task", "seed"]].itertuples(index=False))
+        warnings.warn(f"no episode ended in frames [{lo:.10g}, {hi:.10g}] for: {names}; those runs are left out of the "
+                      f"task means", stacklevel=2)
+    return out.sort_values(["method", "task", "seed", "run"]).reset_index(drop=True)
+
+
+def task_scores(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per task and method: mean over the seeds with a score (``return``, ``score``), ``seeds`` with a score and
+    ``runs`` in total. NaN where no seed has a score."""
+    grouped = scores.groupby(["suite", "task", "method"], as_index=False)
+    out = grouped.agg(**{"return": ("return", "mean"), "score": ("score", "mean"),
+                         "seeds": ("return", lambda r: int(np.isfinite(r).sum())), "runs": ("return", "size")})
+    return out.sort_values(["task", "method"]).reset_index(drop=True)

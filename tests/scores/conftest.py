@@ -1,0 +1,79 @@
+"""Writers of small synthetic score files in both official formats and of fake reverie runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+REAL_REFERENCE_DIR = Path(__file__).resolve().parents[3] / "shared" / "reference_scores"
+
+
+def write_official(path: Path, runs: list[dict]) -> Path:
+    """Gzipped JSON list of runs, as danijar/dreamerv3 ships them (NaN written as the bare token NaN)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(runs, f)
+    return path
+
+
+def current_run(task: str, seed: int, xs: list[int], ys: list[float], method: str = "dreamerv3") -> dict:
+    """Current format: integer seed, one (frames, return) pair per finished episode."""
+    return {"task": task, "method": method, "seed": seed, "xs": xs, "ys": ys}
+
+
+def binned_run(task: str, seed: int, ys: list[float], width: float = 10_000.0, start: float = 10_000.0) -> dict:
+    """2023 format: string seed, xs on a regular grid of bins starting at ``start``."""
+    return {"task": task, "method": "dreamerv3", "seed": str(seed),
+            "xs": [start + i * width for i in range(len(ys))], "ys": ys}
+
+
+def make_run(root: Path, name: str, records: list[tuple[int, float]], env_id: str = "CartPole-v1",
+             action_repeat: int = 1, seed: int = 0, mode: str = "train", frames: bool = True) -> Path:
+    """A reverie run directory: ``config.yaml`` and ``scores.jsonl`` with ``(step, return)`` episodes."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(
+        f"exp_name: test\nseed: {seed}\nenv:\n  id: {env_id}\n  action_repeat: {action_repeat}\n", encoding="utf-8")
+    with open(run / "scores.jsonl", "w", encoding="utf-8") as f:
+        for step, ret in records:
+            rec = {"step": step, "return": ret, "length": 10, "mode": mode}
+            if frames:
+                rec["frames"] = step * action_repeat
+            f.write(json.dumps(rec) + "\n")
+    return run
+
+
+@pytest.fixture
+def reference_dir(tmp_path: Path) -> Path:
+    """A reference folder with both formats for atari100k on Pong and Boxing, 2 seeds each.
+
+    Current format (episodes; window [390k, 400k] frames):
+      pong  seed 0: ends 380k (-21, out), 390k (10, in), 395k (12, in), 400k (14, in), 400_004 (21, out) -> 12
+      pong  seed 1: 392k (16), 399k (18)                                                                -> 17
+      boxing seed 0: 395k (50); seed 1: 391k (70), 396k (90)                                            -> 50, 80
+    2023 format (10k bins labelled 10k..400k; [x, x + 10k)): bins 380k, 390k, 400k hold (a, b, c):
+      pong  seed 0: (5, 15, 99) seed 1: (7, 17, 99)  -> window [390k, 400k] uses bin 390k only: 15, 17
+      boxing seed 0: (60, 70, 0) seed 1: (62, NaN, 0) -> seed 1 has no bin in the window (NaN)
+    """
+    root = tmp_path / "reference"
+    write_official(root / "dreamerv3" / "atari100k-dreamerv3.json.gz", [
+        current_run("atari_pong", 0, [380_000, 390_000, 395_000, 400_000, 400_004], [-21, 10, 12, 14, 21]),
+        current_run("atari_pong", 1, [100_000, 392_000, 399_000], [-20, 16, 18]),
+        current_run("atari_boxing", 0, [200_000, 395_000], [0, 50]),
+        current_run("atari_boxing", 1, [391_000, 396_000], [70, 90]),
+    ])
+    pad = [0.0] * 37  # bins 10k .. 370k
+
+    def bins(a, b, c):
+        return pad + [a, b, c]
+
+    write_official(root / "dreamerv3-2023" / "atari100k_dreamerv3.json.gz", [
+        binned_run("atari_pong", 0, bins(5, 15, 99)),
+        binned_run("atari_pong", 1, bins(7, 17, 99)),
+        binned_run("atari_boxing", 0, bins(60, 70, 0)),
+        binned_run("atari_boxing", 1, bins(62, float("nan"), 0)),
+    ])
+    return root

@@ -1,0 +1,84 @@
+"""``reverie compare`` end to end on synthetic files: tables, numbers, files written, errors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import make_run
+
+from reverie.cli import main
+from reverie.scores.cli import cmd_compare
+
+
+def test_reference_only_both_formats(reference_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cmd_compare(["--reference-only", "--suite", "atari100k", "--reference", "dreamerv3", "dreamerv3-2023",
+                        "--reference-dir", str(reference_dir), "--out", str(out), "--reps", "100"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    lines = {line.split("|")[1].strip(): line for line in captured.out.splitlines() if line.startswith("| atari_")}
+    # current: pong (12 + 17) / 2 = 14.5, boxing 65; 2023: pong 16, boxing 70 from 1 of 2 seeds
+    assert "14.5 (2/2)" in lines["atari_pong"] and "16.0 (2/2)" in lines["atari_pong"]
+    assert "65.0 (2/2)" in lines["atari_boxing"] and "70.0 (1/2)" in lines["atari_boxing"]
+    assert f"{(14.5 + 20.7) / 35.3:.3f}" in lines["atari_pong"]  # 0.997
+    assert "note: no episode ended in frames [390000, 400000] for: dreamerv3-2023/atari_boxing/seed 1" in captured.err
+    aggregates = pd.read_csv(out / "aggregates.csv").set_index(["method", "metric"])
+    hns = {"pong": [(12 + 20.7) / 35.3, (17 + 20.7) / 35.3], "boxing": [(50 - 0.1) / 12, (80 - 0.1) / 12]}
+    assert aggregates.loc[("dreamerv3", "mean"), "value"] == pytest.approx(
+        (sum(hns["pong"]) / 2 + sum(hns["boxing"]) / 2) / 2, rel=1e-12)
+    assert aggregates.loc[("dreamerv3", "iqm"), "value"] == pytest.approx(
+        (hns["pong"][1] + hns["boxing"][0]) / 2, rel=1e-12)  # middle two of four
+    assert aggregates.loc[("dreamerv3", "optimality_gap"), "value"] == pytest.approx(
+        1 - (hns["pong"][0] + 3) / 4, rel=1e-12)
+    for name in ("table.md", "run_scores.csv", "curves.png", "curves.svg", "aggregates.png", "aggregates.svg"):
+        assert (out / name).stat().st_size > 0, name
+    assert "## Aggregates of the human-normalised score over 2 tasks" in (out / "table.md").read_text()
+
+
+def test_runs_against_reference_on_the_frame_axis(reference_dir, tmp_path, capsys):
+    """A reverie Pong run with action repeat 4 is scored on frames and compared with the reference's Pong only."""
+    make_run(tmp_path / "runs", "pong0", [(97_500, 0.0), (99_000, 4.0)], env_id="ALE/Pong-v5", action_repeat=4)
+    code = cmd_compare([str(tmp_path / "runs"), "--suite", "atari100k", "--reference-dir", str(reference_dir),
+                        "--out", str(tmp_path / "out"), "--reps", "50", "--no-plots"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "| atari_pong" in captured.out and "atari_boxing" not in captured.out
+    pong = next(line for line in captured.out.splitlines() if line.startswith("| atari_pong"))
+    assert " 2 (1/1) |" in pong and "14.5 (2/2)" in pong  # ours (0 + 4) / 2 next to dreamerv3 (default reference)
+    assert not (tmp_path / "out" / "curves.png").exists()
+
+
+def test_two_sets_generic_suite_through_reverie_main(tmp_path, capsys):
+    for seed, (lo, hi) in enumerate([(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]):
+        make_run(tmp_path / "a", f"s{seed}", [(50, 0.0), (95, lo), (100, hi)], seed=seed)
+        make_run(tmp_path / "b", f"s{seed}", [(50, 0.0), (95, lo + 3), (100, hi + 3)], seed=seed)
+    code = main(["compare", str(tmp_path / "a"), "--baseline", str(tmp_path / "b"), "--name", "new",
+                 "--baseline-name", "old", "--out", str(tmp_path / "out"), "--reps", "200"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "window [90, 100] environment frames" in captured.out
+    assert "IQM difference = -3, 95% CI [" in captured.out
+    assert "permutation test p = 0.1 (exact, 20 relabellings within tasks)" in captured.out
+    assert "p = 0.02131" in captured.out  # Welch, worked out in test_score_aggregate
+    assert "Optimality gap" not in captured.out  # raw returns: no 'solved' level
+    assert (tmp_path / "out" / "difference.png").is_file() and (tmp_path / "out" / "difference.svg").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give run directories"),
+    (["/nonexistent/run"], "/nonexistent/run does not exist"),
+    (["--reference-only", "--suite", "generic"], "--reference-only needs a reference"),
+])
+def test_errors_exit_2_with_a_message(argv, message, tmp_path, capsys):
+    assert cmd_compare(argv + ["--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_suite_and_foreign_tasks(reference_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cmd_compare(["--reference-only", "--suite", "atari200k"])
+    assert exit_info.value.code == 2 and "invalid choice: 'atari200k'" in capsys.readouterr().err
+    make_run(tmp_path / "runs", "cp", [(10, 1.0)])
+    assert cmd_compare([str(tmp_path / "runs"), "--suite", "atari100k", "--reference-dir", str(reference_dir),
+                        "--out", str(tmp_path / "o")]) == 2
+    assert "the atari100k reference has none of the runs' tasks (atari_cart_pole)" in capsys.readouterr().err

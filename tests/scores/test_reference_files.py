@@ -1,0 +1,45 @@
+"""The real official files in ../shared/reference_scores (skipped where they are absent)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from conftest import REAL_REFERENCE_DIR
+
+from reverie.scores import baselines, readers
+from reverie.scores.protocols import get_protocol, run_scores, task_scores
+
+pytestmark = pytest.mark.skipif(not (REAL_REFERENCE_DIR / "dreamerv3").is_dir(),
+                                reason=f"{REAL_REFERENCE_DIR} is not present")
+
+
+def _task_returns(reference: str, window=None):
+    table = readers.read_official(readers.reference_path("atari100k", reference, REAL_REFERENCE_DIR), method=reference)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # some seeds have no episode in the window
+        scores = run_scores(table, get_protocol("atari100k", window=window))
+    return table, task_scores(scores).set_index("task")
+
+
+def test_2023_file_reproduces_the_paper_with_the_20k_frame_window():
+    """Paper (DreamerV3, 2023): Pong 18, MsPacman 1327, Boxing 78 at 400k frames."""
+    table, tasks = _task_returns("dreamerv3-2023", window=(380_000, 400_000))
+    assert len(table.groupby(["task", "seed"])) == 130 and (table["bin_width"] == 10_000).all()
+    assert tasks.loc["atari_pong", "return"] == pytest.approx(18.4, abs=1e-9)
+    assert tasks.loc["atari_ms_pacman", "return"] == pytest.approx(1326.9166666666667, rel=1e-12)
+    assert tasks.loc["atari_boxing", "return"] == pytest.approx(78.05, rel=1e-12)
+    assert tasks.loc["atari_breakout", "return"] == pytest.approx(31.123333333333335, rel=1e-12)
+
+
+def test_current_file_under_the_design_window():
+    table, tasks = _task_returns("dreamerv3")
+    assert (table["bin_width"] == 0).all() and set(table["seed"]) == {0, 1, 2, 3, 4}
+    assert tasks.loc["atari_boxing", "return"] == pytest.approx(82.06, rel=1e-12)
+    assert tasks.loc["atari_ms_pacman", "return"] == pytest.approx(1520.6666666666667, rel=1e-12)
+    assert tasks.loc["atari_pong", "return"] == -4.0 and tasks.loc["atari_pong", "seeds"] == 4
+
+
+def test_builtin_atari100k_baselines_match_the_shipped_yaml():
+    shipped = baselines.load_baselines(REAL_REFERENCE_DIR / "dreamerv3" / "baselines.yaml")
+    assert {task: shipped[task] for task in baselines.ATARI100K_RANDOM_HUMAN} == baselines.ATARI100K_RANDOM_HUMAN
