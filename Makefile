@@ -4,6 +4,7 @@
 #   make test  PYTEST_ARGS="-x tests/test_logging.py"
 #   make test-slow                           # learning checks marked @pytest.mark.slow
 #   make bench ARGS="..."                    # speed/memory scripts in bench/ (print numbers)
+#   make sysdeps                             # headless OpenGL for DMC pixels (Debian packages; run by train/test)
 #
 # The venv is (re)installed only when pyproject.toml is newer than the stamp file.
 # torch is installed FIRST with an exact pin, so the `-e .` install finds it satisfied and never pulls
@@ -15,11 +16,14 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 PYTEST_ARGS ?=
+# Debian packages for headless EGL rendering (MuJoCo/dm_control pixels). libosmesa6 is the software fallback
+# (MUJOCO_GL=osmesa) if EGL cannot create a context: `make sysdeps GL_PACKAGES=libosmesa6`.
+GL_PACKAGES ?= libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.reverie-installed
 
-.PHONY: venv train test test-slow bench clean distclean
+.PHONY: venv sysdeps train test test-slow bench clean distclean
 
 venv: $(STAMP)
 
@@ -29,13 +33,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e '.[test]'
 	touch $@
 
-train: venv
+# Installs the missing GL_PACKAGES with apt-get when run as root on Debian/Ubuntu; otherwise (not root, no apt,
+# or the install fails) it prints what to install and carries on: DMC pixel tests then skip with that reason.
+sysdeps:
+	@command -v dpkg >/dev/null 2>&1 || { echo "[reverie] no dpkg: make sure headless OpenGL (EGL or OSMesa) is installed for DMC pixels"; exit 0; }; \
+	missing=""; for p in $(GL_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "[reverie] headless OpenGL packages missing:$$missing. Not root (or no apt-get), so not installing them;"; \
+	  echo "[reverie] run 'sudo apt-get install -y$$missing' for DMC pixels (their tests are skipped until then)."; exit 0; fi; \
+	echo "[reverie] installing headless OpenGL packages:$$missing"; \
+	{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } || \
+	  echo "[reverie] WARNING: apt-get could not install$$missing; DMC pixel tests will be skipped"
+
+train: venv sysdeps
 	$(BIN)/reverie train $(ARGS)
 
-test: venv
+test: venv sysdeps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test-slow: venv
+test-slow: venv sysdeps
 	$(BIN)/pytest -q -m slow $(PYTEST_ARGS)
 
 bench: venv

@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from reverie.checkpoint import save_checkpoint
-from reverie.envs import make_vector_env
+from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
 from reverie.logging import Logger
@@ -94,6 +94,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     repeat = int(cfg.env.get("action_repeat", 1) or 1)
     logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
                     wandb_kwargs={k: v for k, v in cfg.logger.items() if k != "backends"})
+    write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
     print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; train_ratio {ac.train_ratio} with batch "
           f"{ac.batch_size}x{ac.batch_length} -> {ratio.updates_per_step:.4g} updates per env step "
           f"({tc.steps} env steps, prefill {tc.prefill}); run dir {run_dir}")

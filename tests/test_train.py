@@ -46,6 +46,25 @@ def test_smoke_debug_run_writes_everything(tmp_path, env):
     assert len(actions) == 2 and all(env.action_space.contains(a) for a in actions)
 
 
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_smoke_image_observations(tmp_path, dict_obs):
+    """uint8 (16, 16, 3) images -> env layer (3, 16, 16) -> replay -> conv encoder/decoder; discrete actions."""
+    run_dir = train(tmp_path, f"img{dict_obs}", "env=gym", "env.id=reverie.envs.testing.ImageCountingEnv",
+                    "+env.kwargs.size=16", "+env.kwargs.length=10", f"+env.kwargs.dict_obs={dict_obs}",
+                    "train.steps=96", "train.eval_episodes=1")
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert metrics[-1]["updates"] > 0
+    assert any("loss/image" in m and np.isfinite(m["loss/image"]) for m in metrics)
+    assert any(("loss/vector" in m) == dict_obs for m in metrics if "loss/image" in m)
+    run = load_run(run_dir)
+    assert run.obs_shapes["image"] == (3, 16, 16)
+    env = make_env(run.config["env"], seed=0)
+    obs, _ = env.reset()
+    assert obs["image"].dtype == np.uint8 and obs["image"].shape == (3, 16, 16)
+    action, _ = run.act(obs)
+    assert env.action_space.contains(action)
+
+
 def test_two_seeded_runs_give_identical_losses(tmp_path):
     runs = [train(tmp_path, f"run{i}", "seed=3", "train.steps=120") for i in range(2)]
     a, b = (read_jsonl(r / "metrics.jsonl") for r in runs)
@@ -135,14 +154,18 @@ def test_interrupt_writes_a_checkpoint_and_exits_130(tmp_path, monkeypatch):
     assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] == run.counters["env_steps"]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("agent.train_ratio=abc", "not a number"),
-    ("+agent.module.lr=1", "lr"),
-    ("env.id=reverie.envs.testing.ImageCountingEnv", "CNN encoder"),
+IMAGE_ENV = ["env=gym", "env.id=reverie.envs.testing.ImageCountingEnv"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["agent.train_ratio=abc"], "not a number"),
+    (["+agent.module.lr=1"], "lr"),
+    (["+agent.module.bogus=1"], "bogus"),
+    ([*IMAGE_ENV, "+env.kwargs.size=16", "agent.module.cnn.norm=batch"], "norm must be one of"),
+    ([*IMAGE_ENV, "+env.kwargs.size=48"], "image side 48"),
 ])
-def test_bad_agent_values_fail_before_the_run_dir_exists(tmp_path, capsys, override, message):
-    extra = ["env=gym"] if "ImageCounting" in override else []
-    assert main(["train", "exp=debug", *extra, override, f"run_dir={tmp_path / 'x'}"]) == 2
+def test_bad_agent_values_fail_before_the_run_dir_exists(tmp_path, capsys, overrides, message):
+    assert main(["train", "exp=debug", *overrides, f"run_dir={tmp_path / 'x'}"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 

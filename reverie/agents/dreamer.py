@@ -51,6 +51,9 @@ class DreamerV3(nn.Module):
         obs_shapes: ``{key: shape}`` of the observations the world model encodes and decodes.
         action_spec: :class:`reverie.types.ActionSpec`.
         deter, stoch, classes, units, layers: size preset (DESIGN.md section 4; ``xs``: 256/32/32/256/1).
+        cnn_depth: channel multiplier of the image encoder/decoder (size preset ``cnn_depth``; s=32).
+        cnn: further conv-stack arguments (``channels``, ``kernel``, ``stride``, ``padding``, ``min_res``,
+            ``norm``, ``act``; see :class:`reverie.models.conv.ConvEncoder`); None for the reference stack.
         horizon: imagination horizon ``H`` (15). gamma: ``1 - 1/333``. lam: 0.95.
         free_nats: free bits (1.0). unimix: latent/actor uniform mix (0.01).
         loss_scales: world-model loss scales; keys must equal the world model's loss keys (decoder keys
@@ -68,7 +71,8 @@ class DreamerV3(nn.Module):
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *, deter: int = 512,
-                 stoch: int = 32, classes: int = 32, units: int = 512, layers: int = 2, horizon: int = 15,
+                 stoch: int = 32, classes: int = 32, units: int = 512, layers: int = 2, cnn_depth: int = 32,
+                 cnn: dict | None = None, horizon: int = 15,
                  gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, free_nats: float = 1.0, unimix: float = 0.01,
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
@@ -80,7 +84,8 @@ class DreamerV3(nn.Module):
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
         self.wm = WorldModel(obs_shapes, action_spec.dim, deter=deter, stoch=stoch, classes=classes, units=units,
-                             layers=layers, unimix=unimix, free_nats=free_nats)
+                             layers=layers, unimix=unimix, free_nats=free_nats, cnn_depth=cnn_depth,
+                             cnn=dict(cnn) if cnn else None)
         feat = self.wm.rssm.feat_dim
         self.actor = Actor(feat, action_spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
@@ -139,10 +144,12 @@ class DreamerV3(nn.Module):
 
     # ----------------------------------------------------------------------------------------------- learning
     def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """numpy -> tensors on the device, for both ``act`` and ``update``: bool flags and image keys keep their
+        dtype (uint8 pixels, scaled only inside the image encoder and the image loss), the rest become float32."""
         out = {}
         for k, v in batch.items():
             t = torch.as_tensor(np.asarray(v), device=self.device)
-            out[k] = t if t.dtype == torch.bool else t.float()
+            out[k] = t if t.dtype == torch.bool or k in self.wm.image_keys else t.float()
         return out
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:

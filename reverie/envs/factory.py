@@ -2,7 +2,8 @@
 
 An env config (e.g. ``configs/env/cartpole.yaml``) looks like::
 
-    id: CartPole-v1      # a registered Gymnasium id, or a dotted import path "my_pkg.MyRobotEnv" (class or factory)
+    suite: gym           # gym (default) | atari | dmc: which builder makes the raw env (see SUITES)
+    id: CartPole-v1      # gym: a registered Gymnasium id, or a dotted import path "my_pkg.MyRobotEnv" (class or factory)
     kwargs: {}           # passed to gym.make / the callable
     action_repeat: 1
     time_limit: null     # optional episode cap in agent steps (truncation, sets is_last only)
@@ -12,6 +13,12 @@ An env config (e.g. ``configs/env/cartpole.yaml``) looks like::
 
 The wrapper chain is: raw env -> user ``wrappers`` -> ActionRepeat -> action normalisation -> DictObservation
 -> TimeLimit -> SeededReset (see :mod:`reverie.envs.wrappers`).
+
+Suites (:data:`SUITES`): ``gym`` builds ``id`` with ``kwargs``; ``atari`` (:mod:`reverie.envs.atari`) and ``dmc``
+(:mod:`reverie.envs.dmc`) build ``task`` with their protocol keys (``configs/env/atari100k.yaml``,
+``dmc_vision.yaml``, ...). Those two consume ``action_repeat`` themselves (Atari's frame skip with max pooling,
+DMC's one render per agent step), so the factory's ActionRepeat is skipped for them, while ``env.action_repeat``
+still means "simulator frames per agent step" everywhere (frames = agent steps x action_repeat).
 """
 
 from __future__ import annotations
@@ -19,7 +26,11 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
-from collections.abc import Mapping
+import importlib.metadata
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -86,6 +97,127 @@ def _make_raw(env_id: str, kwargs: dict) -> gym.Env:
     return env
 
 
+def _make_gym(cfg: Mapping, kwargs: dict) -> gym.Env:
+    env_id = cfg.get("id")
+    if not env_id:
+        raise ValueError("the env config has no 'id'; set env.id=CartPole-v1 or env.id=my_pkg.MyRobotEnv")
+    return _make_raw(str(env_id), kwargs)
+
+
+def _make_atari(cfg: Mapping, kwargs: dict) -> gym.Env:
+    from reverie.envs import atari
+
+    return atari.make_atari(cfg, kwargs)
+
+
+def _make_atari_vector(cfg: Mapping, seed: int, num_envs: int, kwargs: dict) -> gym.vector.VectorEnv | None:
+    if cfg.get("backend", "ale") != "envpool":
+        return None
+    from reverie.envs import atari
+
+    return atari.make_envpool_vector(cfg, seed, num_envs, kwargs)
+
+
+def _make_dmc(cfg: Mapping, kwargs: dict) -> gym.Env:
+    from reverie.envs import dmc
+
+    return dmc.make_dmc(cfg, kwargs)
+
+
+def _gym_metadata(cfg: Mapping) -> dict[str, Any]:
+    return {"id": cfg.get("id"), "action_repeat": int(cfg.get("action_repeat", 1) or 1),
+            "frames_per_agent_step": int(cfg.get("action_repeat", 1) or 1)}
+
+
+def _atari_metadata(cfg: Mapping) -> dict[str, Any]:
+    from reverie.envs import atari
+
+    return atari.metadata(cfg)
+
+
+def _dmc_metadata(cfg: Mapping) -> dict[str, Any]:
+    from reverie.envs import dmc
+
+    return dmc.metadata(cfg)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """How one env suite is built.
+
+    Attributes:
+        make: ``(cfg, kwargs) -> gym.Env``, the raw env (before user wrappers and the contract wrappers).
+        repeats: True when ``make`` applies ``cfg.action_repeat`` itself (the factory then adds no ActionRepeat).
+        packages: distributions whose versions go into the run metadata.
+        metadata: ``cfg -> dict`` of the suite's protocol settings (no simulator needed).
+        make_vector: optional ``(cfg, seed, N, kwargs) -> VectorEnv | None``: a batched backend (envpool);
+            None from it means "use Gymnasium's vector env of make_env copies".
+    """
+
+    make: Callable[[Mapping, dict], gym.Env]
+    repeats: bool
+    packages: tuple[str, ...]
+    metadata: Callable[[Mapping], dict[str, Any]]
+    make_vector: Callable[..., gym.vector.VectorEnv | None] | None = None
+
+
+SUITES: dict[str, Suite] = {
+    "gym": Suite(_make_gym, False, ("gymnasium",), _gym_metadata),
+    "atari": Suite(_make_atari, True, ("gymnasium", "ale-py", "opencv-python-headless", "opencv-python", "envpool"),
+                   _atari_metadata, _make_atari_vector),
+    "dmc": Suite(_make_dmc, True, ("gymnasium", "dm_control", "mujoco"), _dmc_metadata),
+}
+"""``env.suite`` -> builder. Add an entry to support another simulator family."""
+
+
+def get_suite(cfg: Mapping) -> tuple[str, Suite]:
+    """``(name, Suite)`` for ``cfg.suite`` (``gym`` when absent).
+
+    Raises:
+        ValueError: an unknown suite; the message lists the known ones.
+    """
+    name = cfg.get("suite") or "gym"
+    if name not in SUITES:
+        raise ValueError(f"env.suite={name!r} is unknown; choose one of {', '.join(SUITES)} "
+                         "(or env=atari100k / env=atari / env=dmc_vision / env=dmc_proprio / env=gym)")
+    return name, SUITES[name]
+
+
+def _versions(packages: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for package in packages:
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def env_metadata(cfg: Mapping) -> dict[str, Any]:
+    """The env's protocol settings and simulator versions, as written to ``<run_dir>/env_metadata.json``.
+
+    Returns:
+        ``{"suite", "versions": {package: version}, **protocol}``: for Atari the game id, backend, action
+        repeat (frames per agent step), pooling, sticky probability, no-ops, action set, life-loss mode, frame
+        cap and image size; for DMC the task, repeat, observation keys, image size, camera and ``MUJOCO_GL``;
+        for gym the id and repeat. Also ``time_limit`` (agent steps) and ``num_envs``.
+
+    Raises:
+        ValueError: an unknown suite or an invalid protocol setting.
+    """
+    name, suite = get_suite(cfg)
+    return {"suite": name, "versions": _versions(suite.packages), **suite.metadata(cfg),
+            "time_limit": cfg.get("time_limit"), "num_envs": int(cfg.get("num_envs", 1) or 1)}
+
+
+def write_env_metadata(cfg: Mapping, run_dir: str | Path) -> Path:
+    """Write :func:`env_metadata` to ``<run_dir>/env_metadata.json`` and return the path."""
+    path = Path(run_dir) / "env_metadata.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(env_metadata(cfg), indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
 def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
     """Build one contract env from an env config.
 
@@ -96,7 +228,8 @@ def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
     env copy ``index`` gets its own stream.
 
     Args:
-        cfg: the env config (OmegaConf ``DictConfig`` or plain dict); only ``id`` is required.
+        cfg: the env config (OmegaConf ``DictConfig`` or plain dict); suite ``gym`` needs ``id``, ``atari`` and
+            ``dmc`` need ``task``.
         seed: run seed, an int >= 0.
         index: which parallel copy this is, an int >= 0.
 
@@ -104,14 +237,15 @@ def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
         The wrapped ``gym.Env``.
 
     Raises:
-        ValueError: ``id`` is missing, neither registered nor importable; bad ``action_repeat``/``time_limit``.
+        ValueError: unknown suite; ``id`` missing, neither registered nor importable; bad task name or protocol
+            setting; bad ``action_repeat``/``time_limit``.
         UnsupportedSpaceError: an observation or action space outside the contract.
+        ImportError: the suite's simulator is not installed (the message names the pip extra).
     """
-    env_id = cfg.get("id")
-    if not env_id:
-        raise ValueError("the env config has no 'id'; set env.id=CartPole-v1 or env.id=my_pkg.MyRobotEnv")
+    cfg = _plain(cfg)
+    _, suite = get_suite(cfg)
     kwargs = _plain(cfg.get("kwargs")) or {}
-    env = _make_raw(str(env_id), dict(kwargs))
+    env = suite.make(cfg, dict(kwargs))
 
     user_wrappers = _plain(cfg.get("wrappers")) or []
     if user_wrappers:
@@ -123,7 +257,7 @@ def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
             env = instantiate(spec, env=env)
 
     repeat = cfg.get("action_repeat", 1)
-    if repeat not in (None, 1):
+    if repeat not in (None, 1) and not suite.repeats:
         env = ActionRepeat(env, repeat)
     env = normalize_action(env)
     env = DictObservation(env)
@@ -139,6 +273,9 @@ def make_vector_env(
     cfg: Mapping, seed: int, num_envs: int | None = None, mode: str | None = None
 ) -> gym.vector.VectorEnv:
     """Build ``N`` contract envs in a Gymnasium vector env with ``AutoresetMode.NEXT_STEP``.
+
+    (A suite's batched backend, e.g. Atari's ``backend=envpool``, replaces the Gymnasium vector env with one
+    of the same contract: NEXT_STEP resets and dict observations of ``(N, ...)`` arrays.)
 
     Copy ``i`` is ``make_env(cfg, seed, index=i)``. NEXT_STEP (chosen on purpose, not SAME_STEP): the call
     that ends an episode returns the TRUE final observation with ``terminated``/``truncated``; the next call
@@ -164,6 +301,11 @@ def make_vector_env(
     mode = mode if mode is not None else cfg.get("vector_mode", "sync")
     if mode not in VECTOR_MODES:
         raise ValueError(f"env.vector_mode must be one of {VECTOR_MODES}, got {mode!r}")
+    _, suite = get_suite(cfg)
+    if suite.make_vector is not None:
+        batched = suite.make_vector(_plain(cfg), seed, n, dict(_plain(cfg.get("kwargs")) or {}))
+        if batched is not None:
+            return batched
     fns = [functools.partial(make_env, cfg, seed, i) for i in range(n)]
     cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
     return cls(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)

@@ -18,7 +18,9 @@ class VectorStepper:
     - ``step(action)`` after a row with ``is_last``: the env ignores the action and the row is the reset
       observation, reward 0, ``is_first`` True, ``is_last``/``is_terminal`` False.
     - ``step(action)`` otherwise: the new observation (the TRUE final one when the episode ends), the env's
-      reward, ``is_first`` False, ``is_terminal`` = terminated, ``is_last`` = terminated or truncated.
+      reward, ``is_first`` False, ``is_terminal`` = terminated (or the env's ``info["is_terminal"]``, an MDP end
+      that does not end the episode, e.g. a lost Atari life with ``life_loss=terminal``), ``is_last`` =
+      terminated or truncated.
 
     The caller adds ``action`` ``(N, A)`` (the action it then passes to ``step``) to the row before
     ``Replay.add``, so row ``t`` holds ``obs_t`` and ``action_t`` as the timing diagram says.
@@ -87,11 +89,12 @@ class VectorStepper:
         action = np.asarray(action)
         if action.shape[0] != self.num_envs:
             raise ValueError(f"actions must have shape ({self.num_envs}, {self.action_spec.dim}), got {action.shape}")
-        obs, reward, terminated, truncated, _ = self.env.step(to_env_action(action, self.action_spec))
+        obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.action_spec))
         is_first = self._last.copy()
         reward = np.where(is_first, 0.0, np.asarray(reward, np.float64))
-        is_terminal = np.asarray(terminated, bool) & ~is_first
-        is_last = (is_terminal | np.asarray(truncated, bool)) & ~is_first
+        is_last = (np.asarray(terminated, bool) | np.asarray(truncated, bool)) & ~is_first
+        # info["is_terminal"]: an MDP end that does not end the episode (Atari life_loss=terminal)
+        is_terminal = (np.asarray(terminated, bool) | np.asarray(info.get("is_terminal", False), bool)) & ~is_first
 
         self._return = np.where(is_first, 0.0, self._return + reward)
         self._length = np.where(is_first, 0, self._length + 1)

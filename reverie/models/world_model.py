@@ -1,4 +1,4 @@
-"""World model: encoder + RSSM + decoder, reward and continue heads (DreamerV3 section 3, eq. 4-5).
+"""World model: encoders + RSSM + decoders, reward and continue heads (DreamerV3 section 3, eq. 4-5).
 
 ``loss(batch)`` returns a dict of per-step losses ``(T, B)`` keyed by name; the agent owns the scales
 (reference ``loss_scales``: dec/rew/cont 1.0, dyn 0.5, rep 0.1) and checks that the keys match.
@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reverie.models.distributions import Bernoulli, SymlogMSE, TwoHotSymlog, symlog, unimix_logits
+from reverie.models.conv import ConvDecoder, ConvEncoder, ImageMSE
 from reverie.models.networks import MLP
 from reverie.models.rssm import RSSM, State
 
@@ -46,47 +47,91 @@ def free_bits(kl: torch.Tensor, free_nats: float) -> torch.Tensor:
 
 
 class WorldModel(nn.Module):
-    """Encoder, RSSM and heads over dict observations of vector keys.
+    """Encoder, RSSM and heads over dict observations of image and vector keys (multi-modal).
+
+    Image keys (3-dim shapes ``(C, H, W)``, uint8 pixels: :func:`reverie.types.is_image_key`) are concatenated
+    along channels and go through one :class:`ConvEncoder` (as the reference's ``MultiEncoder`` does; all
+    image keys need the same ``H x W``); vector keys ``(F,)`` are concatenated, symlog-squashed and go
+    through the MLP encoder. The embedding is ``cat(cnn, mlp)`` ``(..., E)``. Decoding mirrors this: one
+    :class:`ConvDecoder` predicts all image channels (split back per key, :class:`ImageMSE` each) and the
+    MLP decoder predicts all vector features (:class:`SymlogMSE` each). Only shapes are known here, so any
+    3-dim observation is treated as ``[0, 255]`` pixels.
 
     Args:
-        obs_shapes: ``{key: shape}`` of the observation keys to encode and reconstruct; vector keys are
-            ``(F,)``. Image keys (3-dim) need the CNN encoder (issue 3) and raise here.
+        obs_shapes: ``{key: shape}`` of the observation keys to encode and reconstruct.
         action_dim: ``A``.
         deter, stoch, classes, units, layers, unimix: size preset (DESIGN.md section 4).
         free_nats: free bits of the KL terms (reference 1.0).
+        cnn_depth: channel multiplier of the conv stacks (size preset ``cnn_depth``; reference s=32).
+        cnn: further :class:`ConvEncoder`/:class:`ConvDecoder` keyword arguments (``channels``, ``kernel``,
+            ``stride``, ``padding``, ``min_res``, ``norm``, ``act``); defaults are the reference's.
 
     Raises:
-        ValueError: an observation key whose shape is not a vector.
+        ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``; image keys of different
+            sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`).
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, deter: int = 512, stoch: int = 32,
                  classes: int = 32, units: int = 512, layers: int = 2, unimix: float = 0.01, free_nats: float = 1.0,
-                 reward_bins: int = 255):
+                 reward_bins: int = 255, cnn_depth: int = 32, cnn: dict | None = None):
         super().__init__()
-        bad = {k: s for k, s in obs_shapes.items() if len(s) != 1}
+        bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
         if bad:
-            raise ValueError(f"WorldModel: observation keys {bad} are not vectors (F,); image observations need the "
-                             f"CNN encoder, which is not built yet. Use vector observations (e.g. env=cartpole).")
-        self.vector_keys = sorted(obs_shapes)
-        self.obs_shapes = {k: tuple(obs_shapes[k]) for k in self.vector_keys}
-        in_dim = sum(s[0] for s in self.obs_shapes.values())
+            raise ValueError(f"WorldModel: observation keys {bad} are neither vectors (F,) nor images (C, H, W); "
+                             f"flatten them to vectors or make them uint8 images in the env layer.")
+        self.obs_shapes = {k: tuple(int(v) for v in obs_shapes[k]) for k in sorted(obs_shapes)}
+        self.vector_keys = [k for k, s in self.obs_shapes.items() if len(s) == 1]
+        self.image_keys = [k for k, s in self.obs_shapes.items() if len(s) == 3]
         self.free_nats = free_nats
-        self.encoder = MLP(in_dim, None, units=units, layers=max(layers, 1))
-        self.rssm = RSSM(action_dim, self.encoder.out_dim, deter=deter, stoch=stoch, classes=classes, units=units,
-                         unimix=unimix)
+        embed = 0
+        self.encoder = self.decoder = None  # vector MLPs (names kept from the vector-only model for checkpoints)
+        self.image_encoder = self.image_decoder = None
+        if self.image_keys:
+            sides = {self.obs_shapes[k][1:] for k in self.image_keys}
+            if len(sides) > 1:
+                raise ValueError(f"WorldModel: image keys {self.image_keys} have different sizes {sorted(sides)}; "
+                                 f"they are concatenated along channels, so resize them to one size in the env layer.")
+            image_shape = (sum(self.obs_shapes[k][0] for k in self.image_keys), *sides.pop())  # (C_total, H, W)
+            self.image_encoder = ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {}))
+            embed += self.image_encoder.out_dim
+        if self.vector_keys:
+            self.encoder = MLP(self._vector_dim, None, units=units, layers=max(layers, 1))
+            embed += self.encoder.out_dim
+        if embed == 0:
+            raise ValueError("WorldModel: no observation keys to encode")
+        self.rssm = RSSM(action_dim, embed, deter=deter, stoch=stoch, classes=classes, units=units, unimix=unimix)
         feat = self.rssm.feat_dim
-        self.decoder = MLP(feat, in_dim, units=units, layers=layers)
+        if self.image_keys:
+            self.image_decoder = ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {}))
+        if self.vector_keys:
+            self.decoder = MLP(feat, self._vector_dim, units=units, layers=layers)
         self.reward_head = MLP(feat, reward_bins, units=units, layers=layers, out_scale=0.0)
         self.cont_head = MLP(feat, 1, units=units, layers=layers)
 
     @property
+    def _vector_dim(self) -> int:
+        return sum(self.obs_shapes[k][0] for k in self.vector_keys)
+
+    @property
     def loss_keys(self) -> tuple[str, ...]:
-        return (*self.vector_keys, "reward", "cont", "dyn", "rep")
+        return (*self.obs_shapes, "reward", "cont", "dyn", "rep")
 
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Symlog-squashed vector observations ``(..., F_k)`` -> embedding ``(..., E)``."""
-        x = torch.cat([obs[k] for k in self.vector_keys], -1)
-        return self.encoder(symlog(x))
+        """Observations -> embedding ``(..., E)``, ``E = cnn out + mlp units``.
+
+        Args:
+            obs: image keys uint8 ``(..., C, H, W)`` (scaled inside :class:`ConvEncoder`, the one path for
+                training, acting and evaluation), vector keys ``(..., F_k)`` (symlog-squashed here); the same
+                leading dims for every key, e.g. ``(T, B)`` or ``(1, N)``.
+        """
+        parts = []
+        if self.image_encoder is not None:
+            images = torch.cat([obs[k] for k in self.image_keys], -3)  # k x (..., C_k, H, W) -> (..., C, H, W)
+            parts.append(self.image_encoder(images))  # (..., E_cnn)
+        if self.encoder is not None:
+            x = torch.cat([obs[k] for k in self.vector_keys], -1)  # k x (..., F_k) -> (..., F)
+            parts.append(self.encoder(symlog(x)))  # (..., units)
+        return torch.cat(parts, -1)
 
     def reward(self, feat: torch.Tensor) -> TwoHotSymlog:
         """Reward distribution ``(...)`` from features ``(..., D + S*K)``."""
@@ -96,22 +141,34 @@ class WorldModel(nn.Module):
         """Continue (``1 - is_terminal``) distribution ``(...)`` from features ``(..., D + S*K)``."""
         return Bernoulli(self.cont_head(feat).squeeze(-1))
 
-    def decode(self, feat: torch.Tensor) -> dict[str, SymlogMSE]:
-        """Reconstruction distributions per observation key, ``(..., F_k)`` events."""
-        pred = self.decoder(feat)
-        sizes = [self.obs_shapes[k][0] for k in self.vector_keys]
-        return {k: SymlogMSE(p) for k, p in zip(self.vector_keys, pred.split(sizes, -1))}
+    def decode(self, feat: torch.Tensor) -> dict[str, SymlogMSE | ImageMSE]:
+        """Reconstruction distributions per observation key from features ``(..., D + S*K)``.
+
+        Vector keys: :class:`SymlogMSE` with events ``(F_k,)``. Image keys: :class:`ImageMSE` with events
+        ``(C_k, H, W)`` (prediction in the scaled space; ``mode`` is uint8).
+        """
+        out: dict[str, SymlogMSE | ImageMSE] = {}
+        if self.image_decoder is not None:
+            pred = self.image_decoder(feat)  # (..., C, H, W), all image keys' channels
+            sizes = [self.obs_shapes[k][0] for k in self.image_keys]
+            out |= {k: ImageMSE(p) for k, p in zip(self.image_keys, pred.split(sizes, -3))}
+        if self.decoder is not None:
+            pred = self.decoder(feat)  # (..., F)
+            sizes = [self.obs_shapes[k][0] for k in self.vector_keys]
+            out |= {k: SymlogMSE(p) for k, p in zip(self.vector_keys, pred.split(sizes, -1))}
+        return out
 
     def loss(self, batch: dict[str, torch.Tensor], state: State | None = None) -> tuple[dict[str, torch.Tensor], State, dict]:
         """Per-step world-model losses on a replay batch (DreamerV3 eq. 4-5).
 
         Args:
-            batch: ``(T, B, ...)`` tensors: observation keys, ``prev_action (T, B, A)``, ``reward``,
-                ``is_first``, ``is_terminal`` ``(T, B)``.
+            batch: ``(T, B, ...)`` tensors: observation keys (images uint8 ``(T, B, C, H, W)``, vectors
+                ``(T, B, F_k)``), ``prev_action (T, B, A)``, ``reward``, ``is_first``, ``is_terminal`` ``(T, B)``.
             state: RSSM state before the batch, or None.
 
         Returns:
-            ``(losses, posterior, info)``: ``losses[k]`` is ``(T, B)`` for every key in :attr:`loss_keys`;
+            ``(losses, posterior, info)``: ``losses[k]`` is ``(T, B)`` for every key in :attr:`loss_keys`
+            (an image key's loss is its squared error summed over ``C x H x W`` scaled pixels);
             ``posterior`` states ``(T, B, ...)``; ``info`` holds detached diagnostics (KL, entropies).
         """
         embed = self.encode(batch)  # (T, B, E)

@@ -56,6 +56,71 @@ def test_zero_initialised_reward_head_predicts_exact_zero():
     assert torch.all(wm.reward(feat).mean == 0.0)
 
 
-def test_image_observations_are_rejected_with_a_clear_error():
-    with pytest.raises(ValueError, match="CNN encoder"):
-        WorldModel({"image": (3, 64, 64)}, 2)
+def image_batch(T, B, A=2, dict_obs=True):
+    torch.manual_seed(0)
+    batch = {"image": torch.randint(0, 256, (T, B, 3, 16, 16), dtype=torch.uint8), "prev_action": torch.zeros(T, B, A),
+             "is_first": torch.zeros(T, B, dtype=torch.bool), "reward": torch.randn(T, B),
+             "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
+    if dict_obs:
+        batch["vector"] = torch.randn(T, B, 4)
+    return batch
+
+
+def small_image_model(shapes, **kwargs):
+    torch.manual_seed(0)
+    return WorldModel(shapes, 2, deter=16, stoch=4, classes=5, units=16, layers=1, cnn_depth=2, **kwargs)
+
+
+@pytest.mark.parametrize("T,B", [(1, 1), (3, 2)])
+def test_multimodal_world_model_loss_shapes_and_keys(T, B):
+    wm = small_image_model({"image": (3, 16, 16), "vector": (4,)})
+    assert wm.image_keys == ["image"] and wm.vector_keys == ["vector"]
+    assert wm.image_encoder.out_dim == 2 * 2 * 16  # depth 2 -> channels [2, 4] -> (4, 4, 4)
+    batch = image_batch(T, B)
+    embed = wm.encode(batch)
+    assert embed.shape == (T, B, 64 + 16)  # cat(cnn (T, B, 64), mlp (T, B, units))
+    losses, post, _ = wm.loss(batch)
+    assert set(losses) == set(wm.loss_keys) == {"image", "vector", "reward", "cont", "dyn", "rep"}
+    assert all(v.shape == (T, B) for v in losses.values())
+    dists = wm.decode(wm.rssm.feat(post))
+    assert dists["image"].mode.shape == (T, B, 3, 16, 16) and dists["image"].mode.dtype == torch.uint8
+    assert dists["vector"].mode.shape == (T, B, 4)
+
+
+def test_image_only_world_model_and_image_loss_value():
+    wm = small_image_model({"image": (3, 16, 16)})
+    assert wm.encoder is None and wm.decoder is None and wm.loss_keys[0] == "image"
+    batch = image_batch(2, 3, dict_obs=False)
+    losses, post, _ = wm.loss(batch)
+    pred = wm.image_decoder(wm.rssm.feat(post))  # (T, B, 3, 16, 16)
+    expected = ((pred - (batch["image"].float() / 255 - 0.5)) ** 2).sum((-3, -2, -1))
+    torch.testing.assert_close(losses["image"], expected)
+
+
+def test_image_keys_are_concatenated_along_channels_and_split_back():
+    wm = small_image_model({"a": (3, 8, 8), "b": (1, 8, 8)})
+    assert wm.image_encoder.in_shape == (4, 8, 8)
+    dists = wm.decode(torch.zeros(5, wm.rssm.feat_dim))
+    assert dists["a"].mode.shape == (5, 3, 8, 8) and dists["b"].mode.shape == (5, 1, 8, 8)
+    with pytest.raises(ValueError, match="different sizes"):
+        small_image_model({"a": (3, 8, 8), "b": (3, 16, 16)})
+
+
+def test_world_model_image_loss_trains_the_encoder():
+    wm = small_image_model({"image": (3, 16, 16), "vector": (4,)})
+    losses, _, _ = wm.loss(image_batch(2, 2))
+    grads = torch.autograd.grad(losses["image"].mean(), list(wm.image_encoder.parameters()))
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_uint8_and_float_pixels_encode_identically():
+    wm = small_image_model({"image": (3, 16, 16)})
+    images = torch.randint(0, 256, (2, 3, 3, 16, 16), dtype=torch.uint8)
+    torch.testing.assert_close(wm.encode({"image": images}), wm.encode({"image": images.float()}), rtol=0, atol=0)
+
+
+def test_bad_observation_shapes_fail_with_a_clear_error():
+    with pytest.raises(ValueError, match="neither vectors"):
+        WorldModel({"grid": (4, 4)}, 2)
+    with pytest.raises(ValueError, match="image side 48"):
+        small_image_model({"image": (3, 48, 48)})

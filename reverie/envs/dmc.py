@@ -1,0 +1,268 @@
+"""DeepMind Control Suite through dm_control: pixels (``env=dmc_vision``) and/or proprio (``env=dmc_proprio``).
+
+:class:`DMCEnv` is a small ``gym.Env`` adapter around ``dm_control.suite.load(domain, task)`` (Shimmy's wrapper
+would add a dependency and renders on every physics step; this one renders once per agent step):
+
+- ``image``: ``physics.render(size, size, camera_id=camera)`` uint8 ``(size, size, 3)`` (the factory turns it
+  into ``(3, size, size)``), camera 2 for quadruped and 0 otherwise (the DreamerV3 reference's choice);
+- ``vector``: every proprio entry of the dm_control observation dict, flattened and concatenated in the dict's
+  order, float32 ``(F,)`` (e.g. 5 for cartpole: position 3 + velocity 2; 24 for walker);
+- action repeat (default 2) inside the adapter: rewards summed, stopping at the episode end, one render;
+- episode end: dm_control's time limit (1000 physics-control steps = 500 agent steps at repeat 2) is a
+  truncation (discount 1); a discount of 0 is a termination.
+
+Task names are ``<domain>_<task>`` as in the reference: ``cartpole_swingup``, ``walker_walk``,
+``ball_in_cup_catch`` (alias ``cup_catch``), ``point_mass_easy``.
+
+Rendering needs headless OpenGL. :func:`select_gl` picks it before dm_control is imported: ``MUJOCO_GL`` if you
+set it, else the first of ``egl`` (Debian ``libegl1 libgl1``) and ``osmesa`` (``libosmesa6``) that can create a
+context, else an error naming the packages. Proprio-only envs work without any GL.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+DEFAULT_CAMERAS = {"quadruped": 2}  # DreamerV3 reference (embodied/envs/dmc.py); every other domain uses 0
+TASK_ALIASES = {"cup_catch": "ball_in_cup_catch"}  # the reference's spelling
+GL_BACKENDS = {"egl": "libegl1 libgl1", "osmesa": "libosmesa6"}  # MUJOCO_GL value -> Debian packages
+DEFAULTS = {"action_repeat": 2, "image": True, "proprio": False, "size": 64, "camera": None}
+
+_PROBE = (
+    "import os, sys; os.environ['MUJOCO_GL'] = sys.argv[1]; "
+    "from dm_control import _render; c = _render.Renderer(max_width=8, max_height=8); c.free()"
+)
+_gl_failures: dict[str, str] = {}
+
+
+class GLUnavailableError(ImportError):
+    """No headless OpenGL backend works; the message names the Debian packages to install.
+
+    An ``ImportError`` (a missing system library), so ``reverie train`` reports it at start-up as an env error.
+    """
+
+
+def select_gl(required: bool = True) -> str:
+    """Choose MuJoCo's OpenGL backend for this process (and its children) by setting ``MUJOCO_GL``.
+
+    Must run before dm_control is imported (dm_control fixes its backend at import). Keeps a ``MUJOCO_GL``
+    that is already set. Otherwise tries ``egl`` then ``osmesa``, each in a short subprocess that creates an
+    8x8 context (about a second, once per process: the choice is stored in ``os.environ``).
+
+    Args:
+        required: True when images will be rendered. When False and no backend works, ``MUJOCO_GL`` is set
+            to ``disable`` (dm_control then never touches OpenGL) instead of raising.
+
+    Returns:
+        The backend name now in ``MUJOCO_GL``.
+
+    Raises:
+        GLUnavailableError: ``required`` and neither backend works (also when an earlier call in this process
+            found none); the message names ``apt-get install libegl1 libgl1`` / ``libosmesa6``.
+    """
+    chosen = os.environ.get("MUJOCO_GL")
+    if chosen == "disable" and _gl_failures:  # an earlier call in this process found no backend
+        if required:
+            raise _gl_error()
+        return chosen
+    if "dm_control._render" in sys.modules:  # too late to choose: dm_control has fixed its backend at import
+        return str(sys.modules["dm_control._render"].BACKEND or chosen or "none")
+    if chosen:
+        return chosen
+    for backend in GL_BACKENDS:
+        try:
+            done = subprocess.run([sys.executable, "-c", _PROBE, backend], capture_output=True, text=True,
+                                  timeout=120)
+        except subprocess.TimeoutExpired:
+            _gl_failures[backend] = "timed out creating a context"
+            continue
+        if done.returncode == 0:
+            os.environ["MUJOCO_GL"] = backend
+            return backend
+        lines = [line for line in (done.stderr or "").strip().splitlines() if line.strip()]
+        _gl_failures[backend] = lines[-1] if lines else f"exit status {done.returncode}"
+    os.environ["MUJOCO_GL"] = "disable"  # dm_control then never touches OpenGL (proprio still works)
+    if required:
+        raise _gl_error()
+    return "disable"
+
+
+def _gl_error() -> GLUnavailableError:
+    detail = "; ".join(f"MUJOCO_GL={b}: {why}" for b, why in _gl_failures.items())
+    return GLUnavailableError(
+        f"DMC images need headless OpenGL and no backend works ({detail}). Install one: "
+        f"`apt-get install -y {GL_BACKENDS['egl']}` (EGL) or `apt-get install -y {GL_BACKENDS['osmesa']}` "
+        "(OSMesa, software), or set MUJOCO_GL yourself; proprio-only runs (env=dmc_proprio) need no GL."
+    )
+
+
+def _require_dm_control(required_gl: bool):
+    if importlib.util.find_spec("dm_control") is None or importlib.util.find_spec("mujoco") is None:
+        raise ImportError("env suite 'dmc' needs dm_control and MuJoCo < 4: pip install -e '.[dmc]' "
+                          "(or pip install dm_control 'mujoco<4')")
+    select_gl(required_gl)
+    from dm_control import suite
+
+    return suite
+
+
+def dmc_task(name: str, all_tasks=None) -> tuple[str, str]:
+    """``"cartpole_swingup"`` -> ``("cartpole", "swingup")``; ``"cup_catch"`` -> ``("ball_in_cup", "catch")``.
+
+    Args:
+        name: ``<domain>_<task>``.
+        all_tasks: the ``(domain, task)`` pairs to match against (default ``dm_control.suite.ALL_TASKS``).
+
+    Raises:
+        ValueError: no suite task has that name; the message lists close names and all tasks.
+    """
+    if all_tasks is None:
+        all_tasks = _require_dm_control(required_gl=False).ALL_TASKS
+    names = {f"{domain}_{task}": (domain, task) for domain, task in all_tasks}
+    key = TASK_ALIASES.get(str(name), str(name))
+    if key in names:
+        return names[key]
+    close = difflib.get_close_matches(str(name), list(names), n=5, cutoff=0.6)
+    raise ValueError(
+        f"env.task={name!r} is not a DeepMind Control Suite task. Names are <domain>_<task> "
+        f"(cartpole_swingup, walker_walk, cup_catch). Close names: {', '.join(close) or 'none'}. "
+        f"All tasks: {', '.join(sorted(names))}"
+    )
+
+
+class DMCEnv(gym.Env):
+    """One dm_control suite task as a Gymnasium env with dict observations.
+
+    Args:
+        task: ``<domain>_<task>`` name (see :func:`dmc_task`).
+        action_repeat: physics-control steps per agent step, an int >= 1 (rewards summed).
+        image: include ``image`` uint8 ``(size, size, 3)``.
+        proprio: include ``vector`` float32 ``(F,)``, the flattened proprio observations.
+        size: image side in pixels.
+        camera: MuJoCo camera id; None picks the reference's (quadruped 2, else 0).
+        render_mode: None or ``"rgb_array"`` (``render()`` returns the ``(size, size, 3)`` camera image).
+        task_kwargs: passed to ``suite.load`` (``random`` is set from the reset seed).
+        environment_kwargs: passed to ``suite.load``.
+
+    Raises:
+        ValueError: bad task name, neither ``image`` nor ``proprio``, or a bad ``action_repeat``/``size``.
+        GLUnavailableError: ``image`` without a working headless OpenGL (see :func:`select_gl`).
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, task: str, action_repeat: int = 2, image: bool = True, proprio: bool = False, size: int = 64,
+                 camera: int | None = None, render_mode: str | None = None, task_kwargs: dict | None = None,
+                 environment_kwargs: dict | None = None):
+        if not image and not proprio:
+            raise ValueError("DMC env needs env.image=true and/or env.proprio=true (no observation otherwise)")
+        for key, value, low in (("action_repeat", action_repeat, 1), ("size", size, 8)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"env.{key} must be an int >= {low}, got {value!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"DMC env render_mode must be None or 'rgb_array', got {render_mode!r}")
+        suite = _require_dm_control(required_gl=image or render_mode is not None)
+        self.domain, self.task_name = dmc_task(task, suite.ALL_TASKS)
+        self.repeat, self.size, self.image, self.proprio = int(action_repeat), int(size), bool(image), bool(proprio)
+        self.camera = DEFAULT_CAMERAS.get(self.domain, 0) if camera is None else int(camera)
+        self.render_mode = render_mode
+        self._env = suite.load(self.domain, self.task_name, task_kwargs=dict(task_kwargs or {}),
+                               environment_kwargs=environment_kwargs)
+        obs_spec = self._env.observation_spec()
+        self.proprio_keys = list(obs_spec)
+        width = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in obs_spec.values())
+        entries = {}
+        if self.image:
+            entries["image"] = spaces.Box(0, 255, (self.size, self.size, 3), np.uint8)
+        if self.proprio:
+            entries["vector"] = spaces.Box(-np.inf, np.inf, (width,), np.float32)
+        self.observation_space = spaces.Dict(entries)
+        act = self._env.action_spec()
+        self.action_space = spaces.Box(np.asarray(act.minimum, np.float32), np.asarray(act.maximum, np.float32),
+                                       act.shape, np.float32)
+
+    def _obs(self, timestep) -> dict[str, np.ndarray]:
+        obs = {}
+        if self.image:
+            obs["image"] = self.render_image()
+        if self.proprio:
+            parts = [np.asarray(timestep.observation[k], np.float32).reshape(-1) for k in self.proprio_keys]
+            obs["vector"] = np.concatenate(parts)
+        return obs
+
+    def render_image(self) -> np.ndarray:
+        """The camera image, uint8 ``(size, size, 3)``."""
+        return self._env.physics.render(self.size, self.size, camera_id=self.camera)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._env.task.random.seed(seed)  # dm_control draws initial states from the task's RandomState
+        return self._obs(self._env.reset()), {}
+
+    def step(self, action):
+        action = np.asarray(action, np.float64)
+        total, timestep = 0.0, None
+        for _ in range(self.repeat):
+            timestep = self._env.step(action)
+            total += float(timestep.reward or 0.0)
+            if timestep.last():
+                break
+        terminated = bool(timestep.last() and timestep.discount == 0)
+        truncated = bool(timestep.last() and not terminated)
+        return self._obs(timestep), total, terminated, truncated, {}
+
+    def render(self):
+        return self.render_image() if self.render_mode == "rgb_array" else None
+
+    def close(self):
+        self._env.close()
+
+
+def settings(cfg: Mapping) -> dict[str, Any]:
+    """The env config's DMC settings (missing keys take :data:`DEFAULTS`) plus ``task``."""
+    return {"task": cfg.get("task"), **{key: cfg.get(key, default) for key, default in DEFAULTS.items()}}
+
+
+def make_dmc(cfg: Mapping, kwargs: dict) -> gym.Env:
+    """A :class:`DMCEnv` from an env config (``task``, ``action_repeat``, ``image``, ``proprio``, ``size``,
+    ``camera``) plus ``kwargs`` (``render_mode``, ``task_kwargs``, ``environment_kwargs``).
+
+    Raises:
+        ValueError, GLUnavailableError, ImportError: as :class:`DMCEnv`.
+    """
+    s = settings(cfg)
+    if not s["task"]:
+        raise ValueError("the DMC env config needs env.task, e.g. env.task=cartpole_swingup")
+    return DMCEnv(**s, **kwargs)
+
+
+def metadata(cfg: Mapping) -> dict[str, Any]:
+    """The DMC protocol settings of an env config, for ``<run_dir>/env_metadata.json`` (no GL or dm_control import)."""
+    s = settings(cfg)
+    domain = None
+    if s["task"]:
+        domain = TASK_ALIASES.get(str(s["task"]), str(s["task"]))
+        domain = "ball_in_cup" if domain.startswith("ball_in_cup_") else domain.split("_", 1)[0]
+    camera = s["camera"] if s["camera"] is not None else DEFAULT_CAMERAS.get(domain, 0)
+    return {
+        "task": s["task"],
+        "action_repeat": s["action_repeat"],
+        "frames_per_agent_step": s["action_repeat"],
+        "observations": [k for k, on in (("image", s["image"]), ("vector", s["proprio"])) if on],
+        "image_size": [s["size"], s["size"]] if s["image"] else None,
+        "camera": camera if s["image"] else None,
+        "vector": "all proprio entries flattened in dm_control's order" if s["proprio"] else None,
+        "episode_end": "dm_control time limit -> truncation; discount 0 -> termination",
+        "mujoco_gl": os.environ.get("MUJOCO_GL"),
+    }
