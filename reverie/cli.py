@@ -44,8 +44,9 @@ Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train env=gym env.id=Acrobot-v1
   reverie train exp=debug                 # tiny smoke run
   reverie train --cfg                     # print the resolved config and exit
-Groups: agent (dreamerv3), env (cartpole, pendulum, gym), size (debug, xs, s, m, l, xl),
-replay (default), logger (tensorboard, wandb, none), exp (classic, reference, debug)."""
+Groups: agent (dreamerv3), env (cartpole, pendulum, gym, atari100k, atari, dmc_vision, dmc_proprio),
+size (debug, xs, s, m, l, xl), replay (default), logger (tensorboard, wandb, none),
+exp (classic, reference, atari100k, debug)."""
 
 
 class ConfigError(ValueError):
