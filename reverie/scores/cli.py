@@ -257,7 +257,13 @@ def _matrices(scores: pd.DataFrame, methods: list[str]) -> tuple[dict[str, np.nd
     finite = scores[np.isfinite(scores["score"])]
     common = sorted(set.intersection(*(set(finite.loc[finite["method"] == m, "task"]) for m in methods)))
     if not common:
-        raise ValueError("no task has a score for every method in the window; widen --window or check the runs")
+        empty = [m for m in methods if finite.loc[finite["method"] == m].empty]
+        raise ValueError(
+            "no task has a score for every method in the protocol's window"
+            + (f"; no score at all for: {', '.join(empty)}" if empty else "")
+            + ". A run is scored only by episodes that end inside the window (atari100k: [390k, 400k] frames), "
+              "so a short run has none: train to the suite's budget, or compare a short run on its own frames with "
+              "`--window LO HI --reference none` (or against another set with `--baseline`).")
     left_out = sorted(set(scores["task"]) - set(common))
     if left_out:
         warnings.warn(f"tasks left out of the aggregates (not scored for every method): {', '.join(left_out)}",

@@ -82,3 +82,13 @@ def test_unknown_suite_and_foreign_tasks(reference_dir, tmp_path, capsys):
     assert cmd_compare([str(tmp_path / "runs"), "--suite", "atari100k", "--reference-dir", str(reference_dir),
                         "--out", str(tmp_path / "o")]) == 2
     assert "the atari100k reference has none of the runs' tasks (atari_cart_pole)" in capsys.readouterr().err
+
+
+def test_short_run_against_reference_explains_the_window(reference_dir, tmp_path, capsys):
+    """A run that never reaches the atari100k window has no score; the error says why and how to compare it."""
+    make_run(tmp_path / "runs", "short", [(100, 1.0), (200, 2.0)], env_id="ALE/Pong-v5", action_repeat=4)
+    code = cmd_compare([str(tmp_path / "runs"), "--suite", "atari100k", "--reference-dir", str(reference_dir),
+                        "--out", str(tmp_path / "out"), "--reps", "50", "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "[390k, 400k] frames" in err and "--reference none" in err
