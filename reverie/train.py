@@ -111,7 +111,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             "config": OmegaConf.to_container(cfg, resolve=True),
             "counters": {"env_steps": env_steps, "updates": updates}, "ratio": ratio.state_dict()})
 
+    written = {"step": -1}  # env step of the last metrics row
+
     def write_metrics() -> None:
+        written["step"] = env_steps
         elapsed = max(time.time() - start, 1e-9)
         logger.write(env_steps, {"updates": updates, "frames": env_steps * repeat, "wall_s": elapsed,
                                  "fps/env_steps": env_steps / elapsed, "fps/updates": updates / elapsed})
@@ -170,7 +173,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if not interrupted and not (evals and evals[-1][0] == env_steps):
         run_eval()
     final = evals[-1][2] if evals else float("nan")
-    write_metrics()
+    if logger.pending or written["step"] != env_steps:  # no second, empty row when the loop just wrote one
+        write_metrics()
     checkpoint()
     if tc.video and not interrupted:
         frames, _ = record_episode(agent, cfg.env, cfg.seed, mode=tc.eval_mode)
