@@ -135,6 +135,16 @@ def one_hot_index(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.
     return out.scatter_(-1, index.unsqueeze(-1), 1.0)
 
 
+@torch.no_grad()
+def one_hot_sample(probs: torch.Tensor) -> torch.Tensor:
+    """One-hot sample ``(..., K)`` of categorical ``probs`` ``(..., K)`` by inverting the CDF with one uniform draw
+    per distribution (no multinomial kernel; the hot path of the RSSM and the actor)."""
+    cdf = probs.cumsum(-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
+    index = (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
+    return one_hot_index(index, probs.shape[-1], probs.dtype)
+
+
 def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     """Straight-through one-hot sample of :class:`UnimixCategorical` without building the distribution.
 
@@ -145,11 +155,7 @@ def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     probs = torch.softmax(logits.float(), -1)
     if unimix > 0.0:
         probs = (1.0 - unimix) * probs + unimix / logits.shape[-1]
-    with torch.no_grad():
-        cdf = probs.cumsum(-1)
-        u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
-        index = (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
-        sample = one_hot_index(index, logits.shape[-1], probs.dtype)
+    sample = one_hot_sample(probs)
     if not probs.requires_grad:
         return sample
     return sample + (probs - probs.detach())
@@ -177,14 +183,9 @@ class UnimixCategorical(td.OneHotCategorical):
     def mode(self) -> torch.Tensor:
         return one_hot_index(self.logits.argmax(-1), self.logits.shape[-1], self.logits.dtype)
 
-    @torch.no_grad()
     def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
-        """One-hot sample by inverting the CDF: one uniform draw per distribution, no multinomial kernel."""
-        probs = self.probs.expand(torch.Size(sample_shape) + self.probs.shape)
-        cdf = probs.cumsum(-1)
-        u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
-        index = (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
-        return one_hot_index(index, probs.shape[-1], probs.dtype)
+        """One-hot sample (:func:`one_hot_sample`)."""
+        return one_hot_sample(self.probs.expand(torch.Size(sample_shape) + self.probs.shape))
 
     def rsample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
         sample = self.sample(sample_shape)

@@ -91,7 +91,7 @@ class RSSM(nn.Module):
         """Learned initial state: ``deter = tanh(w)`` ``(B, D)``, ``stoch`` = prior mode ``(B, S, K)``."""
         deter = torch.tanh(self.initial_deter).expand(batch, self.deter)
         logits = self._prior_logits(deter)
-        stoch = UnimixCategorical(logits, self.unimix).mode
+        stoch = self._draw(logits, sample=False)
         return {"deter": deter, "stoch": stoch, "logits": logits}
 
     def feat(self, state: State) -> torch.Tensor:
