@@ -121,12 +121,17 @@ def two_hot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def unimix_probs(logits: torch.Tensor, unimix: float) -> torch.Tensor:
+    """``(1 - unimix) * softmax(logits) + unimix / K`` (DreamerV3 "1% unimix"). ``(..., K)`` -> ``(..., K)``."""
+    probs = torch.softmax(logits, -1)
+    return (1.0 - unimix) * probs + unimix / logits.shape[-1] if unimix > 0.0 else probs
+
+
 def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
-    """Log-probabilities of ``(1 - unimix) * softmax(logits) + unimix / K``. ``(..., K)`` -> ``(..., K)``."""
+    """Log-probabilities of :func:`unimix_probs`. ``(..., K)`` -> ``(..., K)``."""
     if unimix <= 0.0:
         return F.log_softmax(logits, -1)
-    probs = (1.0 - unimix) * torch.softmax(logits, -1) + unimix / logits.shape[-1]
-    return torch.log(probs)
+    return torch.log(unimix_probs(logits, unimix))
 
 
 def one_hot_index(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -152,9 +157,7 @@ def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     value is a sample and whose gradient is that of the unimix probabilities. Same law as
     ``UnimixCategorical(logits, unimix).rsample()``.
     """
-    probs = torch.softmax(logits.float(), -1)
-    if unimix > 0.0:
-        probs = (1.0 - unimix) * probs + unimix / logits.shape[-1]
+    probs = unimix_probs(logits.float(), unimix)
     sample = one_hot_sample(probs)
     if not probs.requires_grad:
         return sample

@@ -133,12 +133,12 @@ class RSSM(nn.Module):
             ``prior['stoch']`` is drawn from the prior logits (used by open-loop summaries).
         """
         T, B = is_first.shape
+        init = self.initial(B)  # what is_first resets to
         if state is None:
-            state = self.initial(B)
+            state = init
         first = is_first.to(embed.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
         action_proj = self.in_a(prev_action) * (1.0 - first)  # (T, B, units); zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
-        init = self.initial(B)
         deters, stochs, logits_all = [], [], []
         deter, stoch = state["deter"], state["stoch"]
         for t in range(T):
