@@ -1,4 +1,4 @@
-"""``reverie train|eval``: turns Hydra configs into objects and calls ``train``; never names an algorithm.
+"""``reverie train|eval|imagine``: turns Hydra configs into objects and calls ``train``; never names an algorithm.
 
 Examples::
 
@@ -7,6 +7,7 @@ Examples::
     reverie train env=gym env.id=Acrobot-v1 size=s agent.train_ratio=256
     reverie train exp=debug                         # tiny smoke run
     reverie eval runs/2026-11-30_120000_classic --episodes 10
+    reverie imagine runs/2026-11-30_120000_classic --horizon 30
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ USAGE = """usage: reverie COMMAND [ARGS]
 
 commands:
   train [OVERRIDE ...]        train an agent (Hydra overrides; `reverie train --help`)
-  eval RUN [--episodes N]     evaluate a trained run directory or checkpoint file
+  eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
+  imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
 
 examples:
   reverie train                              DreamerV3 xs on CartPole-v1
   reverie train env=pendulum                 continuous actions
   reverie train exp=debug                    tiny smoke run
-  reverie eval runs/<run> --episodes 10"""
+  reverie eval runs/<run> --episodes 10
+  reverie imagine runs/<run> --horizon 30"""
 
 TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
 
@@ -170,28 +173,111 @@ def cmd_train(args: list[str]) -> int:
     return 130 if summary["interrupted"] else 0
 
 
+EVAL_HELP = """Evaluate a trained run: reverie eval RUN [options]
+
+RUN is a run directory (newest checkpoint), a checkpoint file, or a wandb artifact
+wandb:<entity>/<project>/<run id>-checkpoint:latest (logged by runs with logger=wandb).
+The env and its wrappers are rebuilt from the run's resolved config (protocol settings included) and seeded
+as the run's own evaluations, so the default seed reproduces the run's final evaluation (within the noise of
+the latent samples). Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
+per-episode returns and lengths) and an mp4 per episode; prints the table as JSON."""
+
+
 def cmd_eval(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="reverie eval", description="Evaluate a trained run.")
-    parser.add_argument("run", help="run directory or checkpoint file")
-    parser.add_argument("--episodes", type=int, default=10)
+    parser = argparse.ArgumentParser(prog="reverie eval", description=EVAL_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="run directory, checkpoint file or wandb:<entity>/<project>/<artifact>:<alias>")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     parser.add_argument("--sample", action="store_true", help="sample actions instead of the policy mode")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
+    parser.add_argument("--out", default=None, help="output folder (default RUN/eval/<date>_<time>)")
+    parser.add_argument("--no-video", action="store_true", help="no mp4 per episode")
+    parser.add_argument("--openloop", action="store_true",
+                        help="also write each episode's observations side by side with the world model's open-loop "
+                             "prediction of the same actions (episode_<k>_openloop.mp4; a PNG for vector obs)")
+    parser.add_argument("--context", type=int, default=5, help="observed steps before the open loop (default 5)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     args = parser.parse_args(argv)
-    from reverie.evaluate import evaluate
-    from reverie.run import load_run
+    from reverie.evaluate import evaluate, write_returns
+    from reverie.run import RunError, load_run
+    from reverie.viz.episodes import EpisodeRecorder
 
     try:
-        run = load_run(args.run)
-    except FileNotFoundError as err:
+        run = load_run(args.run, device=args.device)
+    except RunError as err:
         print(f"eval error: {err}", file=sys.stderr)
         return 2
+    if args.episodes < 1:
+        print(f"eval error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
+        return 2
     seed = run.config["seed"] if args.seed is None else args.seed
-    result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode="sample" if args.sample else "eval")
+    mode = "sample" if args.sample else "eval"
+    out = Path(args.out) if args.out else run.directory / "eval" / dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    recorder = None
+    if not args.no_video or args.openloop:
+        recorder = EpisodeRecorder(out, render=not args.no_video, context=args.context,
+                                   openloop_agent=run.agent if args.openloop else None)
+    try:
+        result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
+    except TypeError as err:  # a user env whose constructor takes no render_mode
+        print(f"eval: no episode videos, the env cannot render ({err}); --no-video skips them", file=sys.stderr)
+        recorder = EpisodeRecorder(out, render=False, context=args.context, openloop_agent=run.agent) \
+            if args.openloop else None
+        result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
+    paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
+                          mode=mode, seed=seed)
     print(json.dumps({k: result[k] for k in ("mean", "std", "min", "max", "returns")}, indent=1))
+    print(f"[reverie] wrote {paths[0]}, {paths[1].name}"
+          f"{f' and {len(recorder.written)} video/plot files' if recorder and recorder.written else ''} in {out}",
+          file=sys.stderr)
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval,
+IMAGINE_HELP = """Imagine with a trained run's world model: reverie imagine RUN [options]
+
+Resets the run's env (seeded as its evaluation envs), observes the first --context frames with the policy,
+then rolls the world model forward --horizon steps in latent space with the learned policy (or --actions),
+decodes the states and writes imagine.png (frames or features, predicted rewards underneath), imagine.json
+and, for image observations, imagine_<key>.mp4 into RUN/imagine/<date>_<time>/ (or --out)."""
+
+
+def cmd_imagine(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="reverie imagine", description=IMAGINE_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="run directory, checkpoint file or wandb:<entity>/<project>/<artifact>:<alias>")
+    parser.add_argument("--context", type=int, default=5, help="observed steps (default 5)")
+    parser.add_argument("--horizon", type=int, default=15, help="imagined steps (default 15)")
+    parser.add_argument("--actions", default="policy",
+                        help="policy (the actor's mode), random, or a .npy file of (H, A) model actions / (H,) indices")
+    parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
+    parser.add_argument("--out", default=None, help="output folder (default RUN/imagine/<date>_<time>)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    args = parser.parse_args(argv)
+    import numpy as np
+
+    from reverie.run import RunError, load_run
+    from reverie.viz.imagine import imagine, write_imagined
+
+    try:
+        run = load_run(args.run, device=args.device)
+        actions = args.actions
+        if actions not in ("policy", "random"):
+            if not Path(actions).is_file():
+                raise RunError(f"--actions {actions!r}: not 'policy', 'random' or an existing .npy file")
+            actions = np.load(actions)
+        seed = run.config["seed"] if args.seed is None else args.seed
+        result = imagine(run.agent, run.config["env"], run.action_spec, seed, args.context, args.horizon, actions)
+    except (RunError, ValueError) as err:
+        print(f"imagine error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else run.directory / "imagine" / dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    paths = write_imagined(result, out)
+    print(f"[reverie] imagined {args.horizon} steps after {args.context} observed; predicted reward sum "
+          f"{float(result.reward[args.context:].sum()):.3f}; wrote {', '.join(p.name for p in paths)} in {out}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine,
             "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv)}
 
 

@@ -1,11 +1,14 @@
-"""Evaluation episodes on env copies separate from the training envs."""
+"""Evaluation episodes on env copies separate from the training envs, their videos and returns table."""
 
 from __future__ import annotations
 
 import copy
+import csv
+import json
 import os
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,11 +22,12 @@ EVAL_SEED_OFFSET = 10_000  # eval env copies get seeds disjoint from the trainin
 
 
 def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str = "eval",
-             max_envs: int = 16) -> dict[str, Any]:
+             max_envs: int = 16, recorder: Any = None) -> dict[str, Any]:
     """Run ``episodes`` full episodes with the agent's policy and return their returns and lengths.
 
     Episodes are spread over ``min(episodes, max_envs)`` parallel copies with fixed per-copy quotas, so
-    short episodes are not over-represented. Env copies are seeded from ``seed + EVAL_SEED_OFFSET``.
+    short episodes are not over-represented. Env copies are seeded from ``seed + EVAL_SEED_OFFSET``, so the
+    same ``seed`` and ``episodes`` replay the same env streams (``reverie eval`` reproduces a run's evaluations).
 
     Args:
         agent: anything with the Agent protocol's ``act``.
@@ -31,6 +35,10 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
         episodes: number of episodes (>= 1).
         seed: run seed.
         mode: ``"eval"`` (policy mode) or ``"sample"`` (sampled actions).
+        max_envs: most parallel env copies.
+        recorder: optional :class:`reverie.viz.episodes.EpisodeRecorder`: the env copies are then built with
+            ``render_mode="rgb_array"`` (when ``recorder.render``) and every kept episode ``k`` (the order of
+            ``returns``) gets its video. Rendering does not change the dynamics or the seeds.
 
     Returns:
         ``{"returns": [float] * episodes, "lengths": [int] * episodes, "mean", "std", "min", "max"}``.
@@ -43,32 +51,48 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
     n = min(episodes, max_envs)
     quota = np.full(n, episodes // n)
     quota[: episodes % n] += 1
-    stepper = VectorStepper(make_vector_env(env_cfg, seed + EVAL_SEED_OFFSET, num_envs=n, mode="sync"))
+    render = recorder is not None and recorder.render
+    stepper = VectorStepper(make_vector_env(render_config(env_cfg) if render else env_cfg, seed + EVAL_SEED_OFFSET,
+                                            num_envs=n, mode="sync"))
     returns: list[float] = []
     lengths: list[int] = []
     done = np.zeros(n, int)
+
+    def frames() -> list | None:
+        return list(stepper.env.call("render")) if render else None
+
     try:
         row, state = stepper.reset(), None
+        if recorder is not None:
+            recorder.observe(row, frames())
         while (done < quota).any():
             action, state = agent.act(row, state, mode)
+            if recorder is not None:
+                recorder.act(action)
             row, finished = stepper.step(action)
+            if recorder is not None:
+                recorder.observe(row, frames())
             for ep in finished:
-                if done[ep["env"]] < quota[ep["env"]]:
+                keep = done[ep["env"]] < quota[ep["env"]]
+                if keep:
                     returns.append(ep["return"])
                     lengths.append(ep["length"])
                     done[ep["env"]] += 1
+                if recorder is not None:
+                    recorder.finish(ep["env"], len(returns) - 1 if keep else None)
     finally:
         stepper.close()
+        if recorder is not None:
+            recorder.close()
     r = np.asarray(returns)
     return {"returns": returns, "lengths": lengths, "mean": float(r.mean()), "std": float(r.std()),
             "min": float(r.min()), "max": float(r.max())}
 
 
-def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval",
-                   max_steps: int = 10_000) -> tuple[np.ndarray | None, float]:
-    """Play one episode with ``render_mode="rgb_array"`` and return ``(frames (T, H, W, 3) uint8, return)``.
+def render_config(env_cfg: Mapping) -> Any:
+    """A copy of ``env_cfg`` whose envs render to ``rgb_array`` (``kwargs.render_mode``); the dynamics are unchanged.
 
-    Frames are ``None`` (with a warning) when the env cannot render to ``rgb_array``.
+    Also points SDL (pygame renderers of Gymnasium's classic control) at its dummy drivers on a headless machine.
     """
     cfg = OmegaConf.create(OmegaConf.to_container(env_cfg, resolve=True) if OmegaConf.is_config(env_cfg)
                            else copy.deepcopy(dict(env_cfg)))
@@ -78,6 +102,40 @@ def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval"
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    return cfg
+
+
+def write_returns(result: Mapping[str, Any], directory: str | Path, **info: Any) -> tuple[Path, Path]:
+    """Write the returns table of :func:`evaluate` as ``returns.json`` and ``returns.csv`` in ``directory``.
+
+    ``returns.json``: ``{"mean", "std", "min", "max", "episodes", "returns", "lengths", **info}`` (e.g. the
+    checkpoint, its env step, the mode and the seed). ``returns.csv``: columns ``episode,return,length``.
+
+    Returns:
+        ``(json_path, csv_path)``.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    table = {k: result[k] for k in ("mean", "std", "min", "max")} | {"episodes": len(result["returns"]),
+                                                                      "returns": list(result["returns"]),
+                                                                      "lengths": list(result["lengths"])} | info
+    json_path, csv_path = directory / "returns.json", directory / "returns.csv"
+    json_path.write_text(json.dumps(table, indent=1, default=str) + "\n", encoding="utf-8")
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["episode", "return", "length"])
+        for i, (ret, length) in enumerate(zip(result["returns"], result["lengths"])):
+            writer.writerow([i, ret, length])
+    return json_path, csv_path
+
+
+def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval",
+                   max_steps: int = 10_000) -> tuple[np.ndarray | None, float]:
+    """Play one episode with ``render_mode="rgb_array"`` and return ``(frames (T, H, W, 3) uint8, return)``.
+
+    Frames are ``None`` (with a warning) when the env cannot render to ``rgb_array``.
+    """
+    cfg = render_config(env_cfg)
     try:
         stepper = VectorStepper(make_vector_env(cfg, seed + EVAL_SEED_OFFSET, num_envs=1, mode="sync"))
     except TypeError as err:  # a user env whose constructor takes no render_mode

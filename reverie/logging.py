@@ -7,15 +7,21 @@ Files written under the run directory (DESIGN.md section 3)::
                     {"step": env_step, "frames": frames, "return": float, "length": int, "mode": "train"|"eval"}
     tb/             TensorBoard event files (backend "tensorboard")
     videos/         <name>_<step>.mp4 written with imageio + imageio-ffmpeg
+    plots/          <name>_<step>.png: figures and image grids (Logger.image)
     wandb.json      the wandb run id and project, so a resumed run continues the same wandb run
     wandb/          wandb's own files (backend "wandb")
 
 The x axis everywhere is the env step (policy steps summed over parallel envs), passed by the caller.
 
 Videos and TensorBoard: TensorBoard's ``add_video`` needs ``moviepy<2`` and silently writes nothing with
-moviepy 2.x (DESIGN.md section 7), so the video itself goes only to the mp4 file (and to wandb). TensorBoard
-gets a *filmstrip* instead: one image under the video's name made of up to 8 evenly spaced frames side by
-side, enough to see at a glance what the agent was doing.
+moviepy 2.x (DESIGN.md section 7); it only encodes an animated GIF into an image summary, which is what
+:meth:`Logger.video` writes itself (the GIF encoded with Pillow, no moviepy): TensorBoard's Images tab
+plays it under the video's name. A *filmstrip* (up to 8 evenly spaced frames side by side) goes under
+``<name>/filmstrip``, to see the whole clip at a glance.
+
+Checkpoints and wandb: with the wandb backend, ``close()`` logs the newest ``checkpoints/ckpt_*.pt`` of the
+run directory as a wandb artifact of type ``model`` (named ``<run id>-checkpoint``, aliases ``latest`` and
+``step_<env step>``), so ``reverie eval wandb:<entity>/<project>/<run id>-checkpoint:latest`` can load it.
 
 JSON: non-finite values are written as ``NaN`` / ``Infinity`` (Python's ``json`` default), which Python's
 ``json.loads`` and pandas read back; a diverged loss stays visible instead of turning into ``null``.
@@ -23,6 +29,7 @@ JSON: non-finite values are written as ``NaN`` / ``Infinity`` (Python's ``json``
 
 from __future__ import annotations
 
+import io
 import json
 import numbers
 from collections.abc import Mapping, Sequence
@@ -206,30 +213,92 @@ class Logger:
             step: env step, used in the file name and as the x axis.
             fps: frames per second of the file.
 
-        Also logs a filmstrip image to TensorBoard (see the module docstring) and the mp4 to wandb.
+        Also logs the clip to TensorBoard as an animated GIF under ``name`` plus a filmstrip under
+        ``name/filmstrip`` (see the module docstring), and the mp4 to wandb.
         """
         self._check_open()
         _check_name(name)
-        import imageio.v2 as imageio
-
         step = _to_step(step)
         video = _as_video(frames)
         padded = _pad_even(video)
         path = self.directory / "videos" / f"{name.replace('/', '_')}_{step}.mp4"
         path.parent.mkdir(parents=True, exist_ok=True)
-        # macro_block_size=1: imageio would otherwise resize to multiples of 16; sizes are made even above.
-        with imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                                pixelformat="yuv420p", macro_block_size=1,
-                                ffmpeg_log_level="error") as writer:
+        with mp4_writer(path, fps) as writer:
             for frame in padded:
                 writer.append_data(frame)
         if self._tb is not None:
-            self._tb.add_image(name, filmstrip(video), global_step=step, dataformats="HWC")
+            self._tb_gif(name, video, step, fps)
+            self._tb.add_image(f"{name}/filmstrip", filmstrip(video), global_step=step, dataformats="HWC")
             self._tb.flush()
         if self._wandb_run is not None:
             # From the file: wandb.Video built from an array would need moviepy to encode it.
             self._wandb_log({name: self._wandb.Video(str(path), fps=fps, format="mp4")}, step)
         return path
+
+    def _tb_gif(self, name: str, video: np.ndarray, step: int, fps: int) -> None:
+        """An animated GIF image summary: what ``SummaryWriter.add_video`` writes, encoded without moviepy."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        gif = gif_bytes(video, fps)
+        image = Summary.Image(height=video.shape[1], width=video.shape[2], colorspace=3, encoded_image_string=gif)
+        self._tb._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=name, image=image)]), step)
+
+    # ------------------------------------------------------------------ images and figures
+
+    def image(self, name: str, image: np.ndarray, step: int) -> Path:
+        """Writes ``plots/{name}_{step}.png`` and logs it to TensorBoard (Images tab) and wandb.
+
+        Args:
+            name: file name stem and tag, e.g. ``"openloop/reward"`` (``/`` becomes ``_`` in the file name).
+            image: uint8 ``(H, W, 3)`` (a figure from :func:`reverie.viz.figure_to_array`, an image grid), or
+                channel-first ``(3, H, W)``, or grayscale ``(H, W)``.
+            step: env step (file name and x axis).
+
+        Returns:
+            The PNG path.
+
+        Raises:
+            TypeError/ValueError: not uint8, or not one of the shapes above.
+        """
+        self._check_open()
+        _check_name(name)
+        import imageio.v3 as iio
+
+        step = _to_step(step)
+        picture = _as_video(np.asarray(image)[None])[0]  # (H, W, 3) uint8, same checks as a one-frame video
+        path = self.directory / "plots" / f"{name.replace('/', '_')}_{step}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        iio.imwrite(path, picture)
+        if self._tb is not None:
+            self._tb.add_image(name, picture, global_step=step, dataformats="HWC")
+            self._tb.flush()
+        if self._wandb_run is not None:
+            self._wandb_log({name: self._wandb.Image(str(path))}, step)
+        return path
+
+    # ------------------------------------------------------------------ checkpoints as wandb artifacts
+
+    def log_checkpoint_artifact(self) -> str | None:
+        """Logs the newest ``checkpoints/ckpt_*.pt`` as a wandb artifact (type ``model``); called by ``close``.
+
+        Returns:
+            The artifact name (``<run id>-checkpoint``), or None without the wandb backend or a checkpoint.
+        """
+        if self._wandb_run is None:
+            return None
+        from reverie.checkpoint import CKPT_PATTERN, list_checkpoints
+
+        found = list_checkpoints(self.directory / "checkpoints")
+        if not found:
+            return None
+        step = int(CKPT_PATTERN.search(found[-1].name).group(1))
+        name = f"{self._wandb_run.id}-checkpoint"
+        artifact = self._wandb.Artifact(name, type="model", metadata={"env_step": step})
+        artifact.add_file(str(found[-1]), name=found[-1].name)
+        if (self.directory / "config.yaml").exists():
+            artifact.add_file(str(self.directory / "config.yaml"), name="config.yaml")
+        self._wandb_run.log_artifact(artifact, aliases=["latest", f"step_{step}"])
+        return name
 
     # ------------------------------------------------------------------ lifetime
 
@@ -253,8 +322,11 @@ class Logger:
             self._tb.close()
             self._tb = None
         if self._wandb_run is not None:
-            self._wandb_run.finish()
-            self._wandb_run = None
+            try:
+                self.log_checkpoint_artifact()
+            finally:
+                self._wandb_run.finish()
+                self._wandb_run = None
 
     def __enter__(self) -> Logger:
         return self
@@ -324,6 +396,49 @@ def filmstrip(video: np.ndarray, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
     """Up to ``count`` evenly spaced frames of ``video`` (T, H, W, 3) side by side: (H, k*W, 3) uint8."""
     index = np.unique(np.linspace(0, len(video) - 1, num=min(count, len(video))).round().astype(int))
     return np.concatenate(list(video[index]), axis=1)
+
+
+def mp4_writer(path: str | Path, fps: int = 30) -> Any:
+    """An imageio writer of H.264 (yuv420p) mp4 frames ``(H, W, 3)`` uint8 with even ``H`` and ``W``
+    (see ``_pad_even``); use as a context manager and call ``append_data(frame)``."""
+    import imageio.v2 as imageio
+
+    # macro_block_size=1: imageio would otherwise resize to multiples of 16; callers make sizes even.
+    return imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
+                              macro_block_size=1, ffmpeg_log_level="error")
+
+
+def pad_even(frame: np.ndarray) -> np.ndarray:
+    """Pads one ``(H, W, 3)`` frame by its edge pixels so that ``H`` and ``W`` are even (H.264 needs it)."""
+    return _pad_even(frame[None])[0]
+
+
+#: Fixed 6 x 7 x 6 colour cube (252 colours) used for GIFs: Pillow's adaptive quantiser costs ~1 s per frame.
+_CUBE = (6, 7, 6)
+
+
+def gif_bytes(video: np.ndarray, fps: int = 10) -> bytes:
+    """Animated GIF (looping) of uint8 ``(T, H, W, 3)`` frames, colours mapped to a fixed 252-colour cube.
+
+    A fixed palette costs a few ms per frame (an adaptive one ~1 s on a busy CPU) and keeps colours steady
+    from frame to frame; the mp4 next to it has the full colours.
+    """
+    from PIL import Image
+
+    levels = np.asarray(_CUBE)
+    q = np.rint(video.astype(np.float32) * ((levels - 1) / 255.0)).astype(np.uint8)  # (T, H, W, 3) levels
+    index = (q[..., 0] * levels[1] + q[..., 1]) * levels[2] + q[..., 2]  # (T, H, W) palette index
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in _CUBE], indexing="ij"), -1).reshape(-1, 3)
+    palette = np.rint(grid * (255.0 / (levels - 1))).astype(np.uint8).ravel().tolist()
+    frames = []
+    for frame in index.astype(np.uint8):
+        image = Image.fromarray(frame, mode="P")
+        image.putpalette(palette)
+        frames.append(image)
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=max(1, round(1000 / fps)),
+                   loop=0, optimize=False, disposal=1)
+    return buffer.getvalue()
 
 
 def _parse_backends(backends: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -429,4 +544,4 @@ def _pad_even(video: np.ndarray) -> np.ndarray:
     return np.pad(video, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
 
 
-__all__ = ["Logger", "SUPPORTED_BACKENDS", "filmstrip"]
+__all__ = ["Logger", "SUPPORTED_BACKENDS", "filmstrip", "gif_bytes", "mp4_writer", "pad_even"]

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from omegaconf import OmegaConf
 
-from reverie.checkpoint import load_checkpoint
+from reverie.checkpoint import find_checkpoint, list_checkpoints
 from reverie.envs import to_env_action
 
 
@@ -19,11 +20,15 @@ class LoadedRun:
         agent: the agent (Agent protocol), in eval mode.
         config: the resolved run config (plain dict).
         obs_shapes, action_spec: what the agent expects and emits.
+        counters: ``{"env_steps", "updates"}`` at the checkpoint.
+        directory: the run directory; checkpoint: the checkpoint file loaded.
     """
 
     def __init__(self, agent: Any, config: dict, obs_shapes: dict, action_spec: Any, counters: dict):
         self.agent, self.config, self.obs_shapes, self.action_spec = agent, config, obs_shapes, action_spec
         self.counters = counters
+        self.directory: Path | None = None  # the run directory (set by load_run)
+        self.checkpoint: Path | None = None  # the checkpoint file loaded
 
     def initial_state(self, batch: int = 1) -> Any:
         return self.agent.initial_state(batch)
@@ -53,19 +58,101 @@ class LoadedRun:
         return (env_action[0].item() if self.action_spec.discrete else env_action[0]) if single else env_action, state
 
 
+class RunError(ValueError):
+    """A run directory or checkpoint that cannot be loaded; the message names the problem and the fix."""
+
+
+#: Entries a checkpoint written by ``reverie train`` holds (see ``train.checkpoint``).
+CHECKPOINT_KEYS = ("agent", "obs_shapes", "action_spec", "config")
+
+#: Prefix of a wandb artifact reference accepted by :func:`resolve_run`.
+WANDB_PREFIX = "wandb:"
+
+
+def resolve_run(reference: str | Path, cache: str | Path | None = None) -> Path:
+    """A run directory, a checkpoint file or a wandb artifact reference -> a local path for :func:`load_run`.
+
+    Args:
+        reference: a path, or ``wandb:<entity>/<project>/<name>:<alias>`` (the artifact that ``Logger`` logs
+            at the end of a run with the wandb backend, e.g. ``wandb:me/reverie/abc123-checkpoint:latest``).
+        cache: where an artifact is downloaded (default: wandb's own artifact cache).
+
+    Raises:
+        RunError: a path that does not exist; a wandb reference without the wandb package installed.
+    """
+    text = str(reference)
+    if text.startswith(WANDB_PREFIX):
+        try:
+            import wandb
+        except ImportError as err:
+            raise RunError(f"{text} is a wandb artifact reference but wandb is not installed: "
+                           f"`pip install reverie[wandb]`, or pass a local run directory") from err
+        artifact = wandb.Api().artifact(text[len(WANDB_PREFIX):], type="model")
+        return Path(artifact.download(root=None if cache is None else str(cache)))
+    path = Path(text)
+    if not path.exists():
+        raise RunError(f"no checkpoint to load: {text!r} does not exist. Pass a run directory written by `reverie train` "
+                       f"(runs/<date>_<time>_<exp>/), a checkpoint file (.../checkpoints/ckpt_*.pt) or "
+                       f"wandb:<entity>/<project>/<run id>-checkpoint:latest")
+    return path
+
+
+def run_directory(path: str | Path) -> Path:
+    """The run directory of a run directory, its ``checkpoints/`` folder or a checkpoint file in it."""
+    path = Path(path)
+    if path.is_file():
+        path = path.parent
+    return path.parent if path.name == "checkpoints" else path
+
+
 def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     """Rebuild the agent of a run directory (newest checkpoint) or of a checkpoint file.
 
+    Args:
+        path: run directory, its ``checkpoints/`` folder, a checkpoint file, or a wandb artifact reference
+            (see :func:`resolve_run`).
+        device: torch device for the agent.
+
+    Returns:
+        :class:`LoadedRun` with ``directory`` (the run directory) and ``checkpoint`` (the file loaded).
+
     Raises:
-        FileNotFoundError: no checkpoint under ``path``.
+        RunError: the path does not exist; no checkpoint under it (with what the directory holds); the
+            checkpoint is truncated, not a checkpoint, lacks entries or does not fit the agent it describes
+            (with the older checkpoints to try instead).
     """
     from reverie.train import build_agent
 
-    payload = load_checkpoint(path, map_location=device)
+    path = resolve_run(path)
+    try:
+        ckpt = find_checkpoint(path)
+    except FileNotFoundError as err:
+        found = sorted(p.name for p in Path(path).iterdir())[:12] if Path(path).is_dir() else []
+        hint = (" It holds config.yaml but no checkpoint: the run stopped before its first checkpoint "
+                "(train.checkpoint_every) or its checkpoints/ folder was removed."
+                if (Path(path) / "config.yaml").exists() else f" It holds: {', '.join(found) or 'nothing'}.")
+        raise RunError(f"{err}.{hint}") from err
+    older = [str(p) for p in list_checkpoints(ckpt.parent) if p != ckpt][-2:]
+    fix = (f"; try an older checkpoint: {', '.join(reversed(older))}" if older
+           else "; no other checkpoint in that folder: retrain, or restore the file")
+    try:
+        payload = torch.load(ckpt, map_location=device, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - truncated zip, pickle garbage, wrong file: all mean "corrupt"
+        raise RunError(f"checkpoint {ckpt} is corrupt or not a reverie checkpoint "
+                       f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}){fix}") from err
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise RunError(f"checkpoint {ckpt} lacks {missing}: it was not written by `reverie train`{fix}")
     config = payload["config"]
     agent_cfg = OmegaConf.create(config["agent"])
     agent_cfg.module.device = device
     agent = build_agent(agent_cfg, payload["obs_shapes"], payload["action_spec"])
-    agent.load_state_dict(payload["agent"])
+    try:
+        agent.load_state_dict(payload["agent"])
+    except (RuntimeError, KeyError, ValueError) as err:
+        raise RunError(f"checkpoint {ckpt} does not fit the agent its config describes "
+                       f"({type(err).__name__}: {str(err).splitlines()[0]}){fix}") from err
     agent.eval()
-    return LoadedRun(agent, config, payload["obs_shapes"], payload["action_spec"], payload.get("counters", {}))
+    run = LoadedRun(agent, config, payload["obs_shapes"], payload["action_spec"], payload.get("counters", {}))
+    run.directory, run.checkpoint = run_directory(ckpt), ckpt
+    return run

@@ -26,6 +26,7 @@ from reverie.logging import Logger
 from reverie.progress import Progress
 from reverie.replay import Ratio, Replay
 from reverie.types import ActionSpec
+from reverie.viz import report
 
 
 def seed_everything(seed: int) -> None:
@@ -103,6 +104,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     evals: list[tuple[int, float, float]] = []
     last_return = float("nan")
     log_clock, eval_clock, ckpt_clock = Clock(tc.log_every), Clock(tc.eval_every), Clock(tc.checkpoint_every)
+    report_clock = Clock(tc.get("report_every", 0))  # open-loop report every K updates (reverie.viz; 0: off)
     start = time.time()
 
     def checkpoint() -> None:
@@ -150,6 +152,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     for _ in range(ratio(n)):
                         logger.scalars(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length))))
                         updates += 1
+                    if report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0):  # + at the end
+                        report(agent, replay, logger, env_steps, length=int(ac.batch_length))
                 # --- log / eval / checkpoint clocks ---
                 stop = False
                 if eval_clock(env_steps):

@@ -143,7 +143,10 @@ def test_tensorboard_event_file_holds_the_logged_values(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("fps")] == [(200, 50.0)]
     assert [(e.step, e.value) for e in events.Scalars("eval/episode_return")] == [(150, 12.5)]
     assert [(e.step, e.value) for e in events.Scalars("eval/episode_length")] == [(150, 30.0)]
-    (image,) = events.Images("eval/policy")
+    (gif,) = events.Images("eval/policy")  # the clip as an animated GIF (what add_video writes)
+    assert (gif.step, gif.width, gif.height) == (200, 16, 16)
+    assert gif.encoded_image_string[:6] == b"GIF89a"  # (4 equal frames: the GIF holds one, 4x as long)
+    (image,) = events.Images("eval/policy/filmstrip")
     assert (image.step, image.width, image.height) == (200, 4 * 16, 16)  # filmstrip of the 4 frames
     assert "config/text_summary" in events.Tags()["tensors"]
 
@@ -171,6 +174,9 @@ class FakeRun:
     def finish(self):
         self.finished = True
 
+    def log_artifact(self, artifact, aliases=None):
+        self.artifacts = getattr(self, "artifacts", []) + [(artifact, aliases)]
+
 
 def fake_wandb_module(runs):
     module = types.ModuleType("wandb")
@@ -183,7 +189,18 @@ def fake_wandb_module(runs):
         def __init__(self, data, fps=4, format=None):
             self.data, self.fps, self.format = data, fps, format
 
-    module.init, module.Video = init, Video
+    class Image:
+        def __init__(self, data):
+            self.data = data
+
+    class Artifact:
+        def __init__(self, name, type, metadata=None):
+            self.name, self.type, self.metadata, self.files = name, type, metadata, []
+
+        def add_file(self, path, name=None):
+            self.files.append((path, name))
+
+    module.init, module.Video, module.Image, module.Artifact = init, Video, Image, Artifact
     return module
 
 
@@ -260,6 +277,56 @@ def test_video_rejects_bad_frames(tmp_path):
             logger.video("x", np.zeros((2, 8, 8, 4), np.uint8), step=0)
         with pytest.raises(ValueError, match="T >= 1"):
             logger.video("x", np.zeros((0, 8, 8, 3), np.uint8), step=0)
+
+
+def test_gif_has_every_frame_with_colours_near_the_originals():
+    from reverie.logging import gif_bytes
+
+    frames = np.zeros((5, 6, 8, 3), np.uint8)
+    frames[1, 0, 0] = 255  # consecutive equal frames would be merged into one longer frame
+    frames[3, 0, 0] = 255
+    frames[2] = (255, 0, 0)
+    frames[4] = (120, 200, 40)
+    read = np.stack(imageio.mimread(gif_bytes(frames, fps=5), format="GIF"))[..., :3].astype(int)
+    assert read.shape == (5, 6, 8, 3)
+    assert (read[0] == 0).all() and (read[2] == (255, 0, 0)).all() and (read[1, 0, 0] == 255).all()
+    assert np.abs(read[4] - (120, 200, 40)).max() <= 26  # the fixed 6x7x6 cube: half a step is <= 25.5
+
+
+def test_image_writes_a_png_and_logs_it(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    picture = np.zeros((10, 12, 3), np.uint8)
+    picture[:, :6] = 255
+    with Logger(tmp_path) as logger:
+        path = logger.image("openloop/reward", picture, step=30)
+        with pytest.raises(TypeError, match="uint8"):
+            logger.image("x", picture.astype(np.float32), step=1)
+    assert path == tmp_path / "plots" / "openloop_reward_30.png"
+    np.testing.assert_array_equal(imageio.imread(path), picture)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    (image,) = events.Images("openloop/reward")
+    assert (image.step, image.width, image.height) == (30, 12, 10)
+
+
+def test_wandb_gets_the_newest_checkpoint_as_an_artifact_on_close(tmp_path, monkeypatch):
+    from reverie.checkpoint import save_checkpoint
+
+    runs = []
+    monkeypatch.setitem(sys.modules, "wandb", fake_wandb_module(runs))
+    save_checkpoint(tmp_path / "checkpoints", 100, {"x": 1})
+    save_checkpoint(tmp_path / "checkpoints", 250, {"x": 2})
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    with Logger(tmp_path, backends=["wandb"], wandb_kwargs={"mode": "offline"}) as logger:
+        path = logger.image("plot", np.zeros((4, 4, 3), np.uint8), step=5)
+    (run,) = runs
+    assert run.logged[-1]["plot"].data == str(path)
+    ((artifact, aliases),) = run.artifacts
+    assert (artifact.name, artifact.type, artifact.metadata, aliases) == (
+        "run123-checkpoint", "model", {"env_step": 250}, ["latest", "step_250"])
+    assert [name for _, name in artifact.files] == ["ckpt_0000000250.pt", "config.yaml"]
+    assert run.finished
 
 
 def test_filmstrip_takes_evenly_spaced_frames():

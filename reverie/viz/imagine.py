@@ -1,0 +1,204 @@
+"""``reverie imagine``: observe ``C`` real frames, then dream ``H`` steps with the world model and decode them.
+
+Timing (``C`` context rows from one env episode, seeded as the run's evaluation envs)::
+
+    t = 0 .. C-1     the agent acts in the env (``agent.act``, policy mode); the world model observes the rows
+                     (posterior); the decoded posterior is shown (green bar)
+    t = C .. C+H-1   prior steps ``img_step(s_{t-1}, a_{t-1})`` without frames; a_{C-1} is the action the agent
+                     chose at the last context row, the next ones come from ``actions`` (red bar)
+
+``actions``: ``"policy"`` (the agent's actor on the imagined state, its mode; needs an ``agent.actor``),
+``"random"`` (uniform: one-hot for discrete, ``U[-1, 1]`` for continuous), or an ``(H, A)`` array of model
+actions (``(H,)`` action indices for discrete spaces).
+
+Files written in ``directory``: ``imagine.json`` (actions, predicted rewards and continue probabilities),
+``imagine.png`` (a strip of imagined frames, or of decoded vector features, with the predicted rewards
+underneath) and, for image observations, ``imagine_<key>.mp4``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reverie.envs import make_vector_env
+from reverie.envs.stepper import VectorStepper
+from reverie.evaluate import EVAL_SEED_OFFSET
+from reverie.logging import mp4_writer, pad_even
+from reverie.types import ActionSpec
+from reverie.viz.figure import figure_to_array, new_figure, shade_context
+from reverie.viz.grid import to_hwc, upscale, video_grid
+from reverie.viz.openloop import decode_mode, find_world_model, to_tensors
+
+#: Frames shown in the PNG strip (evenly spaced over context + horizon).
+STRIP_FRAMES = 12
+
+
+@dataclass
+class Imagined:
+    """An imagined trajectory, ``C + H`` steps (context first). numpy arrays.
+
+    Attributes:
+        context: ``C``. horizon: ``H``.
+        obs: observation key -> decoded ``(C + H, *shape)`` (images uint8 ``(C + H, C_k, H, W)``).
+        truth: observation key -> the ``C`` observed rows ``(C, *shape)``.
+        actions: ``(C + H, A)``: the action taken at each step (the last one is never executed).
+        reward: ``(C + H,)`` predicted reward. cont: ``(C + H,)`` continue probability (empty without a head).
+    """
+
+    context: int
+    horizon: int
+    obs: dict[str, np.ndarray]
+    truth: dict[str, np.ndarray]
+    actions: np.ndarray
+    reward: np.ndarray
+    cont: np.ndarray
+
+
+def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed: int):
+    """``f(i, feat (1, F)) -> (1, A)`` action for imagined step ``i`` (see the module docstring for ``actions``).
+
+    Raises:
+        ValueError: unknown ``actions`` string; an agent without an actor for ``"policy"``; an array of the
+            wrong shape or with an index outside ``[0, A)``.
+    """
+    if isinstance(actions, str) and actions == "policy":
+        actor = getattr(agent, "actor", None)
+        if actor is None:
+            raise ValueError(f"{type(agent).__name__} has no actor network to act in imagination; use "
+                             f"--actions random or an (H, A) .npy file of actions")
+        return lambda i, feat: actor(feat).mode
+    if isinstance(actions, str) and actions == "random":
+        rng = np.random.default_rng(seed)
+        if spec.discrete:
+            table = np.eye(spec.dim, dtype=np.float32)[rng.integers(spec.dim, size=horizon + 1)]
+        else:
+            table = rng.uniform(-1, 1, size=(horizon + 1, spec.dim)).astype(np.float32)
+        return lambda i, feat: torch.as_tensor(table[i][None], device=feat.device)
+    if isinstance(actions, str):
+        raise ValueError(f"actions must be 'policy', 'random' or an array / .npy file, got {actions!r}")
+    table = np.asarray(actions)
+    if spec.discrete and table.ndim == 1:
+        if table.min() < 0 or table.max() >= spec.dim:
+            raise ValueError(f"action indices must be in [0, {spec.dim}), got min {table.min()} max {table.max()}")
+        table = np.eye(spec.dim, dtype=np.float32)[table.astype(int)]  # (H,) indices -> (H, A) one-hot
+    if table.ndim != 2 or table.shape[1] != spec.dim or len(table) < horizon:
+        raise ValueError(f"actions must be shaped (H, A) = ({horizon}, {spec.dim}) (or (H,) indices for discrete "
+                         f"actions), got {table.shape}")
+    table = np.concatenate([table, table[-1:]]).astype(np.float32)  # one spare row: the never-executed last action
+    return lambda i, feat: torch.as_tensor(table[i][None], device=feat.device)
+
+
+@torch.inference_mode()
+def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int = 5, horizon: int = 15,
+            actions: Any = "policy") -> Imagined:
+    """Observe ``context`` env steps with the agent's policy, then imagine ``horizon`` steps (module docstring).
+
+    Raises:
+        ValueError: ``context < 1`` or ``horizon < 1``; the episode ended during the context steps; bad
+            ``actions`` (see :func:`action_source`).
+    """
+    if context < 1 or horizon < 1:
+        raise ValueError(f"imagine: context and horizon must be >= 1, got {context} and {horizon}")
+    wm = find_world_model(agent)
+    keys = tuple(wm.obs_shapes)
+    stepper = VectorStepper(make_vector_env(env_cfg, seed + EVAL_SEED_OFFSET, num_envs=1, mode="sync"))
+    rows, taken = [], []
+    try:
+        row, state = stepper.reset(), None
+        for t in range(context):
+            action, state = agent.act(row, state, "eval")
+            rows.append(row)
+            taken.append(action[0])
+            if t < context - 1:
+                row, finished = stepper.step(action)
+                if finished or row["is_first"][0]:
+                    raise ValueError(f"imagine: the episode ended after {t + 1} steps, before the {context} "
+                                     f"context steps; use a smaller --context")
+    finally:
+        stepper.close()
+    batch = {k: np.stack([r[k] for r in rows]) for k in (*keys, "is_first")}  # C x (1, ...) -> (C, 1, ...)
+    prev = np.stack([np.zeros_like(taken[0]), *taken[:-1]])  # prev_action_t = action_{t-1}: (C, A)
+    batch["prev_action"] = prev[:, None]
+    data = to_tensors(wm, batch, (*keys, "is_first", "prev_action"))
+    post, _ = wm.rssm.observe(wm.encode({k: data[k] for k in keys}), data["prev_action"], data["is_first"],
+                              None, sample=False)
+    source = action_source(agent, spec, actions, horizon, seed)
+    state = {k: v[-1] for k, v in post.items()}  # (1, ...): the last context posterior
+    action = torch.as_tensor(taken[-1][None], device=data["is_first"].device)  # a_{C-1}, (1, A)
+    feats, acts = [], []
+    for i in range(horizon):
+        state = wm.rssm.img_step(state, action, sample=False)
+        acts.append(action)
+        feats.append(wm.rssm.feat(state))
+        action = source(i + 1, feats[-1]).float()
+    acts.append(action)
+    feat = torch.cat([wm.rssm.feat(post)[:, 0], torch.cat(feats)])  # (C, F) + (H, F) -> (C + H, F)
+    all_actions = np.concatenate([np.stack(taken[:-1]), torch.cat(acts).cpu().numpy()])  # (C - 1 + H + 1, A)
+    cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)
+    return Imagined(context, horizon, decode_mode(wm, feat), {k: batch[k][:, 0] for k in keys}, all_actions,
+                    wm.reward(feat).mean.float().cpu().numpy(), cont)
+
+
+def imagined_strip(result: Imagined, frames: int = STRIP_FRAMES) -> np.ndarray:
+    """The PNG strip: imagined frames (image keys) or decoded features (vector keys) on top, predicted reward
+    (bars) and continue probability underneath, context steps shaded. Returns uint8 ``(H, W, 3)``."""
+    T = result.context + result.horizon
+    image_keys = [k for k, v in result.obs.items() if v.ndim == 4 and v.dtype == np.uint8]
+    fig, axes = new_figure(2, 1, width=max(6.0, 0.7 * min(T, frames)), height=2.0)
+    top, bottom = axes[0, 0], axes[1, 0]
+    steps = np.arange(T)
+    if image_keys:
+        index = np.unique(np.linspace(0, T - 1, num=min(frames, T)).round().astype(int))
+        strip = np.concatenate([np.concatenate(list(to_hwc(result.obs[k][index])), 1) for k in image_keys], 0)
+        top.imshow(strip, interpolation="nearest")
+        width = result.obs[image_keys[0]].shape[-1]
+        top.set_xticks((np.arange(len(index)) + 0.5) * width, [str(t) for t in index], fontsize=7)
+        top.set_yticks([])
+        top.set_title(f"decoded frames at steps t (context t < {result.context}, imagined after)", fontsize=8)
+    else:
+        for k, v in result.obs.items():
+            for f in range(min(v.shape[-1], 8)):
+                top.plot(steps, v[:, f], lw=1, label=f"{k}[{f}]")
+        shade_context(top, result.context)
+        top.legend(fontsize=6, ncol=4)
+        top.set_title(f"decoded features (context t < {result.context}, imagined after)", fontsize=8)
+    shade_context(bottom, result.context)
+    bottom.bar(steps, result.reward, color="tab:red", label="predicted reward")
+    if len(result.cont):
+        twin = bottom.twinx()
+        twin.plot(steps, result.cont, color="tab:blue", lw=1, label="continue prob.")
+        twin.set_ylim(-0.05, 1.05)
+        twin.tick_params(labelsize=7)
+        twin.set_ylabel("continue", fontsize=7)
+    bottom.set_xlim(-0.5, T - 0.5)
+    bottom.set_xlabel("step t", fontsize=8)
+    bottom.set_ylabel("reward", fontsize=7)
+    bottom.tick_params(labelsize=7)
+    return figure_to_array(fig)
+
+
+def write_imagined(result: Imagined, directory: str | Path, fps: int = 10, scale: int = 4) -> list[Path]:
+    """Write ``imagine.json``, ``imagine.png`` and one ``imagine_<key>.mp4`` per image key; returns the paths."""
+    import imageio.v3 as iio
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / "imagine.json", directory / "imagine.png"]
+    paths[0].write_text(json.dumps({"context": result.context, "horizon": result.horizon,
+                                    "actions": result.actions.tolist(), "reward": result.reward.tolist(),
+                                    "cont": result.cont.tolist()}) + "\n", encoding="utf-8")
+    iio.imwrite(paths[1], imagined_strip(result))
+    for k, v in result.obs.items():
+        if v.ndim == 4 and v.dtype == np.uint8:
+            frames = upscale(video_grid([v[:, None]], result.context), scale)  # (T, C, H, W) -> (T, 1, C, H, W)
+            paths.append(directory / f"imagine_{k}.mp4")
+            with mp4_writer(paths[-1], fps) as writer:
+                for frame in frames:
+                    writer.append_data(pad_even(frame))
+    return paths

@@ -1,0 +1,201 @@
+"""Open-loop and closed-loop predictions of a world model along replayed sequences (DreamerV3 "report").
+
+Given a sequence ``(T, B, ...)`` and ``C`` context steps::
+
+    t < C:   posterior states  s_t ~ q(s_t | h_t, obs_t)            (the model sees the frames)
+    t >= C:  prior states      s_t ~ p(s_t | h_t),  h_t = f(s_{t-1}, prev_action_t)   (open loop: no frames,
+             only the replayed actions; where is_first_t is set the state resets to the initial one, as in observe)
+
+and decodes every state into observations, reward and continue probability. The same pass gives the
+closed-loop paths: the posterior reconstruction of every step (0-step) and the one-step prior prediction
+(the prior at t from the posterior at t-1), so the three can be compared frame by frame.
+
+Only the world model's public API is used (``encode``, ``rssm.observe``, ``rssm.img_step``, ``rssm.initial``,
+``rssm.feat``, ``decode``, ``reward``, optional ``cont``), so any agent exposing ``agent.wm`` with that API
+works (DreamerV3's categorical RSSM, PlaNet's Gaussian one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Replay keys the open-loop pass reads besides the observation keys.
+SEQUENCE_KEYS = ("prev_action", "is_first", "reward", "is_terminal")
+
+
+@dataclass
+class OpenLoop:
+    """Decoded predictions along ``T`` steps of ``B`` sequences; numpy arrays, time-first.
+
+    Attributes:
+        context: ``C``, the number of steps seen through the posterior (``0 < C < T``).
+        truth: observation key -> ``(T, B, *shape)`` (images uint8 ``(T, B, C_k, H, W)``, vectors float32).
+        openloop: the same keys: decoded posterior for ``t < C``, decoded open-loop prior for ``t >= C``.
+        recon: the same keys: decoded posterior at every step (closed loop, 0-step).
+        onestep: the same keys: decoded one-step prior prediction at every step (prior at ``t`` from the
+            posterior at ``t - 1``; at ``is_first`` steps, from the initial state).
+        reward: ``{"true", "openloop", "recon"}`` -> ``(T, B)`` float32 (reward head mean).
+        cont: ``{"true" (1 - is_terminal), "openloop", "recon"}`` -> ``(T, B)`` continue probability; empty
+            when the world model has no continue head.
+        is_first: ``(T, B)`` bool.
+    """
+
+    context: int
+    truth: dict[str, np.ndarray]
+    openloop: dict[str, np.ndarray]
+    recon: dict[str, np.ndarray]
+    onestep: dict[str, np.ndarray]
+    reward: dict[str, np.ndarray]
+    cont: dict[str, np.ndarray] = field(default_factory=dict)
+    is_first: np.ndarray | None = None
+
+    @property
+    def image_keys(self) -> list[str]:
+        """Observation keys holding images (uint8 ``(T, B, C, H, W)``)."""
+        return [k for k, v in self.truth.items() if v.ndim == 5 and v.dtype == np.uint8]
+
+    @property
+    def vector_keys(self) -> list[str]:
+        """Observation keys holding vectors (``(T, B, F)``)."""
+        return [k for k, v in self.truth.items() if v.ndim == 3]
+
+
+def find_world_model(agent: Any) -> Any:
+    """``agent.wm``, or ``agent`` itself when it is a world model (has ``rssm`` and ``decode``).
+
+    Raises:
+        TypeError: neither: the viz code needs a world model with ``encode``/``rssm``/``decode``/``reward``.
+    """
+    wm = getattr(agent, "wm", agent)
+    missing = [name for name in ("encode", "rssm", "decode", "reward") if not hasattr(wm, name)]
+    if missing:
+        raise TypeError(f"{type(agent).__name__} exposes no world model: expected `agent.wm` with encode, rssm, "
+                        f"decode and reward (missing: {', '.join(missing)}). Pass an agent built by reverie "
+                        f"(DreamerV3, PlaNet) or its world model.")
+    return wm
+
+
+def to_tensors(wm: Any, batch: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """numpy/tensor batch -> tensors on the world model's device: bool flags and image keys keep their dtype
+    (uint8 pixels are scaled inside the encoder), the rest become float32."""
+    device = next(wm.parameters()).device
+    image_keys = set(getattr(wm, "image_keys", ()))
+    out = {}
+    for k in keys:
+        t = torch.as_tensor(np.asarray(batch[k]) if not torch.is_tensor(batch[k]) else batch[k], device=device)
+        out[k] = t if t.dtype == torch.bool or k in image_keys else t.float()
+    return out
+
+
+def decode_mode(wm: Any, feat: torch.Tensor) -> dict[str, np.ndarray]:
+    """Mode of every decoder head: images uint8 ``(..., C, H, W)``, vectors float32 ``(..., F)``."""
+    out = {}
+    for k, dist in wm.decode(feat).items():
+        value = dist.mode
+        out[k] = value.cpu().numpy() if value.dtype == torch.uint8 else value.float().cpu().numpy()
+    return out
+
+
+def _stack(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {k: torch.stack([s[k] for s in states]) for k in states[0]}  # T x (B, ...) -> (T, B, ...)
+
+
+@torch.inference_mode()
+def open_loop(agent_or_wm: Any, batch: Mapping[str, Any], context: int = 5, sample: bool = True,
+              seed: int | None = 0) -> OpenLoop:
+    """Observe ``context`` steps, then predict the rest of each sequence open loop with the replayed actions.
+
+    Args:
+        agent_or_wm: an agent with ``.wm`` or a world model (see :func:`find_world_model`).
+        batch: replay sample ``(T, B, ...)``: the world model's observation keys, ``prev_action (T, B, A)``,
+            ``is_first``, ``reward``, ``is_terminal`` ``(T, B)`` (as :meth:`reverie.Replay.sample` returns).
+        context: ``C`` posterior steps (default 5, the DreamerV3 report's); must satisfy ``1 <= C < T``.
+        sample: draw latents (what the model does in imagination) or take their mode (deterministic).
+        seed: seeds the latent draws inside a forked RNG, so a report neither depends on nor advances the
+            training RNG; None uses (and advances) the global RNG.
+
+    Returns:
+        :class:`OpenLoop` with numpy arrays.
+
+    Raises:
+        KeyError: a key missing from ``batch``. ValueError: ``context`` out of range or ragged shapes.
+    """
+    wm = find_world_model(agent_or_wm)
+    obs_keys = tuple(wm.obs_shapes)
+    missing = [k for k in (*obs_keys, *SEQUENCE_KEYS) if k not in batch]
+    if missing:
+        raise KeyError(f"open_loop: the batch lacks {missing}; pass a replay sample (Replay.sample(B, T)) that "
+                       f"holds the world model's observation keys {list(obs_keys)} and {list(SEQUENCE_KEYS)}")
+    data = to_tensors(wm, batch, (*obs_keys, *SEQUENCE_KEYS))
+    T, B = data["is_first"].shape
+    if not 1 <= context < T:
+        raise ValueError(f"open_loop: context must be in [1, T - 1] = [1, {T - 1}], got {context}; "
+                         f"use longer sequences or fewer context steps")
+    device = data["is_first"].device
+    fork = (torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else [])
+            if seed is not None else contextlib.nullcontext())
+    with fork:
+        if seed is not None:
+            torch.manual_seed(seed)
+        rssm = wm.rssm
+        embed = wm.encode({k: data[k] for k in obs_keys})  # (T, B, E)
+        post, prior = rssm.observe(embed, data["prev_action"], data["is_first"], None, sample=sample)
+        # --- open loop from the last context posterior: prior steps with the replayed actions ---
+        init = rssm.initial(B)
+        state = {k: v[context - 1] for k, v in post.items()}  # (B, ...)
+        imagined = []
+        for t in range(context, T):
+            first = data["is_first"][t].to(embed.dtype)  # (B,)
+            state = {k: _where_first(first, init[k], v) for k, v in state.items() if k in init}
+            action = data["prev_action"][t] * (1.0 - first)[:, None]  # (B, A), zero where is_first
+            state = rssm.img_step(state, action, sample=sample)
+            imagined.append(state)
+        imagined = _stack(imagined)  # (T - C, B, ...)
+        feat_post = rssm.feat(post)  # (T, B, F)
+        feat_open = torch.cat([feat_post[:context], rssm.feat(imagined)])  # (C, B, F) + (T - C, B, F) -> (T, B, F)
+        feat_prior = rssm.feat(prior)  # (T, B, F)
+        result = OpenLoop(
+            context=context,
+            truth={k: np.asarray(data[k].cpu().numpy()) for k in obs_keys},
+            openloop=decode_mode(wm, feat_open), recon=decode_mode(wm, feat_post), onestep=decode_mode(wm, feat_prior),
+            reward={"true": data["reward"].cpu().numpy(),
+                    "openloop": wm.reward(feat_open).mean.float().cpu().numpy(),
+                    "recon": wm.reward(feat_post).mean.float().cpu().numpy()},
+            is_first=data["is_first"].cpu().numpy())
+        if hasattr(wm, "cont"):
+            result.cont = {"true": 1.0 - data["is_terminal"].cpu().numpy(),
+                           "openloop": wm.cont(feat_open).mean.float().cpu().numpy(),
+                           "recon": wm.cont(feat_post).mean.float().cpu().numpy()}
+    return result
+
+
+def _where_first(first: torch.Tensor, init: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``init`` where ``first`` (B,) is 1, else ``value``; both ``(B, ...)``."""
+    mask = first.reshape(-1, *([1] * (value.dim() - 1)))  # (B,) -> (B, 1, ...)
+    return init * mask + value * (1.0 - mask)
+
+
+def prediction_errors(result: OpenLoop) -> dict[str, float]:
+    """Mean errors of the open-loop part (``t >= C``), for scalar logging.
+
+    Returns:
+        ``openloop/<key>_error``: mean absolute error (images: pixels scaled to ``[0, 1]``; vectors: raw
+        units), ``openloop/reward_error``: mean absolute reward error, ``recon/<key>_error``: the same for
+        the posterior reconstruction over all steps.
+    """
+    c = result.context
+    out = {}
+    for k, truth in result.truth.items():
+        scale = 255.0 if truth.dtype == np.uint8 else 1.0
+        diff = np.abs(result.openloop[k][c:].astype(np.float32) - truth[c:].astype(np.float32)) / scale
+        out[f"openloop/{k}_error"] = float(diff.mean())
+        diff = np.abs(result.recon[k].astype(np.float32) - truth.astype(np.float32)) / scale
+        out[f"recon/{k}_error"] = float(diff.mean())
+    out["openloop/reward_error"] = float(np.abs(result.reward["openloop"][c:] - result.reward["true"][c:]).mean())
+    return out

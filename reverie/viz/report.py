@@ -1,0 +1,88 @@
+"""The open-loop report logged during training and at its end (issue 5; DreamerV3's ``report``).
+
+Per report, for ``B`` replayed sequences of length ``T`` with ``C`` context steps (``run_dir`` = the
+logger's directory):
+
+    videos/openloop_<key>_<step>.mp4   per image key: rows truth / open-loop prediction / |error|
+    videos/closedloop_<key>_<step>.mp4 per image key: rows truth / posterior reconstruction / one-step prior
+    plots/openloop_reward_<step>.png   predicted vs true reward and continue probability
+    plots/openloop_<key>_<step>.png    per vector key: features true vs posterior / one-step / open loop
+
+The same go to TensorBoard (videos as animated GIFs, figures as images) and wandb, and the scalars of
+:func:`reverie.viz.openloop.prediction_errors` plus ``viz/report_s`` are added to the next metrics row.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from reverie.viz.grid import abs_error, video_grid
+from reverie.viz.openloop import OpenLoop, open_loop, prediction_errors
+from reverie.viz.reward_plot import reward_plot
+from reverie.viz.vector_plot import vector_plot
+
+#: Defaults: 4 sequences (grid columns), 5 context steps (the DreamerV3 report's), video frame rate.
+SEQUENCES, CONTEXT, FPS = 4, 5, 10
+
+
+def sample_for_report(replay: Any, sequences: int, length: int, seed: int) -> dict[str, np.ndarray] | None:
+    """``replay.sample(sequences, length)`` drawn with its own RNG (seeded by ``seed``), so reports leave the
+    replay's sampling stream, and hence training, unchanged. None (with a warning) when replay is too short."""
+    saved = replay.rng
+    replay.rng = np.random.default_rng(seed)
+    try:
+        return replay.sample(sequences, length)
+    except ValueError as err:
+        warnings.warn(f"open-loop report skipped: {err}", stacklevel=3)
+        return None
+    finally:
+        replay.rng = saved
+
+
+def report(agent: Any, data: Any, logger: Any, step: int, *, length: int | None = None, sequences: int = SEQUENCES,
+           context: int = CONTEXT, sample: bool = True, fps: int = FPS) -> OpenLoop | None:
+    """Compute open-loop and closed-loop predictions and log them (files listed in the module docstring).
+
+    Args:
+        agent: an agent exposing ``agent.wm`` (or a world model).
+        data: a :class:`reverie.Replay` (``sequences`` windows of ``length`` rows are drawn with a separate RNG
+            seeded by ``step``) or a replay batch ``(T, B, ...)`` (the first ``sequences`` columns are shown).
+        logger: :class:`reverie.logging.Logger`; its directory is the run directory.
+        step: env step (file names and x axis).
+        length: ``T`` when ``data`` is a replay (e.g. ``agent.batch_length``); required then.
+        sequences: ``B`` sequences shown (grid columns, plot columns).
+        context: ``C`` context steps; lowered to ``T - 1`` for short sequences.
+        sample: sample latents (True, as in imagination) or take their mode.
+        fps: frame rate of the videos.
+
+    Returns:
+        The :class:`OpenLoop` result, or None when replay cannot give a window yet.
+
+    Raises:
+        ValueError: ``data`` is a replay and ``length`` is None.
+    """
+    start = time.perf_counter()
+    if hasattr(data, "sample"):
+        if length is None:
+            raise ValueError("report: pass length=T (e.g. the agent's batch_length) when data is a replay")
+        data = sample_for_report(data, sequences, length, seed=step)
+        if data is None:
+            return None
+    T = len(data["is_first"])
+    result = open_loop(agent, data, context=max(1, min(context, T - 1)), sample=sample, seed=step)
+    for key in result.image_keys:
+        truth = result.truth[key]
+        rows = [truth, result.openloop[key], abs_error(truth, result.openloop[key])]
+        logger.video(f"openloop/{key}", video_grid(rows, result.context, sequences), step, fps=fps)
+        rows = [truth, result.recon[key], result.onestep[key]]
+        logger.video(f"closedloop/{key}", video_grid(rows, None, sequences), step, fps=fps)
+    for key in result.vector_keys:
+        logger.image(f"openloop/{key}", vector_plot(result, key), step)
+    logger.image("openloop/reward", reward_plot(result, sequences), step)
+    logger.scalars(prediction_errors(result))
+    logger.scalar("viz/report_s", time.perf_counter() - start)
+    return result
