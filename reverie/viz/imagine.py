@@ -4,12 +4,14 @@ Timing (``C`` context rows from one env episode, seeded as the run's evaluation 
 
     t = 0 .. C-1     the agent acts in the env (``agent.act``, policy mode); the world model observes the rows
                      (posterior); the decoded posterior is shown (green bar)
-    t = C .. C+H-1   prior steps ``img_step(s_{t-1}, a_{t-1})`` without frames; a_{C-1} is the action the agent
-                     chose at the last context row, the next ones come from ``actions`` (red bar)
+    t = C .. C+H-1   prior steps ``img_step(s_{t-1}, a_{t-1})`` without frames (red bar); the H actions
+                     a_{C-1} .. a_{C+H-2} that drive them come from ``actions``, the first one chosen at the last
+                     context posterior
 
 ``actions``: ``"policy"`` (the agent's actor on the imagined state, its mode; needs an ``agent.actor``),
 ``"random"`` (uniform: one-hot for discrete, ``U[-1, 1]`` for continuous), or an ``(H, A)`` array of model
-actions (``(H,)`` action indices for discrete spaces).
+actions (``(H,)`` action indices for discrete spaces), row ``i`` driving imagined step ``i + 1``. The context
+steps are always played by the agent's own policy (``agent.act``, any agent).
 
 Files written in ``directory``: ``imagine.json`` (actions, predicted rewards and continue probabilities),
 ``imagine.png`` (a strip of imagined frames, or of decoded vector features, with the predicted rewards
@@ -61,7 +63,8 @@ class Imagined:
 
 
 def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed: int):
-    """``f(i, feat (1, F)) -> (1, A)`` action for imagined step ``i`` (see the module docstring for ``actions``).
+    """``f(i, feat (1, F)) -> (1, A)``: the action taken at imagination state ``i`` (0: the last context posterior;
+    see the module docstring for ``actions``).
 
     Raises:
         ValueError: unknown ``actions`` string; an agent without an actor for ``"policy"``; an array of the
@@ -130,7 +133,7 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
                               None, sample=False)
     source = action_source(agent, spec, actions, horizon, seed)
     state = {k: v[-1] for k, v in post.items()}  # (1, ...): the last context posterior
-    action = torch.as_tensor(taken[-1][None], device=data["is_first"].device)  # a_{C-1}, (1, A)
+    action = source(0, wm.rssm.feat(state)).float()  # a_{C-1}, (1, A): the first action of the imagination
     feats, acts = [], []
     for i in range(horizon):
         state = wm.rssm.img_step(state, action, sample=False)

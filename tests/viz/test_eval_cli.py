@@ -1,0 +1,134 @@
+"""`reverie eval` and `reverie imagine` on a finished debug run; clear errors on missing or corrupt runs."""
+
+import json
+import sys
+import types
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+import torch
+
+from reverie.cli import main
+from reverie.evaluate import evaluate
+from reverie.run import RunError, load_run
+from reverie.viz.episodes import EpisodeRecorder
+from reverie.viz.imagine import imagine, write_imagined
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "cartpole"
+    assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=64", "train.eval_episodes=1"]) == 0
+    return run_dir
+
+
+def test_eval_writes_the_returns_table_videos_and_openloop_plots(run_dir, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "3", "--out", str(tmp_path), "--openloop"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    table = json.loads((tmp_path / "returns.json").read_text())
+    assert printed["returns"] == table["returns"] and len(table["returns"]) == 3 == table["episodes"]
+    assert table["mean"] == pytest.approx(np.mean(table["returns"])) and table["std"] == pytest.approx(
+        np.std(table["returns"]))
+    assert (table["min"], table["max"]) == (min(table["returns"]), max(table["returns"]))
+    assert table["seed"] == 0 and table["mode"] == "eval" and table["checkpoint"].endswith("ckpt_0000000064.pt")
+    csv = (tmp_path / "returns.csv").read_text().splitlines()
+    assert csv[0] == "episode,return,length"
+    assert [float(line.split(",")[1]) for line in csv[1:]] == table["returns"]
+    for k, length in enumerate(table["lengths"]):
+        frames = iio.imread(tmp_path / f"episode_{k:03d}.mp4", index=None)
+        assert frames.shape[0] == length + 1 and frames.shape[-1] == 3  # reset frame + one per step
+        assert iio.imread(tmp_path / f"episode_{k:03d}_openloop.png").ndim == 3
+    assert not list(tmp_path.glob(".*partial*"))  # dropped extra episodes leave no files
+
+
+def test_recording_videos_does_not_change_the_episodes(run_dir, tmp_path):
+    run = load_run(run_dir)
+    torch.manual_seed(0)
+    plain = evaluate(run.agent, run.config["env"], 3, seed=1)
+    torch.manual_seed(0)
+    recorder = EpisodeRecorder(tmp_path, render=True)
+    recorded = evaluate(run.agent, run.config["env"], 3, seed=1, recorder=recorder)
+    assert (plain["returns"], plain["lengths"]) == (recorded["returns"], recorded["lengths"])
+    assert sorted(p.name for p in recorder.written) == ["episode_000.mp4", "episode_001.mp4", "episode_002.mp4"]
+
+
+def test_missing_and_corrupt_runs_fail_with_clear_messages(run_dir, tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.yaml").write_text("seed: 0\n")
+    assert main(["eval", str(tmp_path / "empty")]) == 2
+    assert "stopped before its first checkpoint" in capsys.readouterr().err
+    good = (run_dir / "checkpoints" / "ckpt_0000000064.pt").read_bytes()
+    broken = tmp_path / "broken" / "checkpoints"
+    broken.mkdir(parents=True)
+    (broken / "ckpt_0000000064.pt").write_bytes(good)
+    (broken / "ckpt_0000000128.pt").write_bytes(good[: len(good) // 2])  # truncated newest checkpoint
+    assert main(["eval", str(broken.parent)]) == 2
+    err = capsys.readouterr().err
+    assert "ckpt_0000000128.pt is corrupt" in err and "try an older checkpoint" in err and "ckpt_0000000064.pt" in err
+    torch.save({"weights": 1}, broken / "ckpt_0000000200.pt")
+    with pytest.raises(RunError, match=r"lacks \['agent', 'obs_shapes', 'action_spec', 'config'\]"):
+        load_run(broken.parent)
+    assert main(["imagine", str(tmp_path / "nope")]) == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_wandb_artifact_reference_is_downloaded_and_loaded(run_dir, monkeypatch):
+    calls = []
+
+    class Artifact:
+        def download(self, root=None):
+            return str(run_dir / "checkpoints")
+
+    class Api:
+        def artifact(self, name, type=None):
+            calls.append((name, type))
+            return Artifact()
+
+    module = types.ModuleType("wandb")
+    module.Api = Api
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    run = load_run("wandb:me/reverie/run123-checkpoint:latest")
+    assert calls == [("me/reverie/run123-checkpoint:latest", "model")] and run.directory == run_dir
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(RunError, match=r"pip install reverie\[wandb\]"):
+        load_run("wandb:me/reverie/run123-checkpoint:latest")
+
+
+def test_imagine_command_with_policy_random_and_given_actions(run_dir, tmp_path, capsys):
+    assert main(["imagine", str(run_dir), "--horizon", "6", "--out", str(tmp_path / "policy")]) == 0
+    out = json.loads((tmp_path / "policy" / "imagine.json").read_text())
+    assert len(out["reward"]) == 5 + 6 == len(out["cont"]) and np.asarray(out["actions"]).shape == (11, 2)
+    assert iio.imread(tmp_path / "policy" / "imagine.png").ndim == 3
+    np.save(tmp_path / "acts.npy", np.array([1, 1, 0, 0, 1, 1]))
+    assert main(["imagine", str(run_dir), "--horizon", "6", "--actions", str(tmp_path / "acts.npy"),
+                 "--out", str(tmp_path / "given")]) == 0
+    given = np.asarray(json.loads((tmp_path / "given" / "imagine.json").read_text())["actions"])
+    # a_{C-1} .. a_{C+H-2} drive the H imagined steps; the spare last one is never executed
+    np.testing.assert_array_equal(given[4:], np.eye(2)[[1, 1, 0, 0, 1, 1, 1]])
+    assert main(["imagine", str(run_dir), "--actions", "random", "--out", str(tmp_path / "random")]) == 0
+    capsys.readouterr()
+    np.save(tmp_path / "bad.npy", np.zeros((6, 3)))
+    assert main(["imagine", str(run_dir), "--horizon", "6", "--actions", str(tmp_path / "bad.npy")]) == 2
+    assert "must be shaped (H, A) = (6, 2)" in capsys.readouterr().err
+    assert main(["imagine", str(run_dir), "--context", "80"]) == 2  # debug episodes last at most 50 steps
+    assert "use a smaller --context" in capsys.readouterr().err
+
+
+def test_imagined_video_of_an_image_world_model(tmp_path, tiny_agent):
+    from omegaconf import OmegaConf
+
+    from reverie.types import ActionSpec
+
+    env_cfg = OmegaConf.create({"id": "reverie.envs.testing.ImageCountingEnv", "kwargs": {"size": 16, "length": 20},
+                                "num_envs": 1})
+    agent = tiny_agent({"image": (3, 16, 16)}, actions=2)
+    result = imagine(agent, env_cfg, ActionSpec(True, 2), seed=0, context=3, horizon=4)
+    np.testing.assert_array_equal(result.obs["image"].shape, (7, 3, 16, 16))
+    assert result.truth["image"].shape == (3, 3, 16, 16)
+    paths = write_imagined(result, tmp_path, scale=2)
+    video = iio.imread(tmp_path / "imagine_image.mp4", index=None)
+    assert [p.name for p in paths] == ["imagine.json", "imagine.png", "imagine_image.mp4"]
+    assert video.shape == (7, 2 * (2 + 16), 2 * 16, 3)  # marker bar + one row, upscaled x2
