@@ -4,9 +4,10 @@
     .venv/bin/python bench/viz.py --sizes xs --repeats 5
 
 One report = open-loop + closed-loop pass over B=4 sequences of T=64 steps (C=5 context), the open-loop and
-closed-loop mp4s and TensorBoard GIFs per image key, the reward/continue figure, a vector figure per vector key,
-and the scalars. Untrained models (the cost does not depend on the weights). The first report of a process
-also imports matplotlib; it is reported separately ("first") from the median of the following ones.
+closed-loop mp4s and TensorBoard GIFs per image key, the reward/continue figure, a vector figure per vector
+key, and the scalars. Frames: a square moving over a gradient (a simple game; random noise would be the
+worst case for the video encoders). Untrained models: the cost does not depend on the weights. The first
+report of a process also imports matplotlib; it is printed apart from the median of the following ones.
 """
 
 from __future__ import annotations
@@ -26,10 +27,22 @@ from reverie.types import ActionSpec
 from reverie.viz import report
 
 
+def moving_square(T: int, B: int, shape: tuple[int, int, int]) -> np.ndarray:
+    """uint8 (T, B, C, H, W) frames like a simple game: a gradient background and a square moving right
+    (random noise would be the worst case for the video encoders, not what observations look like)."""
+    C, H, W = shape
+    frames = np.broadcast_to(np.linspace(40, 120, W, dtype=np.float32), (T, B, C, H, W)).astype(np.uint8).copy()
+    for t in range(T):
+        for b in range(B):
+            x, y = (3 * t + 7 * b) % (W - 8), (11 * b) % (H - 8)
+            frames[t, b, :, y: y + 8, x: x + 8] = 230
+    return frames
+
+
 def batch(obs_shapes: dict, T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    out = {k: (rng.integers(0, 256, (T, B, *s), dtype=np.uint8) if len(s) == 3 else
-               rng.normal(size=(T, B, *s)).astype(np.float32)) for k, s in obs_shapes.items()}
+    out = {k: (moving_square(T, B, s) if len(s) == 3 else rng.normal(size=(T, B, *s)).astype(np.float32))
+           for k, s in obs_shapes.items()}
     out["prev_action"] = np.eye(2, dtype=np.float32)[rng.integers(0, 2, (T, B))]
     out["is_first"] = np.zeros((T, B), bool)
     out["is_first"][0] = True
@@ -58,7 +71,8 @@ def main() -> None:
                     start = time.perf_counter()
                     report(agent, data, logger, step=i)
                     times.append(time.perf_counter() - start)
-            print(f"  size {size:3s} {name:6s}: first {times[0]:6.2f} s, then median {statistics.median(times[1:]):6.2f} s")
+            median = statistics.median(times[1:])
+            print(f"  size {size:3s} {name:6s}: first {times[0]:6.2f} s, then median {median:6.2f} s")
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ def cmd_eval(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     args = parser.parse_args(argv)
     from reverie.evaluate import evaluate, write_returns
-    from reverie.run import RunError, load_run
+    from reverie.run import RunError, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
     try:
@@ -210,6 +210,9 @@ def cmd_eval(argv: list[str]) -> int:
     if args.episodes < 1:
         print(f"eval error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
         return 2
+    for mismatch in version_mismatches(run):
+        print(f"eval warning: simulator version differs from the run's ({mismatch}); returns may differ",
+              file=sys.stderr)
     seed = run.config["seed"] if args.seed is None else args.seed
     mode = "sample" if args.sample else "eval"
     out = Path(args.out) if args.out else run.directory / "eval" / dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")

@@ -91,8 +91,8 @@ def resolve_run(reference: str | Path, cache: str | Path | None = None) -> Path:
         return Path(artifact.download(root=None if cache is None else str(cache)))
     path = Path(text)
     if not path.exists():
-        raise RunError(f"no checkpoint to load: {text!r} does not exist. Pass a run directory written by `reverie train` "
-                       f"(runs/<date>_<time>_<exp>/), a checkpoint file (.../checkpoints/ckpt_*.pt) or "
+        raise RunError(f"no checkpoint to load: {text!r} does not exist. Pass a run directory written by "
+                       f"`reverie train` (runs/<date>_<time>_<exp>/), a checkpoint file (.../checkpoints/ckpt_*.pt) or "
                        f"wandb:<entity>/<project>/<run id>-checkpoint:latest")
     return path
 
@@ -156,3 +156,20 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     run = LoadedRun(agent, config, payload["obs_shapes"], payload["action_spec"], payload.get("counters", {}))
     run.directory, run.checkpoint = run_directory(ckpt), ckpt
     return run
+
+
+def version_mismatches(run: LoadedRun) -> list[str]:
+    """Simulator packages whose installed version differs from the one the run recorded in
+    ``env_metadata.json`` (e.g. ``"ale-py: run 0.11.0, installed 0.12.1"``); empty when they match or the run
+    recorded none. A different simulator version can change the dynamics, so returns may not be comparable."""
+    import json
+
+    from reverie.envs.factory import env_metadata
+
+    saved = run.directory / "env_metadata.json" if run.directory is not None else None
+    if saved is None or not saved.is_file():
+        return []
+    recorded = json.loads(saved.read_text(encoding="utf-8")).get("versions", {})
+    installed = env_metadata(run.config["env"]).get("versions", {})
+    return [f"{name}: run {version}, installed {installed.get(name, 'none')}"
+            for name, version in sorted(recorded.items()) if installed.get(name) != version]

@@ -8,7 +8,7 @@ import numpy as np
 
 
 def new_figure(rows: int, cols: int, width: float = 3.2, height: float = 2.2, **kwargs: Any):
-    """A ``rows x cols`` grid of axes on the Agg backend (never opens a window). Returns ``(fig, axes (rows, cols))``."""
+    """A ``rows x cols`` grid of axes drawn by Agg (never opens a window). Returns ``(fig, axes (rows, cols))``."""
     from matplotlib.figure import Figure  # a bare Figure drawn by FigureCanvasAgg: pyplot and its backend stay out
 
     fig = Figure(figsize=(width * cols, height * rows), dpi=80)

@@ -66,7 +66,8 @@ def video_grid(rows: Sequence[np.ndarray], context: int | None = None, max_seque
     keep = B if max_sequences is None else max(1, min(B, max_sequences))
     tiles = np.stack([to_hwc(r[:, :keep]) for r in rows], 1)  # (T, R, B', H, W, 3)
     _, R, _, H, W, _ = tiles.shape
-    frames = tiles.transpose(0, 1, 3, 2, 4, 5).reshape(T, R * H, keep * W, 3)  # (T, R, H, B', W, 3) -> (T, R*H, B'*W, 3)
+    frames = tiles.transpose(0, 1, 3, 2, 4, 5)  # (T, R, B', H, W, 3) -> (T, R, H, B', W, 3)
+    frames = frames.reshape(T, R * H, keep * W, 3)  # (T, R, H, B', W, 3) -> (T, R*H, B'*W, 3)
     if context is None:
         return np.ascontiguousarray(frames)
     bar = np.empty((T, MARKER, keep * W, 3), np.uint8)

@@ -132,3 +132,18 @@ def test_imagined_video_of_an_image_world_model(tmp_path, tiny_agent):
     video = iio.imread(tmp_path / "imagine_image.mp4", index=None)
     assert [p.name for p in paths] == ["imagine.json", "imagine.png", "imagine_image.mp4"]
     assert video.shape == (7, 2 * (2 + 16), 2 * 16, 3)  # marker bar + one row, upscaled x2
+
+
+def test_simulator_version_mismatch_is_reported(run_dir, tmp_path):
+    import shutil
+
+    from reverie.run import version_mismatches
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    assert version_mismatches(load_run(copy)) == []
+    meta = json.loads((copy / "env_metadata.json").read_text())
+    meta["versions"]["gymnasium"] = "0.0.1"
+    (copy / "env_metadata.json").write_text(json.dumps(meta))
+    (mismatch,) = version_mismatches(load_run(copy))
+    assert mismatch.startswith("gymnasium: run 0.0.1, installed ")
