@@ -153,7 +153,7 @@ def imagined_strip(result: Imagined, frames: int = STRIP_FRAMES) -> np.ndarray:
     (bars) and continue probability underneath, context steps shaded. Returns uint8 ``(H, W, 3)``."""
     T = result.context + result.horizon
     image_keys = [k for k, v in result.obs.items() if v.ndim == 4 and v.dtype == np.uint8]
-    fig, axes = new_figure(2, 1, width=max(6.0, 0.7 * min(T, frames)), height=2.0)
+    fig, axes = new_figure(2, 1, width=max(6.0, 1.1 * min(T, frames)), height=2.0)
     top, bottom = axes[0, 0], axes[1, 0]
     steps = np.arange(T)
     if image_keys:
@@ -179,6 +179,7 @@ def imagined_strip(result: Imagined, frames: int = STRIP_FRAMES) -> np.ndarray:
         twin.set_ylim(-0.05, 1.05)
         twin.tick_params(labelsize=7)
         twin.set_ylabel("continue", fontsize=7)
+        fig.subplots_adjust(right=1 - 0.6 / fig.get_figwidth())  # room for the right-hand axis labels
     bottom.set_xlim(-0.5, T - 0.5)
     bottom.set_xlabel("step t", fontsize=8)
     bottom.set_ylabel("reward", fontsize=7)
