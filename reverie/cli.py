@@ -30,12 +30,14 @@ commands:
   train [OVERRIDE ...]        train an agent (Hydra overrides; `reverie train --help`)
   eval RUN [--episodes N]     evaluate a trained run directory or checkpoint file
   compare ...                 compare scores with the official ones (`reverie compare --help`)
+  sweep FILE [--address A]    hyperparameter sweep over seeds on Ray Tune (`reverie sweep --help`)
 
 examples:
   reverie train                              DreamerV3 xs on CartPole-v1
   reverie train env=pendulum                 continuous actions
   reverie train exp=debug                    tiny smoke run
-  reverie eval runs/<run> --episodes 10"""
+  reverie eval runs/<run> --episodes 10
+  reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
 TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
 
@@ -192,7 +194,8 @@ def cmd_eval(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval,
-            "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv)}
+            "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),
+            "sweep": lambda argv: __import__("reverie.sweep.cli", fromlist=["cmd_sweep"]).cmd_sweep(argv)}
 
 
 def main(argv: list[str] | None = None) -> int:
