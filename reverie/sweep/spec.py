@@ -191,8 +191,6 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
     _check_keys(resources, RESOURCE_KEYS, f"{where}: resources")
     cpus = _number(resources.get("cpus", 1), "resources.cpus", where)
     gpus = _number(resources.get("gpus", 0), "resources.gpus", where, allow_zero=True)
-    if cpus <= 0:
-        raise SweepSpecError(f"{where}: resources.cpus must be > 0 (CPUs per trial), got {cpus}")
     max_concurrent = data.get("max_concurrent")
     if max_concurrent is not None:
         max_concurrent = _positive_int(max_concurrent, "max_concurrent", where)
