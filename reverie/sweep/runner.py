@@ -113,7 +113,10 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
         if address:
             ray.init(address=address, log_to_driver=verbose)
         else:
+            # kill_child_processes_on_worker_exit off: a stopped trial's `reverie train` gets SIGTERM (from the trial
+            # runner, or as its parent-death signal) and saves a checkpoint, instead of Ray's SIGKILL.
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=verbose,
+                     _system_config={"kill_child_processes_on_worker_exit": False},
                      runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
                          filter(None, [setup["python_path"], os.environ.get("PYTHONPATH")]))}})
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup),
@@ -129,7 +132,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
     tuner = tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(metric=spec.metric, mode="max", search_alg=searcher, scheduler=scheduler,
-                                    num_samples=samples, max_concurrent_trials=spec.max_concurrent),
+                                    num_samples=samples, max_concurrent_trials=spec.max_concurrent,
+                                    reuse_actors=True),
         run_config=tune.RunConfig(name=time.strftime("tune_%Y%m%d_%H%M%S"), storage_path=str(sweep_dir / "ray"),
                                   failure_config=tune.FailureConfig(max_failures=spec.retries), callbacks=[progress],
                                   verbose=2 if verbose else 0, progress_reporter=None if verbose else _Silent()))

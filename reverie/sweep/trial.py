@@ -14,6 +14,11 @@ a checkpoint only in a main thread, which a Ray function trainable is not. On Li
 the Ray worker thread that started it dies (``PR_SET_PDEATHSIG``), so killing the sweep driver never leaves
 orphaned training runs writing into the sweep.
 
+Stopping: when Tune stops a trial (Ctrl-C of the driver, ASHA) the subprocess gets SIGTERM and ``reverie train``
+writes a checkpoint before it exits. The local Ray is started with ``kill_child_processes_on_worker_exit`` off so that
+Ray does not SIGKILL it first, and the subprocess runs in its own session, out of the worker's process group (which
+Ray also kills); the parent-death signal above still ends it when its worker dies.
+
 Retries: when a trial fails, Ray Tune runs it again (``retries``) with the same command on the same directory.
 With a checkpoint there, ``reverie train run_dir=<dir>`` continues from it (the checkpoint/resume contract);
 a directory without a checkpoint had nothing worth keeping for training, so its files are first moved to
@@ -128,9 +133,10 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
         log.write(f"\n[sweep] {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=setup.get("cwd") or None, env=env,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                                start_new_session=True)  # out of the worker's process group, which Ray kills
         try:
-            while proc.poll() is None:
+            while proc.poll() is None and not _stop_requested():
                 time.sleep(POLL_S)
                 for step, value in watcher.new_evals():
                     report(step, value)
@@ -197,6 +203,18 @@ def _set_aside_failed_attempt(run_dir: Path) -> None:
     target.mkdir(parents=True)
     for p in entries:
         shutil.move(str(p), str(target / p.name))
+
+
+def _stop_requested() -> bool:
+    """True once Ray Tune asked this trial to stop (Ctrl-C of the driver, ASHA): then the training subprocess gets
+    SIGTERM, so it writes a checkpoint before the Ray worker goes away. Reads Tune's session flag (no public API)."""
+    try:
+        from ray.train._internal.session import get_session
+
+        session = get_session()
+        return bool(session is not None and session.stop_event.is_set())
+    except (ImportError, AttributeError):
+        return False
 
 
 def _quoted(path: Path) -> str:
