@@ -47,7 +47,8 @@ def test_killed_sweep_resumes_without_repeating_finished_trials(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     sweep_dir = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "reverie", "sweep", str(path), "--dir", str(sweep_dir), "--num-cpus", "1"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
     # --- first run: killed as soon as one trial has finished ---
     with open(tmp_path / "first.log", "w") as log:

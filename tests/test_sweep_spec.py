@@ -39,7 +39,8 @@ def test_unknown_nested_key_is_named(section, value, key):
 
 
 def test_unknown_distribution_is_named():
-    with pytest.raises(SweepSpecError, match=r"space.agent.module.lam: unknown key 'normal' \(did you mean 'uniform'\?\); known keys: grid, choice"):
+    with pytest.raises(SweepSpecError, match=r"space.agent.module.lam: unknown key 'normal' "
+                                             r"\(did you mean 'uniform'\?\); known keys: grid, choice"):
         parse_spec({**GRID, "space": {"agent.module.lam": {"normal": [0.9, 0.99]}}})
 
 
@@ -179,3 +180,22 @@ def test_log_scale_for_loguniform_and_wide_positive_grids():
                        "search": {"algorithm": "random", "samples": 1}})
     assert [p.log_scale for p in spec.params] == [True, False, True]
     assert math.isclose(spec.params[0].values[0], 1e-4)
+
+
+def test_optuna_search_space_maps_each_distribution_to_a_tune_domain():
+    pytest.importorskip("ray.tune")
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    from reverie.sweep.space import tune_domains
+
+    spec = parse_spec({"space": {"g": [1, 2], "c": {"choice": ["a", "b"]}, "u": {"uniform": [0.0, 1.0]},
+                                 "l": {"loguniform": [1e-4, 1e-2]}, "r": {"randint": [2, 5]}},
+                       "search": {"algorithm": "optuna", "samples": 4}})
+    domains = tune_domains(spec)
+    assert isinstance(domains["g"], Categorical) and domains["g"].categories == [1, 2]
+    assert isinstance(domains["c"], Categorical) and domains["c"].categories == ["a", "b"]
+    assert isinstance(domains["u"], Float) and (domains["u"].lower, domains["u"].upper) == (0.0, 1.0)
+    assert isinstance(domains["l"].sampler, Float._LogUniform) and domains["l"].lower == 1e-4
+    assert isinstance(domains["r"], Integer) and (domains["r"].lower, domains["r"].upper) == (2, 5)
+    with pytest.raises(ValueError, match="optuna searches get their configurations from the searcher"):
+        configurations(spec)

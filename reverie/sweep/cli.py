@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs of the local Ray (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the trials; run nothing")
-    parser.add_argument("--summary-only", action="store_true", help="write the summary of the trials so far; run nothing")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="write the summary of the trials so far; run nothing")
     parser.add_argument("--verbose", action="store_true", help="also show Ray Tune's status tables and worker logs")
     return parser
 
@@ -44,6 +45,13 @@ def cmd_sweep(argv: list[str]) -> int:
     """Entry of ``reverie sweep``; returns the exit status (2 with a message on stderr for a bad sweep file, 1 when
     trials failed after their retries)."""
     args = build_parser().parse_args(argv)
+    if not (args.dry_run or args.summary_only):
+        try:
+            import ray.tune  # noqa: F401
+        except ImportError as err:
+            print(f"sweep error: Ray Tune is not installed ({err}); install it with `pip install 'reverie[sweep]'` "
+                  f"(and `reverie[optuna]` for search.algorithm: optuna)", file=sys.stderr)
+            return 2
     try:
         spec = load_spec(args.file)
         sweep_dir = Path(args.dir or Path("sweeps") / spec.name)

@@ -127,8 +127,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
         trials = [{"params": params, "seed": seed} for params in configs for seed in spec.seeds]
         param_space, searcher, samples, total = {"trial": tune.grid_search(trials)}, None, 1, len(trials)
     scheduler = _asha(spec, steps, sweep_dir) if spec.asha else None
-    progress = SweepProgress(total=total, metric=spec.metric, seeds_per_trial=len(spec.seeds)
-                             if spec.algorithm == "optuna" else 1)
+    progress = SweepProgress(total=total, metric=spec.metric, done_before=total - samples if searcher else 0,
+                             seeds_per_trial=len(spec.seeds) if spec.algorithm == "optuna" else 1)
     tuner = tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(metric=spec.metric, mode="max", search_alg=searcher, scheduler=scheduler,

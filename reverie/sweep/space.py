@@ -63,7 +63,8 @@ def sample(param: Param, rng: np.random.Generator) -> Any:
 
 def config_id(params: dict[str, Any]) -> str:
     """A stable, readable, file-name-safe id: the last key part and value of each parameter, plus a hash of the
-    exact values (keys sorted), e.g. ``model_lr-0.0003_3f2a9c`` (no ``=``, which Hydra's override grammar would reject in a path). The same values always give the same id, in any key order."""
+    exact values (keys sorted), e.g. ``model_lr-0.0003_3f2a9c`` (no ``=``, which Hydra's override grammar rejects
+    in a path). The same values always give the same id, in any key order."""
     canonical = json.dumps({k: params[k] for k in sorted(params)}, sort_keys=True, default=str)
     digest = hashlib.sha1(canonical.encode()).hexdigest()[:6]
     label = "_".join(f"{k.split('.')[-1]}-{_short(params[k])}" for k in sorted(params))

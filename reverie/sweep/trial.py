@@ -62,7 +62,8 @@ def trial_dir(sweep_dir: str | Path, params: dict[str, Any], seed: int) -> Path:
 def train_command(run_dir: Path, params: dict[str, Any], seed: int, base: list[str], threads: int) -> list[str]:
     """The ``python -m reverie train`` command of one trial: base overrides, then the swept values, then seed,
     run_dir and (unless base sets it) ``threads``."""
-    cmd = [sys.executable, "-m", "reverie", "train", *base, *overrides(params), f"seed={seed}", f"run_dir={_quoted(run_dir)}"]
+    cmd = [sys.executable, "-m", "reverie", "train", *base, *overrides(params), f"seed={seed}",
+           f"run_dir={_quoted(run_dir)}"]
     if not any(o.split("=", 1)[0] == "threads" for o in base):
         cmd.append(f"threads={threads}")
     return cmd
@@ -93,16 +94,16 @@ def run_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
         seeds = [int(s) for s in setup["seeds"]]
     metric = setup["metric"]
     finals: list[float] = []
-    for i, seed in enumerate(seeds):
-        last = len(finals) == len(seeds) - 1
+    for seed in seeds:
 
-        def report(step: int, value: float, done: bool = False) -> None:
-            score = sum(finals + [value]) / (len(finals) + 1) if done and last else value
-            tune.report({metric: score, "env_steps": step, "done": done and last, "seeds_done": len(finals) + done})
+        def report(step: int, value: float) -> None:  # an evaluation of the running seed
+            tune.report({metric: value, "env_steps": step, "done": False, "seeds_done": len(finals)})
 
         summary = run_seed(trial_dir(setup["sweep_dir"], params, seed), params, seed, setup, report)
         finals.append(float(summary.get("eval_return", float("nan"))))
-        report(int(summary.get("env_steps", 0)), finals[-1], done=True)
+        done = len(finals) == len(seeds)
+        tune.report({metric: sum(finals) / len(finals) if done else finals[-1], "done": done,
+                     "env_steps": int(summary.get("env_steps", 0)), "seeds_done": len(finals)})
 
 
 def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, Any],
