@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_sweep(argv: list[str]) -> int:
     """Entry of ``reverie sweep``; returns the exit status (2 with a message on stderr for a bad sweep file, 1 when
-    trials failed after their retries)."""
+    trials failed after their retries or did not run)."""
     args = build_parser().parse_args(argv)
     if not (args.dry_run or args.summary_only):
         try:
@@ -78,8 +78,10 @@ def cmd_sweep(argv: list[str]) -> int:
     if failed:
         print(f"{len(failed)} trial(s) failed after their retries: {', '.join(failed)}; see their train.log. Run the "
               f"same command again to retry them (finished trials are skipped).", file=sys.stderr)
-        return 1
-    return 0
+    elif summary.get("incomplete") and not args.summary_only:
+        print(f"{summary['incomplete']} trial(s) did not finish; run the same command again to run them (finished "
+              f"trials are skipped).", file=sys.stderr)
+    return 1 if failed or (summary.get("incomplete") and not args.summary_only) else 0
 
 
 def dry_run(spec, sweep_dir: Path) -> int:

@@ -109,40 +109,56 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
     prepare_dir(spec, sweep_dir)
     setup = trial_setup(spec, sweep_dir, cluster=address is not None)
 
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=verbose)
-        else:
-            # kill_child_processes_on_worker_exit off: a stopped trial's `reverie train` gets SIGTERM (from the trial
-            # runner, or as its parent-death signal) and saves a checkpoint, instead of Ray's SIGKILL.
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=verbose,
-                     _system_config={"kill_child_processes_on_worker_exit": False},
-                     runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
-                         filter(None, [setup["python_path"], os.environ.get("PYTHONPATH")]))}})
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup),
                                     {"cpu": spec.cpus, "gpu": spec.gpus})
+    best = None
     if spec.algorithm == "optuna":
         param_space, searcher, samples, total = _optuna(spec, sweep_dir)
-    else:
+        done_before = total - samples
+    else:  # trials finished (or stopped by ASHA) in an earlier run are not handed to Tune at all
         trials = [{"params": params, "seed": seed} for params in configs for seed in spec.seeds]
-        param_space, searcher, samples, total = {"trial": tune.grid_search(trials)}, None, 1, len(trials)
+        todo = [t for t in trials if not _finished(trial_dir(sweep_dir, t["params"], t["seed"]))]
+        param_space, searcher, total = {"trial": tune.grid_search(todo)}, None, len(trials)
+        samples, done_before = (1 if todo else 0), len(trials) - len(todo)
+        for t in trials:  # the progress line's "best so far" starts from the finished trials
+            path = trial_dir(sweep_dir, t["params"], t["seed"]) / SUMMARY
+            value = json.loads(path.read_text(encoding="utf-8")).get(spec.metric) if path.is_file() else None
+            if value is not None and math.isfinite(value) and (best is None or value > best[0]):
+                best = (float(value), f"{config_id(t['params'])} seed {t['seed']}")
     scheduler = _asha(spec, steps, sweep_dir) if spec.asha else None
-    progress = SweepProgress(total=total, metric=spec.metric, done_before=total - samples if searcher else 0,
+    progress = SweepProgress(total=total, metric=spec.metric, done_before=done_before,
                              seeds_per_trial=len(spec.seeds) if spec.algorithm == "optuna" else 1)
-    tuner = tune.Tuner(
-        trainable, param_space=param_space,
-        tune_config=tune.TuneConfig(metric=spec.metric, mode="max", search_alg=searcher, scheduler=scheduler,
-                                    num_samples=samples, max_concurrent_trials=spec.max_concurrent,
-                                    reuse_actors=True),
-        run_config=tune.RunConfig(name=time.strftime("tune_%Y%m%d_%H%M%S"), storage_path=str(sweep_dir / "ray"),
-                                  failure_config=tune.FailureConfig(max_failures=spec.retries), callbacks=[progress],
-                                  verbose=2 if verbose else 0, progress_reporter=None if verbose else _Silent()))
-    if samples > 0:
+    progress.best = best
+    if samples > 0:  # else every trial is finished already: only the summary is rewritten
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=verbose)
+            else:
+                # kill_child_processes_on_worker_exit off: a stopped trial's `reverie train` gets SIGTERM (from the
+                # trial runner, or as its parent-death signal) and saves a checkpoint, instead of Ray's SIGKILL.
+                ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=verbose,
+                         _system_config={"kill_child_processes_on_worker_exit": False},
+                         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                             filter(None, [setup["python_path"], os.environ.get("PYTHONPATH")]))}})
+        tuner = tune.Tuner(
+            trainable, param_space=param_space,
+            tune_config=tune.TuneConfig(metric=spec.metric, mode="max", search_alg=searcher, scheduler=scheduler,
+                                        num_samples=samples, max_concurrent_trials=spec.max_concurrent,
+                                        reuse_actors=False),  # a stopped trial may still be saving a checkpoint
+            run_config=tune.RunConfig(name=time.strftime("tune_%Y%m%d_%H%M%S"), storage_path=str(sweep_dir / "ray"),
+                                      failure_config=tune.FailureConfig(max_failures=spec.retries),
+                                      callbacks=[progress], verbose=2 if verbose else 0,
+                                      progress_reporter=None if verbose else _Silent()))
         tuner.fit()
     progress.close()
     summary = write_summary(spec, sweep_dir)
     summary["failed"] = progress.failed
     return summary
+
+
+def _finished(run_dir: Path) -> bool:
+    """True for a trial directory that must not run again: ``summary.json`` (finished) or ``sweep_stopped.json``."""
+    return (run_dir / SUMMARY).is_file() or (run_dir / STOPPED).is_file()
 
 
 def _optuna(spec: SweepSpec, sweep_dir: Path):

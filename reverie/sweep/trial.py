@@ -100,6 +100,8 @@ def run_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
             tune.report({metric: value, "env_steps": step, "done": False, "seeds_done": len(finals)})
 
         summary = run_seed(trial_dir(setup["sweep_dir"], params, seed), params, seed, setup, report)
+        if summary.get("stopped"):
+            return
         finals.append(float(summary.get("eval_return", float("nan"))))
         done = len(finals) == len(seeds)
         tune.report({metric: sum(finals) / len(finals) if done else finals[-1], "done": done,
@@ -113,7 +115,7 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
     A directory with ``summary.json`` is finished: its summary is returned without running anything. One with
     ``sweep_stopped.json`` (stopped early by ASHA) returns that file's summary. Otherwise ``reverie train`` runs
     there, ``report(env_steps, mean_eval_return)`` is called for each evaluation it completes, and the summary it
-    writes is returned.
+    writes is returned; ``{"stopped": True}`` when Tune stopped the trial meanwhile.
 
     Raises:
         TrialError: the subprocess exited without writing ``summary.json``.
@@ -148,6 +150,8 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
                     proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+    if not (run_dir / SUMMARY).is_file() and _stop_requested():
+        return {"stopped": True}  # Tune stopped the trial: nothing to report, nothing failed
     if not (run_dir / SUMMARY).is_file():
         tail = (run_dir / LOG).read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         raise TrialError(f"trial {run_dir.name} failed: `reverie train` exited with status {proc.returncode} without "
