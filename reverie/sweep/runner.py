@@ -12,9 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -149,7 +152,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
                                       callbacks=[progress], verbose=2 if verbose else 0,
                                       progress_reporter=None if verbose else _Silent()))
-        tuner.fit()
+        with _sigterm_as_sigint():
+            tuner.fit()
     progress.close()
     summary = write_summary(spec, sweep_dir)
     summary["failed"] = progress.failed
@@ -206,6 +210,20 @@ def _asha(spec: SweepSpec, steps: int, sweep_dir: Path):
     grace = min(int(spec.asha["grace_steps"]), steps)
     return MarkingASHA(time_attr="env_steps", max_t=max(steps, 1), grace_period=max(grace, 1),
                        reduction_factor=spec.asha["reduction_factor"])
+
+
+@contextlib.contextmanager
+def _sigterm_as_sigint():
+    """While Tune runs, SIGTERM (``kill PID``, a batch scheduler) stops the sweep like Ctrl-C: Tune stops the trials,
+    whose training saves a checkpoint, and the summary is still written. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Silent:
