@@ -65,6 +65,7 @@ def test_empty_search_space(space):
     ({"seeds": [1, 1]}, "lists a seed twice"),
     ({"base": ["exp=debug", "agent.module.free_nats=2"]}, "sets a parameter that 'space' sweeps"),
     ({"base": ["seed=3"]}, "'seed' is set by the sweep"),
+    ({"base": ["train.steps=9"], "budget": 5}, "both 'budget' and train.steps in base"),
     ({"resources": {"cpus": 0}}, "resources.cpus must be a positive number"),
     ({"retries": -1}, "retries must be an integer >= 0"),
     ({"metric": "loss"}, "metric 'loss' is not supported"),

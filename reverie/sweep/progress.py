@@ -26,13 +26,12 @@ class SweepProgress(Callback):
     Args:
         total: Tune trials in the sweep (configurations x seeds; Optuna: configurations).
         metric: the trial metric (higher is better).
-        seeds_per_trial: training runs inside one Tune trial (1, or the seed count for Optuna).
         done_before: trials finished by an earlier run that Tune will not see (Optuna restarts).
         stream: where the lines go (default stdout).
     """
 
-    def __init__(self, total: int, metric: str, seeds_per_trial: int = 1, done_before: int = 0, stream: Any = None):
-        self.total, self.metric, self.seeds_per_trial = total, metric, seeds_per_trial
+    def __init__(self, total: int, metric: str, done_before: int = 0, stream: Any = None):
+        self.total, self.metric = total, metric
         self.stream = stream or sys.stdout
         self.running: set[str] = set()
         self.done: list[str] = [f"earlier-{i}" for i in range(done_before)]

@@ -129,8 +129,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
             if value is not None and math.isfinite(value) and (best is None or value > best[0]):
                 best = (float(value), f"{config_id(t['params'])} seed {t['seed']}")
     scheduler = _asha(spec, steps, sweep_dir) if spec.asha else None
-    progress = SweepProgress(total=total, metric=spec.metric, done_before=done_before,
-                             seeds_per_trial=len(spec.seeds) if spec.algorithm == "optuna" else 1)
+    progress = SweepProgress(total=total, metric=spec.metric, done_before=done_before)
     progress.best = best
     if samples > 0:  # else every trial is finished already: only the summary is rewritten
         if not ray.is_initialized():
