@@ -206,8 +206,10 @@ def run_compare(trials: pd.DataFrame, best: str, other: str, out: Path) -> str |
 
 def plot_params(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFrame, stem: Path) -> list[Path]:
     """Final eval return against each swept parameter: one panel per parameter; dots are trials (seeds), black bars
-    the configuration means with their 95% bootstrap CIs. Log axis for log-uniform (or > 1 decade) parameters;
-    non-numeric values on evenly spaced positions."""
+    the configuration means with their 95% bootstrap CIs. Log axis for log-uniform (or > 1 decade) parameters whose
+    values span more than a decade; non-numeric values on evenly spaced positions."""
+    import matplotlib.ticker
+
     from reverie.scores.plots import COLORS, plt, save
 
     finished = trials[trials["status"] == "finished"]
@@ -223,8 +225,12 @@ def plot_params(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFrame, st
         err = np.abs(np.stack([scored["mean"] - scored["mean_lo"], scored["mean_hi"] - scored["mean"]]))
         ax.errorbar(cx, scored["mean"], yerr=err, fmt="o", color="black", ms=4, capsize=3, lw=1,
                     label="configuration mean, 95% CI")
-        if numeric and param.log_scale:
-            ax.set_xscale("log")
+        drawn = [float(v) for v in values] if numeric else []
+        if numeric and min(drawn) > 0 and max(drawn) / min(drawn) > 10 and param.log_scale:
+            ax.set_xscale("log")  # log-uniform or a wide grid, and the values drawn span more than a decade
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        elif numeric:
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
         if not numeric:
             ax.set_xticks(range(len(values)))
             ax.set_xticklabels([str(v) for v in values], fontsize=7)
