@@ -229,6 +229,8 @@ def plot_params(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFrame, st
         if numeric and min(drawn) > 0 and max(drawn) / min(drawn) > 10 and param.log_scale:
             ax.set_xscale("log")  # log-uniform or a wide grid, and the values drawn span more than a decade
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        elif numeric and len(drawn) <= 4:
+            ax.set_xticks(drawn)  # a grid: one tick per value
         elif numeric:
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
         if not numeric:
