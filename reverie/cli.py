@@ -32,13 +32,15 @@ commands:
   eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
+  sweep FILE [--address A]    hyperparameter sweep over seeds on Ray Tune (`reverie sweep --help`)
 
 examples:
   reverie train                              DreamerV3 xs on CartPole-v1
   reverie train env=pendulum                 continuous actions
   reverie train exp=debug                    tiny smoke run
   reverie eval runs/<run> --episodes 10
-  reverie imagine runs/<run> --horizon 30"""
+  reverie imagine runs/<run> --horizon 30
+  reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
 TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
 
@@ -281,7 +283,8 @@ def cmd_imagine(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine,
-            "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv)}
+            "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),
+            "sweep": lambda argv: __import__("reverie.sweep.cli", fromlist=["cmd_sweep"]).cmd_sweep(argv)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ It owns time (env steps, the train_ratio clock, log/eval/save clocks) and knows 
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import threading
@@ -189,6 +190,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     wall = time.time() - start
     summary = {"env_steps": env_steps, "updates": updates, "eval_return": final, "evals": evals, "wall_s": wall,
                "interrupted": interrupted}
+    if not interrupted:  # summary.json marks a finished run (what `reverie sweep` checks before rerunning a trial)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(f"[reverie] {'interrupted' if interrupted else 'done'}: {env_steps} env steps, {updates} updates, "
           f"last eval return {final:.1f}, {wall / 60:.2f} min; run dir {run_dir}")
     return summary
