@@ -1,0 +1,120 @@
+"""Exact resume (issue 6): 2N steps == N steps, stop, resume, N more; the replay is exactly the saved one."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from reverie.checkpoint import list_checkpoints, load_checkpoint
+from reverie.cli import main
+from reverie.envs.stepper import VectorStepper
+
+N = 48  # env steps per half (4 envs: 12 rows); 0.5 updates per env step after a 16-step prefill
+BASE = ["exp=debug", "agent.train_ratio=16", "train.prefill=16", "train.eval_every=0", "train.eval_episodes=1",
+        "train.log_every=16", "seed=5"]
+
+
+def run(run_dir, *overrides, expect=0):
+    assert main(["train", *BASE, f"run_dir={run_dir}", *overrides]) == expect
+
+
+def final_state(run_dir):
+    """Everything that must match exactly: the newest checkpoint's payload and its replay files."""
+    payload = load_checkpoint(run_dir)
+    replay = {p.stem: np.load(p) for p in sorted((list_checkpoints(run_dir / "checkpoints")[-1]
+                                                  .with_suffix(".replay")).glob("*.npy"))}
+    meta = json.loads((list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json").read_text())
+    counters = {k: v for k, v in payload["counters"].items() if k != "wall_s"}
+    return payload, replay, meta, counters
+
+
+def assert_same(a, b, path="state"):
+    """Recursive exact equality of nested dicts/lists of tensors, arrays and plain values."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def compare_runs(straight, resumed):
+    pa, ra, ma, ca = final_state(straight)
+    pb, rb, mb, cb = final_state(resumed)
+    assert ca == cb and ca["env_steps"] == 2 * N and ca["updates"] > 0
+    assert_same(pa["agent"], pb["agent"], "agent")  # parameters, slow critic, normaliser, three optimisers
+    assert_same(pa["ratio"], pb["ratio"], "ratio")
+    assert_same(ra, rb, "replay")
+    assert {k: ma[k] for k in ("cursor", "fill", "wrapped", "rng")} == {k: mb[k] for k in ("cursor", "fill", "wrapped", "rng")}
+    assert_same(pa["row"], pb["row"], "row")
+    assert_same(pa["act_state"], pb["act_state"], "act_state")
+    assert_same(pa["rng"]["torch"], pb["rng"]["torch"], "torch rng")
+
+
+def test_2n_equals_n_then_resume_n(tmp_path):
+    run(tmp_path / "straight", f"train.steps={2 * N}")
+    run(tmp_path / "resumed", f"train.steps={N}")  # finishes (summary.json) ...
+    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["env_steps"] == N
+    run(tmp_path / "resumed", f"train.steps={N}")  # ... the same steps again: already finished, exit 0, no work
+    assert load_checkpoint(tmp_path / "resumed")["counters"]["env_steps"] == N
+    run(tmp_path / "resumed", f"train.steps={2 * N}")  # ... and continues with more steps
+    compare_runs(tmp_path / "straight", tmp_path / "resumed")
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["env_steps"] == 2 * N and summary["resumed_from"] == N
+
+
+class Killed(BaseException):
+    """Stands in for kill -9: nothing after it runs (no checkpoint, no summary)."""
+
+
+def test_kill_after_collecting_past_the_checkpoint_drops_that_data(tmp_path, monkeypatch):
+    mm = ["replay.storage=memmap", "replay.capacity=64", "train.checkpoint_every=" + str(N)]  # 16 rows: wraps
+    run(tmp_path / "straight", f"train.steps={2 * N}", *mm)
+    real_step, calls = VectorStepper.step, {"n": 0}
+
+    def step_then_die(self, action):
+        calls["n"] += 1
+        if calls["n"] == (N + N // 2) // 4:  # env step 72: 24 steps collected past the checkpoint at 48
+            raise Killed
+        return real_step(self, action)
+
+    monkeypatch.setattr(VectorStepper, "step", step_then_die)
+    with pytest.raises(Killed):
+        run(tmp_path / "killed", f"train.steps={2 * N}", *mm)
+    monkeypatch.setattr(VectorStepper, "step", real_step)
+    killed = tmp_path / "killed"
+    assert not (killed / "summary.json").exists()
+    saved = load_checkpoint(killed)
+    assert saved["counters"]["env_steps"] == N
+    live = np.load(killed / "replay" / "vector.npy")
+    snap = np.load(killed / "checkpoints" / f"ckpt_{N:010d}.replay" / "vector.npy")
+    assert not np.array_equal(live, snap)  # the live memmap moved on past the checkpoint (and wrapped over it)
+    assert max(json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()) > N
+
+    run(killed, f"train.steps={2 * N}", *mm)  # the same command resumes it
+    compare_runs(tmp_path / "straight", killed)
+    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))  # rows after the checkpoint were dropped once
+
+
+def test_resume_rejects_unsafe_changes_and_applies_safe_ones(tmp_path, capsys):
+    run(tmp_path / "r", "train.steps=16", "train.prefill=16")
+    before = (tmp_path / "r" / "config.yaml").read_text()
+    assert main(["train", "--resume", str(tmp_path / "r"), "agent.module.horizon=7", "train.steps=32"]) == 2
+    err = capsys.readouterr().err
+    assert "agent.module.horizon: 4 (saved) -> 7 (now)" in err and "train.steps" in err  # names key, values, safe keys
+    assert (tmp_path / "r" / "config.yaml").read_text() == before  # nothing touched
+    assert main(["train", "--resume", str(tmp_path / "r"), "train.steps=32", "train.log_every=8"]) == 0
+    assert "train.log_every 16 -> 8" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "r")["config"]["train"]["log_every"] == 8
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
