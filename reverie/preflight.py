@@ -106,7 +106,7 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
         raise PreflightError(
             f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where} "
             f"({keep} checkpoint replay snapshot(s){' + the live memmap files' if storage == 'memmap' else ''} of "
-            f"{replay / GIB:.2f} GiB each) but only {disk_free / GIB:.2f} GiB is free. Lower replay.capacity "
+            f"{replay / GIB:.2f} GiB each: {capacity:,} steps x {per_step:,} bytes) but only {disk_free / GIB:.2f} GiB is free. Lower replay.capacity "
             f"(about {fits:,} steps fit) or train.checkpoint_keep, or free disk space. replay.preflight=false "
             f"skips this check.")
     return report

@@ -121,3 +121,72 @@ def test_resume_rejects_unsafe_changes_and_applies_safe_ones(tmp_path, capsys):
     assert load_checkpoint(tmp_path / "r")["config"]["train"]["log_every"] == 8
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, capsys):
+    run(tmp_path / "t", "train.steps=32", "train.checkpoint_every=16")
+    newest = tmp_path / "t" / "checkpoints" / "ckpt_0000000032.pt"
+    newest.write_bytes(newest.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="ckpt_0000000032.pt is unreadable"):
+        run(tmp_path / "t", "train.steps=48", "train.checkpoint_every=16")
+    assert "from ckpt_0000000016.pt: env step 16" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "t")["counters"]["env_steps"] == 48
+
+
+def test_many_non_finite_updates_in_a_row_stop_with_a_checkpoint(tmp_path, monkeypatch):
+    from reverie.agents.dreamer import DreamerV3
+
+    monkeypatch.setattr(DreamerV3, "update", lambda self, batch: {"guard/nonfinite": 1.0})
+    with pytest.warns(RuntimeWarning, match="non-finite"):
+        run(tmp_path / "d", "train.steps=200", "train.max_nonfinite_updates=5", expect=1)
+    payload = load_checkpoint(tmp_path / "d")
+    assert payload["counters"]["skipped_updates"] == 5 and payload["counters"]["env_steps"] < 200
+    assert not (tmp_path / "d" / "summary.json").exists()
+    last = json.loads((tmp_path / "d" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["guard/skipped_updates"] == 5 and last["guard/nonfinite"] == 1.0
+
+
+@pytest.mark.parametrize("storage, message", [("memory", "GiB of RAM"), ("memmap", "GiB of disk")])
+def test_preflight_refuses_a_replay_that_cannot_fit(tmp_path, capsys, storage, message):
+    assert main(["train", *BASE, f"run_dir={tmp_path / 'x'}", "replay.capacity=400000000000",
+                 f"replay.storage={storage}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "400,000,000,000 steps x 31 bytes" in err and "replay.capacity" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_preflight_numbers():
+    from reverie.preflight import PreflightError, preflight
+
+    spec = {"image": ((3, 64, 64), np.uint8), "action": ((6,), np.float32), "reward": ((), np.float32),
+            "is_first": ((), bool), "is_last": ((), bool), "is_terminal": ((), bool)}
+    agent = torch.nn.Linear(10, 10)  # 110 parameters -> 4 x 440 bytes
+    report = preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**9, disk=10**9)
+    assert report["replay_bytes"] == 1000 * (12_288 + 24 + 4 + 3) and report["model_bytes"] == 1760
+    assert report["disk_needed"] == 2 * report["replay_bytes"]
+    with pytest.raises(PreflightError, match="replay.storage=memmap"):
+        preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)
+    assert preflight(spec, 1000, agent, "memmap", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)["ram_needed"] == 1760
+
+
+def test_sigterm_writes_a_final_checkpoint(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "term"
+    proc = subprocess.Popen([sys.executable, "-m", "reverie", "train", *BASE, f"run_dir={run_dir}",
+                             "train.steps=100000", "train.checkpoint_every=100000"],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out.decode()[-2000:]
+    payload = load_checkpoint(run_dir)
+    assert 32 <= payload["counters"]["env_steps"] < 100000 and not (run_dir / "summary.json").exists()
