@@ -34,7 +34,7 @@ STORAGES = ("memory", "memmap")
 MIN_ROWS = 2
 META_FILE = "replay.json"
 FICLONE = 0x40049409  # linux/fs.h: reflink one file onto another (btrfs, xfs, ...)
-RELEASE_BYTES = 256 << 20  # memmap: unmap touched pages after about this many bytes written
+RELEASE_BYTES = 128 << 20  # memmap: unmap touched pages after about this many bytes written or read
 
 
 def _file_name(key: str) -> str:
@@ -100,8 +100,7 @@ class Replay:
         self.arrays: dict[str, np.ndarray] = {}
         row_bytes = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in self.spec.values())
         self.row_bytes = row_bytes * self.num_envs  # bytes written per add() (all N envs)
-        self._release_every = max(1, RELEASE_BYTES // max(self.row_bytes, 1))  # memmap: adds between releases
-        self._since_release = 0
+        self._touched = 0  # memmap: bytes written or read through the mapping since the last release_memory()
         if storage == "memmap":
             os.makedirs(self.directory, exist_ok=True)
         for key, (shape, dtype) in self.spec.items():
@@ -182,10 +181,7 @@ class Replay:
             self.cursor = 0
             self._wrapped = True
         self.fill = min(self.fill + 1, self.length)
-        self._since_release += 1
-        if self._since_release >= self._release_every:
-            self.release_memory()
-            self._since_release = 0
+        self._touch(self.row_bytes)
 
     def sample(self, batch: int, length: int) -> dict[str, np.ndarray]:
         """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
@@ -219,6 +215,9 @@ class Replay:
         tpos = pos[None, :] + np.arange(length)[:, None]  # (T, B) time-order positions
         rows = (oldest + tpos) % self.length  # (T, B) physical rows
         out = {key: array[rows, cols[None, :]] for key, array in self.arrays.items()}
+        # a read fault maps up to 64 KiB around it (fault-around), and one column's rows are N rows apart: count
+        # 64 KiB per sampled step and key
+        self._touch(batch * length * len(self.arrays) * (64 << 10))
         prev = self.arrays["action"][(rows - 1) % self.length, cols[None, :]]  # (T, B, A)
         keep = ~out["is_first"] & (tpos > 0)  # (T, B); tpos 0 only exists before wrapping
         out["prev_action"] = (prev * keep[..., None]).astype(np.float32)
@@ -365,10 +364,17 @@ class Replay:
         else:
             self.load_state_dict(meta)
 
+    def _touch(self, nbytes: int) -> None:
+        if self.storage == "memmap":
+            self._touched += nbytes
+            if self._touched >= RELEASE_BYTES:
+                self.release_memory()
+
     def release_memory(self) -> None:
         """Memmap only: unmap the pages this process has touched (``madvise(MADV_DONTNEED)``; the data stays in
-        the files and the page cache), so resident memory stays flat as the buffer fills. Called by :meth:`add`
-        every ``release_every`` rows; a no-op for memory storage."""
+        the files and the page cache), so resident memory stays flat as the buffer fills. :meth:`add` and
+        :meth:`sample` call it after about ``RELEASE_BYTES`` (128 MiB) of pages touched; a no-op for memory."""
+        self._touched = 0
         if self.storage != "memmap":
             return
         for array in self.arrays.values():

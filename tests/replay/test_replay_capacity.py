@@ -35,9 +35,10 @@ def test_capacity_1000_after_20000_image_inserts(tmp_path, storage):
 
 def test_memmap_release_keeps_data(tmp_path):
     replay = Replay(100, 1, SPEC, storage="memmap", directory=tmp_path, seed=0)
-    replay._release_every = 7  # release often: the data must survive unmapping
     flags = np.zeros(1, bool)
     for i in range(150):
+        if i % 7 == 0:
+            replay.release_memory()  # unmap often: the data must survive it
         replay.add({"image": np.full((1, 3, 64, 64), i % 256, np.uint8), "index": np.array([i]),
                     "action": np.zeros((1, 1), np.float32), "reward": np.zeros(1, np.float32),
                     "is_first": flags, "is_last": flags, "is_terminal": flags})
