@@ -161,11 +161,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     ratio = Ratio(float(ac.train_ratio), int(ac.batch_size), int(ac.batch_length))
     repeat = int(cfg.env.get("action_repeat", 1) or 1)
     wandb_kwargs = {k: v for k, v in cfg.logger.items() if k != "backends"}
-    if saved is not None:
-        for name in ("metrics.jsonl", "scores.jsonl"):  # rows after the checkpoint are collected again
-            truncate_jsonl(run_dir / name, saved["counters"]["env_steps"])
-        if saved.get("wandb_id") and "id" not in wandb_kwargs:
-            wandb_kwargs["id"] = saved["wandb_id"]
+    # rows written after the checkpoint (all rows, when a run stopped before its first one) are collected again
+    resume_step = 0 if saved is None else saved["counters"]["env_steps"]
+    for name in ("metrics.jsonl", "scores.jsonl"):
+        truncate_jsonl(run_dir / name, resume_step)
+    if saved is not None and saved.get("wandb_id") and "id" not in wandb_kwargs:
+        wandb_kwargs["id"] = saved["wandb_id"]
     logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
                     wandb_kwargs=wandb_kwargs)
     write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
