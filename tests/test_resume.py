@@ -190,3 +190,17 @@ def test_sigterm_writes_a_final_checkpoint(tmp_path):
     assert proc.returncode == 130, out.decode()[-2000:]
     payload = load_checkpoint(run_dir)
     assert 32 <= payload["counters"]["env_steps"] < 100000 and not (run_dir / "summary.json").exists()
+
+
+def test_envs_that_cannot_be_saved_restart_their_episodes_cleanly(tmp_path):
+    """Async envs do not pickle: the resumed run resets them, the replay keeps the saved rows unchanged and the
+    next row it gets starts new episodes (is_first), so no episode is spliced onto another."""
+    env = ["env.vector_mode=async", "env.num_envs=2", "replay.capacity=200"]
+    run(tmp_path / "a", "train.steps=32", *env)
+    assert load_checkpoint(tmp_path / "a")["stepper"]["env"] is None  # nothing to restore exactly
+    before = np.load(tmp_path / "a" / "checkpoints" / "ckpt_0000000032.replay" / "vector.npy")
+    run(tmp_path / "a", "train.steps=64", *env)
+    final = load_checkpoint(tmp_path / "a")["replay_dir"]
+    vector, is_first = np.load(f"{final}/vector.npy"), np.load(f"{final}/is_first.npy")
+    np.testing.assert_array_equal(vector[:16], before[:16])  # the 16 rows per env saved at step 32
+    assert is_first[16].all()  # row 16 (the first after resume) starts new episodes in both columns
