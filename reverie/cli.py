@@ -211,10 +211,12 @@ def cmd_train(args: list[str]) -> int:
     cfg = load_config(args)
     if resume_dir is not None:
         from reverie.checkpoint import load_checkpoint
-        from reverie.resume import ResumeError, check_resume_config, read_summary
+        from reverie.resume import ResumeError, check_resumable, check_resume_config, read_summary
 
-        saved = load_checkpoint(resume_dir)["config"]
+        payload = load_checkpoint(resume_dir)
+        saved = payload["config"]
         try:
+            check_resumable(payload, payload["checkpoint_path"])
             check_resume_config(saved, OmegaConf.to_container(cfg, resolve=True))
         except ResumeError as err:
             raise ConfigError(f"resume error ({resume_dir}): {err}") from err

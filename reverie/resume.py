@@ -77,6 +77,22 @@ def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dic
     return changes
 
 
+RESUME_KEYS = ("agent", "replay_meta", "ratio", "counters", "clocks", "rng", "stepper", "row", "act_state", "config")
+
+
+def check_resumable(payload: Mapping[str, Any], path: str | Path) -> None:
+    """Refuse a checkpoint that lacks what an exact resume needs (written by an older reverie, or by hand).
+
+    Raises:
+        ResumeError: naming the missing parts; such a checkpoint still loads for acting (``load_run``).
+    """
+    missing = [key for key in RESUME_KEYS if key not in payload]
+    if missing:
+        raise ResumeError(f"checkpoint {path} cannot be resumed: it lacks {missing} (written before reverie saved "
+                          f"full run state). It still loads for acting and evaluation (`reverie eval`); start a "
+                          f"new run in another run_dir to train.")
+
+
 def save_overrides(run_dir: str | Path, overrides: list[str]) -> None:
     """Record the command-line overrides of a new run (``overrides.json``) so a resume can recompose them."""
     (Path(run_dir) / OVERRIDES_FILE).write_text(json.dumps(list(overrides)))

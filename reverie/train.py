@@ -28,7 +28,7 @@ from reverie.logging import Logger
 from reverie.preflight import preflight
 from reverie.progress import Progress
 from reverie.replay import Ratio, Replay
-from reverie.resume import check_resume_config, read_summary, truncate_jsonl, write_summary
+from reverie.resume import check_resumable, check_resume_config, read_summary, truncate_jsonl, write_summary
 from reverie.types import ActionSpec
 
 
@@ -128,6 +128,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     keep = int(tc.get("checkpoint_keep", 2))
     saved = load_checkpoint(run_dir) if list_checkpoints(run_dir / "checkpoints") else None
     if saved is not None:
+        check_resumable(saved, saved["checkpoint_path"])
         changes = check_resume_config(saved["config"], OmegaConf.to_container(cfg, resolve=True))
         done = read_summary(run_dir)
         if done is not None and int(tc.steps) <= int(saved["config"]["train"]["steps"]):

@@ -204,3 +204,15 @@ def test_envs_that_cannot_be_saved_restart_their_episodes_cleanly(tmp_path):
     vector, is_first = np.load(f"{final}/vector.npy"), np.load(f"{final}/is_first.npy")
     np.testing.assert_array_equal(vector[:16], before[:16])  # the 16 rows per env saved at step 32
     assert is_first[16].all()  # row 16 (the first after resume) starts new episodes in both columns
+
+
+def test_checkpoint_without_run_state_is_refused_clearly(tmp_path, capsys):
+    from reverie.checkpoint import save_checkpoint
+
+    run(tmp_path / "old", "train.steps=16")
+    payload = load_checkpoint(tmp_path / "old")
+    for key in ("rng", "stepper", "replay_meta", "replay_dir", "checkpoint_path"):
+        payload.pop(key)
+    save_checkpoint(tmp_path / "old" / "checkpoints", 16, payload)  # as an older reverie wrote it
+    assert main(["train", "--resume", str(tmp_path / "old"), "train.steps=32"]) == 2
+    assert "cannot be resumed: it lacks ['replay_meta', 'rng', 'stepper']" in capsys.readouterr().err
