@@ -29,6 +29,7 @@ USAGE = """usage: reverie COMMAND [ARGS]
 
 commands:
   train [OVERRIDE ...]        train an agent (Hydra overrides; `reverie train --help`)
+  train --resume RUN [OVR ..] continue a stopped or finished run (docs/resume.md)
   eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
@@ -49,6 +50,10 @@ Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train env=gym env.id=Acrobot-v1
   reverie train exp=debug                 # tiny smoke run
   reverie train --cfg                     # print the resolved config and exit
+  reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
+  reverie train --resume RUN train.steps=50000  # run a finished run longer
+On resume only these keys may change: train.steps, log/eval/checkpoint cadence, logger, threads, ... (see
+docs/resume.md); other changes are rejected.
 Groups: agent (dreamerv3), env (cartpole, pendulum, gym, atari100k, atari, dmc_vision, dmc_proprio),
 size (debug, xs, s, m, l, xl), replay (default), logger (tensorboard, wandb, none),
 exp (classic, reference, atari100k, debug)."""
@@ -123,7 +128,8 @@ def check_setup(cfg: DictConfig) -> None:
 
     try:
         env = make_env(cfg.env, cfg.seed)
-        obs_shapes = {k: tuple(s.shape) for k, s in env.observation_space.spaces.items()}
+        obs_space = env.observation_space
+        obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
         spec = action_spec(env.action_space)
         env.close()
     except (ValueError, ImportError, TypeError) as err:
@@ -136,11 +142,23 @@ def check_setup(cfg: DictConfig) -> None:
         raise ConfigError(f"config error: a numeric setting is not a number: {err}. Check agent.train_ratio, "
                           f"agent.batch_size, agent.batch_length and the train.* counts.") from err
     try:
-        build_agent(cfg.agent, obs_shapes, spec)
+        agent = build_agent(cfg.agent, obs_shapes, spec)
     except (InstantiationException, ValueError, TypeError) as err:
         cause = err.__cause__ or err
         raise ConfigError(f"agent error: {cause}\n(the agent is built from `agent.module`; `reverie train --cfg` "
                           f"prints it)") from err
+    if cfg.replay.get("preflight", True):  # before any run directory exists
+        from reverie.preflight import PreflightError, preflight
+        from reverie.replay import Replay
+
+        replay_spec = Replay.spec_for(obs_space, spec.dim)
+        run_dir = Path(cfg.get("run_dir") or "runs")
+        try:
+            preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage,
+                      cfg.replay.directory or run_dir / "replay", run_dir / "checkpoints",
+                      int(cfg.train.get("checkpoint_keep", 2)))
+        except PreflightError as err:
+            raise ConfigError(str(err)) from err
 
 
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
@@ -160,19 +178,65 @@ def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
     return run_dir
 
 
+def _resume_target(args: list[str]) -> tuple[list[str], Path | None]:
+    """Split ``--resume RUN`` off ``args``; a ``run_dir=D`` override whose D has a checkpoint also resumes."""
+    from reverie.checkpoint import list_checkpoints
+
+    args = list(args)
+    if "--resume" in args:
+        i = args.index("--resume")
+        if i + 1 >= len(args) or "=" in args[i + 1]:
+            raise ConfigError("train --resume needs a run directory: `reverie train --resume runs/<run> [OVERRIDE ...]`")
+        target = Path(args[i + 1])
+        del args[i:i + 2]
+        if not list_checkpoints(target / "checkpoints"):
+            raise ConfigError(f"--resume {target}: no checkpoint under {target / 'checkpoints'}; pass a run directory "
+                              f"written by `reverie train` (it checkpoints every train.checkpoint_every env steps)")
+        return [a for a in args if not a.startswith("run_dir=")] + [f"run_dir={target}"], target
+    for a in args:
+        if a.startswith("run_dir=") and list_checkpoints(Path(a.split("=", 1)[1]) / "checkpoints"):
+            return args, Path(a.split("=", 1)[1])
+    return args, None
+
+
 def cmd_train(args: list[str]) -> int:
     if "-h" in args or "--help" in args:
         print(TRAIN_HELP)
         return 0
+    args, resume_dir = _resume_target(args)
+    if resume_dir is not None:  # the run's own overrides first, then the new ones (which win)
+        from reverie.resume import merge_overrides, saved_overrides
+
+        args = merge_overrides(saved_overrides(resume_dir) or [], args)
     if "--cfg" in args:
         print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
         return 0
     from reverie.train import train  # deferred: torch import only when training
 
     cfg = load_config(args)
+    if resume_dir is not None:
+        from reverie.checkpoint import load_checkpoint
+        from reverie.resume import ResumeError, check_resumable, check_resume_config, read_summary
+
+        payload = load_checkpoint(resume_dir)
+        saved = payload["config"]
+        try:
+            check_resumable(payload, payload["checkpoint_path"])
+            check_resume_config(saved, OmegaConf.to_container(cfg, resolve=True))
+        except ResumeError as err:
+            raise ConfigError(f"resume error ({resume_dir}): {err}") from err
+        done = read_summary(resume_dir)
+        if done is not None and int(cfg.train.steps) <= int(saved["train"]["steps"]):
+            print(f"[reverie] {resume_dir} already finished ({done['env_steps']} env steps, summary.json); raise "
+                  f"train.steps above {saved['train']['steps']} to continue it")
+            return 0
     check_setup(cfg)
-    summary = train(cfg, make_run_dir(cfg))
-    return 130 if summary["interrupted"] else 0
+    run_dir = make_run_dir(cfg)
+    from reverie.resume import save_overrides
+
+    save_overrides(run_dir, args)
+    summary = train(cfg, run_dir)
+    return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
 
 
 EVAL_HELP = """Evaluate a trained run: reverie eval RUN [options]

@@ -6,11 +6,12 @@ It owns time (env steps, the train_ratio clock, log/eval/save clocks) and knows 
 
 from __future__ import annotations
 
-import json
+import contextlib
 import random
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,15 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from reverie.checkpoint import save_checkpoint
+from reverie.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
 from reverie.logging import Logger
+from reverie.preflight import preflight
 from reverie.progress import Progress
 from reverie.replay import Ratio, Replay
+from reverie.resume import check_resumable, check_resume_config, read_summary, truncate_jsonl, write_summary
 from reverie.types import ActionSpec
 from reverie.viz import report
 
@@ -35,6 +38,38 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def rng_state(rng: np.random.Generator | None = None) -> dict[str, Any]:
+    """Every global random stream (python, numpy, torch CPU and CUDA) plus ``rng``'s, for a checkpoint."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if rng is not None:
+        state["generator"] = rng.bit_generator.state
+    return state
+
+
+def set_rng_state(state: dict[str, Any], rng: np.random.Generator | None = None) -> None:
+    """Restore what :func:`rng_state` captured (CUDA streams only when the device count matches)."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if rng is not None and "generator" in state:
+        rng.bit_generator.state = state["generator"]
+
+
+@contextlib.contextmanager
+def preserved_rng():
+    """Run a block (evaluation, videos) without moving the training random streams, so eval cadence (a safe
+    resume change) never changes what training does."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
 
 
 def build_agent(agent_cfg: DictConfig, obs_shapes: dict[str, tuple[int, ...]], spec: ActionSpec) -> Any:
@@ -54,7 +89,7 @@ class Clock:
     """Fires when ``step`` crosses a multiple of ``every`` (never when ``every <= 0``)."""
 
     def __init__(self, every: int):
-        self.every, self.last = int(every or 0), 0
+        self.every, self.last = int(every or 0), 0  # ``last``: the step it last fired at (checkpointed)
 
     def __call__(self, step: int) -> bool:
         if self.every <= 0 or step // self.every == self.last // self.every:
@@ -64,55 +99,118 @@ class Clock:
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train the configured agent on the configured env and return a summary.
+    """Train the configured agent on the configured env, resuming ``run_dir``'s checkpoint if it has one.
 
     Args:
         cfg: the resolved root config (``reverie/configs/config.yaml`` plus overrides).
-        run_dir: where ``config.yaml``, ``metrics.jsonl``, ``scores.jsonl``, ``tb/``, ``checkpoints/`` and
-            ``videos/`` go.
+        run_dir: where ``config.yaml``, ``metrics.jsonl``, ``scores.jsonl``, ``tb/``, ``checkpoints/``,
+            ``replay/``, ``videos/`` and, once finished, ``summary.json`` go.
+
+    Resume (docs/resume.md): when ``run_dir/checkpoints`` holds a readable checkpoint, everything in it is
+    restored (agent, replay exactly as saved, train_ratio clock, counters, clocks, RNG states, the envs where
+    they pickle, else their episodes restart) and the run continues to ``cfg.train.steps``; metric and score
+    rows written after the checkpoint are dropped (they are collected again). ``cfg`` may differ from the
+    saved config only in :data:`reverie.resume.SAFE_KEYS`. A finished run (``summary.json``) whose
+    ``train.steps`` is not raised is not trained again: its summary is returned.
 
     Returns:
         ``{"env_steps", "updates", "eval_return" (the last evaluation's mean), "evals": [(env_step, wall_s,
-        mean_return), ...], "wall_s", "interrupted"}``. Ctrl-C or SIGTERM stops collection, writes the
-        metrics and a checkpoint, and returns with ``interrupted`` True.
+        mean_return), ...], "wall_s", "interrupted", "diverged", "resumed_from" (env step or None)}``.
+        Ctrl-C or SIGTERM stops collection, writes the metrics and a checkpoint, and returns with
+        ``interrupted`` True; ``train.max_nonfinite_updates`` skipped updates in a row do the same with
+        ``diverged`` True. Only an uninterrupted finish writes ``summary.json`` (this dict as JSON).
+
+    Raises:
+        reverie.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
+        reverie.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
     """
     run_dir = Path(run_dir)
     tc, ac = cfg.train, cfg.agent
+    keep = int(tc.get("checkpoint_keep", 2))
+    saved = load_checkpoint(run_dir) if list_checkpoints(run_dir / "checkpoints") else None
+    if saved is not None:
+        check_resumable(saved, saved["checkpoint_path"])
+        changes = check_resume_config(saved["config"], OmegaConf.to_container(cfg, resolve=True))
+        done = read_summary(run_dir)
+        if done is not None and int(tc.steps) <= int(saved["config"]["train"]["steps"]):
+            print(f"[reverie] {run_dir} already finished ({done['env_steps']} env steps, summary.json); raise "
+                  f"train.steps above {saved['config']['train']['steps']} to continue it")
+            return done
+        (run_dir / "summary.json").unlink(missing_ok=True)
+        for key, (old, new) in changes.items():
+            print(f"[reverie] resume: {key} {old!r} -> {new!r}")
     seed_everything(cfg.seed)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     rng = np.random.default_rng(cfg.seed)
 
     # --- envs, agent, replay ---
-    stepper = VectorStepper(make_vector_env(cfg.env, cfg.seed))
+    def make_envs(restart: int = 0):  # restarts after env failures get fresh seeds
+        return make_vector_env(cfg.env, cfg.seed + 7919 * restart)
+
+    stepper = VectorStepper(make_envs(), make=make_envs, max_restarts=int(tc.get("env_retries", 3)))
     n, spec = stepper.num_envs, stepper.action_spec
     obs_space = stepper.env.single_observation_space
     obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
     agent = build_agent(ac, obs_shapes, spec)
     replay_dir = cfg.replay.directory or str(run_dir / "replay")
-    replay = Replay(int(cfg.replay.capacity), n, Replay.spec_for(obs_space, spec.dim), storage=cfg.replay.storage,
-                    directory=replay_dir, seed=cfg.seed)
+    replay_spec = Replay.spec_for(obs_space, spec.dim)
+    if cfg.replay.get("preflight", True):
+        preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage, replay_dir,
+                  run_dir / "checkpoints", keep)
+    replay = Replay(int(cfg.replay.capacity), n, replay_spec, storage=cfg.replay.storage, directory=replay_dir,
+                    seed=cfg.seed)
     ratio = Ratio(float(ac.train_ratio), int(ac.batch_size), int(ac.batch_length))
     repeat = int(cfg.env.get("action_repeat", 1) or 1)
+    wandb_kwargs = {k: v for k, v in cfg.logger.items() if k != "backends"}
+    # rows written after the checkpoint (all rows, when a run stopped before its first one) are collected again
+    resume_step = 0 if saved is None else saved["counters"]["env_steps"]
+    for name in ("metrics.jsonl", "scores.jsonl"):
+        truncate_jsonl(run_dir / name, resume_step)
+    if saved is not None and saved.get("wandb_id") and "id" not in wandb_kwargs:
+        wandb_kwargs["id"] = saved["wandb_id"]
     logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
-                    wandb_kwargs={k: v for k, v in cfg.logger.items() if k != "backends"})
+                    wandb_kwargs=wandb_kwargs)
     write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
     print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; train_ratio {ac.train_ratio} with batch "
           f"{ac.batch_size}x{ac.batch_length} -> {ratio.updates_per_step:.4g} updates per env step "
           f"({tc.steps} env steps, prefill {tc.prefill}); run dir {run_dir}")
 
-    env_steps = updates = 0
+    env_steps = updates = episodes = skipped = bad_in_row = 0
     evals: list[tuple[int, float, float]] = []
     last_return = float("nan")
     log_clock, eval_clock, ckpt_clock = Clock(tc.log_every), Clock(tc.eval_every), Clock(tc.checkpoint_every)
     report_clock = Clock(tc.get("report_every", 0))  # open-loop report every K updates (reverie.viz; 0: off)
-    start = time.time()
+    clocks = {"log": log_clock, "eval": eval_clock, "checkpoint": ckpt_clock, "report": report_clock}
+    row, state = None, None
+    wall_before = 0.0  # wall time of the run before its last resume
+    if saved is not None:  # --- resume: restore everything the checkpoint holds ---
+        agent.load_state_dict(saved["agent"])
+        replay.load(saved["replay_dir"])
+        ratio.load_state_dict(saved["ratio"])
+        c = saved["counters"]
+        env_steps, updates, episodes, skipped = c["env_steps"], c["updates"], c["episodes"], c["skipped_updates"]
+        wall_before = c["wall_s"]
+        for name, clock in clocks.items():
+            clock.last = saved["clocks"][name]
+        evals, last_return = [tuple(e) for e in saved["evals"]], saved["last_return"]
+        if stepper.load_state_dict(saved["stepper"]):  # envs restored exactly: continue the episodes in flight
+            row, state = saved["row"], saved["act_state"]
+        set_rng_state(saved["rng"], rng)
+        print(f"[reverie] resumed {run_dir} from {Path(saved['checkpoint_path']).name}: env step {env_steps}, "
+              f"{updates} updates, replay {len(replay)} steps"
+              f"{'' if row is not None else '; episodes in flight restart'}")
+    start = time.time() - wall_before
 
     def checkpoint() -> None:
         save_checkpoint(run_dir / "checkpoints", env_steps, {
             "agent": agent.state_dict(), "obs_shapes": obs_shapes, "action_spec": spec,
             "config": OmegaConf.to_container(cfg, resolve=True),
-            "counters": {"env_steps": env_steps, "updates": updates}, "ratio": ratio.state_dict()})
+            "counters": {"env_steps": env_steps, "updates": updates, "frames": env_steps * repeat,
+                         "episodes": episodes, "skipped_updates": skipped, "wall_s": time.time() - start},
+            "ratio": ratio.state_dict(), "clocks": {name: clock.last for name, clock in clocks.items()},
+            "evals": evals, "last_return": last_return, "rng": rng_state(rng), "stepper": stepper.state_dict(),
+            "row": row, "act_state": state, "wandb_id": logger.wandb_run_id}, keep=keep, replay=replay)
 
     written = {"step": -1}  # env step of the last metrics row
 
@@ -120,18 +218,22 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         written["step"] = env_steps
         elapsed = max(time.time() - start, 1e-9)
         logger.write(env_steps, {"updates": updates, "frames": env_steps * repeat, "wall_s": elapsed,
-                                 "fps/env_steps": env_steps / elapsed, "fps/updates": updates / elapsed})
+                                 "fps/env_steps": env_steps / elapsed, "fps/updates": updates / elapsed,
+                                 "guard/skipped_updates": skipped, "env/restarts": stepper.restarts})
 
     def run_eval() -> float:
-        result = evaluate(agent, cfg.env, int(tc.eval_episodes), cfg.seed, mode=tc.eval_mode)
+        with preserved_rng():  # evaluation never moves the training random streams
+            result = evaluate(agent, cfg.env, int(tc.eval_episodes), cfg.seed, mode=tc.eval_mode)
         for ret, length in zip(result["returns"], result["lengths"]):
             logger.episode(env_steps, env_steps * repeat, ret, length, mode="eval")
         evals.append((env_steps, time.time() - start, result["mean"]))
         logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
         return result["mean"]
 
-    row, state = stepper.reset(), None
-    interrupted = False
+    if row is None:
+        row, state = stepper.reset(), None
+    interrupted = diverged = False
+    max_bad = int(tc.get("max_nonfinite_updates", 20))
     previous_sigterm = _sigterm_as_interrupt()
     try:
         with Progress(int(tc.steps), enabled=bool(tc.progress)) as progress:
@@ -143,18 +245,34 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     action, state = agent.act(row, state, "explore")
                 # --- add row t = (obs_t, reward_t, flags_t, action_t) and step the envs ---
                 replay.add({**row, "action": action})
-                row, episodes = stepper.step(action)
+                row, finished = stepper.step(action)
                 env_steps += n
-                for ep in episodes:
+                for ep in finished:
                     last_return = ep["return"]
+                    episodes += 1
                     logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
                 # --- train: updates owed by the train_ratio clock once prefill is done ---
                 if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
                     for _ in range(ratio(n)):
-                        logger.scalars(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length))))
+                        metrics = agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))
+                        logger.scalars(metrics)
                         updates += 1
+                        # --- guard: an update with a non-finite loss or gradient changed nothing ---
+                        if metrics.get("guard/nonfinite", 0.0) > 0:
+                            skipped, bad_in_row = skipped + 1, bad_in_row + 1
+                            warnings.warn(f"update {updates}: non-finite loss or gradient, optimiser step(s) "
+                                          f"skipped ({bad_in_row} in a row, {skipped} in total)", RuntimeWarning)
+                            if 0 < max_bad <= bad_in_row:
+                                diverged = True
+                                break
+                        else:
+                            bad_in_row = 0
                     if report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0):  # + at the end
                         report(agent, replay, logger, env_steps, length=int(ac.batch_length))
+                if diverged:
+                    print(f"[reverie] stopping: {bad_in_row} updates in a row had non-finite losses or gradients "
+                          f"(train.max_nonfinite_updates={max_bad}); the checkpoint holds the last finite model")
+                    break
                 # --- log / eval / checkpoint clocks ---
                 stop = False
                 if eval_clock(env_steps):
@@ -174,26 +292,29 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
 
-    # --- final evaluation (unless the last step just had one), checkpoint and video ---
-    if not interrupted and not (evals and evals[-1][0] == env_steps):
+    # --- final evaluation (unless the last step just had one), checkpoint, video and completion marker ---
+    stopped = interrupted or diverged
+    if not stopped and not (evals and evals[-1][0] == env_steps):
         run_eval()
     final = evals[-1][2] if evals else float("nan")
     if logger.pending or written["step"] != env_steps:  # no second, empty row when the loop just wrote one
         write_metrics()
     checkpoint()
-    if tc.video and not interrupted:
-        frames, _ = record_episode(agent, cfg.env, cfg.seed, mode=tc.eval_mode)
+    if tc.video and not stopped:
+        with preserved_rng():
+            frames, _ = record_episode(agent, cfg.env, cfg.seed, mode=tc.eval_mode)
         if frames is not None:
             logger.video("eval/episode", frames, env_steps)
     stepper.close()
     logger.close()
     wall = time.time() - start
     summary = {"env_steps": env_steps, "updates": updates, "eval_return": final, "evals": evals, "wall_s": wall,
-               "interrupted": interrupted}
-    if not interrupted:  # summary.json marks a finished run (what `reverie sweep` checks before rerunning a trial)
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    print(f"[reverie] {'interrupted' if interrupted else 'done'}: {env_steps} env steps, {updates} updates, "
-          f"last eval return {final:.1f}, {wall / 60:.2f} min; run dir {run_dir}")
+               "interrupted": interrupted, "diverged": diverged,
+               "resumed_from": None if saved is None else saved["counters"]["env_steps"]}
+    if not stopped:
+        write_summary(run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
+    print(f"[reverie] {'interrupted' if interrupted else 'diverged' if diverged else 'done'}: {env_steps} env "
+          f"steps, {updates} updates, last eval return {final:.1f}, {wall / 60:.2f} min; run dir {run_dir}")
     return summary
 
 

@@ -23,6 +23,20 @@ from reverie.types import ActionSpec
 LOSS_SCALES = {"reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}  # reference loss_scales; decoder keys: 1.0
 
 
+def _finite_step(opt: torch.optim.Optimizer, loss: torch.Tensor, grad_norm: torch.Tensor, ok: bool = True) -> int:
+    """Step ``opt`` only when ``loss`` and the total gradient norm are finite (and ``ok``); otherwise drop the
+    gradients and leave parameters and optimiser moments untouched (issue 6 guard; one host sync).
+
+    Returns:
+        1 when the step was skipped, else 0 (summed into the ``guard/nonfinite`` metric).
+    """
+    if ok and bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):
+        opt.step()
+        return 0
+    opt.zero_grad(set_to_none=True)
+    return 1
+
+
 class Actor(nn.Module):
     """Policy ``pi(a_t | s_t)`` on features ``(..., D + S*K)``.
 
@@ -178,7 +192,7 @@ class DreamerV3(nn.Module):
         self.model_opt.zero_grad(set_to_none=True)
         model_loss.backward()
         metrics["grad_norm/model"] = nn.utils.clip_grad_norm_(self.wm.parameters(), self.model_clip)
-        self.model_opt.step()
+        skipped = _finite_step(self.model_opt, model_loss, metrics["grad_norm/model"])
         metrics |= {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics["loss/model"] = model_loss.detach()
         metrics |= info
@@ -186,8 +200,9 @@ class DreamerV3(nn.Module):
         # --- imagination from every posterior state (section 4) ---
         start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
         start_cont = 1.0 - data["is_terminal"].flatten(0, 1).float()  # (T, B) -> (T*B,)
-        metrics |= self._behavior(start, start_cont)
-        return metrics
+        behavior = self._behavior(start, start_cont)
+        metrics["guard/nonfinite"] = torch.tensor(float(skipped + behavior.pop("guard/nonfinite")))
+        return metrics | behavior
 
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
@@ -218,7 +233,9 @@ class DreamerV3(nn.Module):
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
         # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
-        self.retnorm.update(ret)
+        finite_ret = bool(torch.isfinite(ret).all())  # a non-finite return must not poison the normaliser's EMAs
+        if finite_ret:
+            self.retnorm.update(ret)
         scale = self.retnorm.scale()
         adv = (ret - value[:-1].detach()) / scale  # (H, N)
         if discrete:
@@ -233,7 +250,7 @@ class DreamerV3(nn.Module):
         # the actions, not their weight gradients (those matmuls are skipped).
         actor_loss.backward(inputs=list(self.actor.parameters()))
         actor_norm = nn.utils.clip_grad_norm_(self.actor.parameters(), self.ac_clip)
-        self.actor_opt.step()
+        skipped = _finite_step(self.actor_opt, actor_loss, actor_norm, finite_ret)
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
@@ -245,7 +262,7 @@ class DreamerV3(nn.Module):
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward(inputs=list(self.critic.parameters()))
         critic_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.ac_clip)
-        self.critic_opt.step()
+        skipped += _finite_step(self.critic_opt, critic_loss, critic_norm)
         with torch.no_grad():
             for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
                 slow.lerp_(fast, self.slow_fraction)
@@ -255,6 +272,7 @@ class DreamerV3(nn.Module):
             "actor/entropy": entropy.detach().mean(), "return/mean": ret.detach().mean(),
             "return/scale": scale.detach(), "advantage/mean": adv.detach().mean(), "advantage/std": adv.detach().std(),
             "value/mean": value.detach().mean(), "imagine/reward_mean": reward.detach().mean(),
+            "guard/nonfinite": skipped,
         }
 
     # ----------------------------------------------------------------------------------------------- state

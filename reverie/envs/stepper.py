@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 
@@ -25,21 +30,45 @@ class VectorStepper:
     The caller adds ``action`` ``(N, A)`` (the action it then passes to ``step``) to the row before
     ``Replay.add``, so row ``t`` holds ``obs_t`` and ``action_t`` as the timing diagram says.
 
+    Env failures: when ``env.step`` raises and ``make`` is given, the vector env is closed and rebuilt with
+    ``make(restart_index)`` (every copy restarts: a vector env cannot restart one copy), and the call returns
+    a row that closes every episode: the last observation again, reward 0, ``is_last`` True, ``is_terminal``
+    False (a truncation; ``is_first`` is kept where the previous row had ``is_last``, so a pending reset
+    becomes a one-row episode). The next call returns the new env's reset row (``is_first`` True) without
+    stepping. Closed episodes are not reported in ``episodes``. More than ``max_restarts`` failures in a row
+    raise.
+
     Args:
         env: a vector env built with ``autoreset_mode=AutoresetMode.NEXT_STEP``
             (:func:`reverie.envs.factory.make_vector_env`) and dict observations.
+        make: ``make(restart_index) -> vector env`` for restarts (index 1, 2, ...; derive a fresh seed from it),
+            or None to let env errors propagate.
+        max_restarts: consecutive failures tolerated before giving up (config ``train.env_retries``).
 
     Raises:
         ValueError: the vector env uses another autoreset mode.
     """
 
-    def __init__(self, env: gym.vector.VectorEnv):
+    def __init__(self, env: gym.vector.VectorEnv, make: Callable[[int], gym.vector.VectorEnv] | None = None,
+                 max_restarts: int = 3):
+        self.make, self.max_restarts = make, int(max_restarts)
+        self.restarts = 0  # env rebuilds so far
+        self._failures = 0  # consecutive failed steps
+        self._pending: dict[str, np.ndarray] | None = None  # reset row of a rebuilt env, returned next call
+        self._obs: dict[str, np.ndarray] | None = None  # last observation (N, ...) per key
+        self._check(env)
+        self._set_env(env)
+
+    @staticmethod
+    def _check(env: gym.vector.VectorEnv) -> None:
         mode = env.metadata.get("autoreset_mode")
         if mode != gym.vector.AutoresetMode.NEXT_STEP:
             raise ValueError(
                 f"VectorStepper needs a vector env with autoreset_mode=AutoresetMode.NEXT_STEP, got {mode!r}; "
                 "build it with reverie.envs.make_vector_env"
             )
+
+    def _set_env(self, env: gym.vector.VectorEnv) -> None:
         self.env = env
         self.num_envs: int = env.num_envs
         self.action_spec: ActionSpec = action_spec(env.single_action_space)
@@ -49,6 +78,7 @@ class VectorStepper:
 
     def _row(self, obs: dict, reward, is_first, is_last, is_terminal) -> dict[str, np.ndarray]:
         row = {key: np.asarray(value) for key, value in obs.items()}
+        self._obs = {key: value.copy() for key, value in row.items()}
         row["reward"] = np.asarray(reward, np.float32)
         row["is_first"] = np.asarray(is_first, bool)
         row["is_last"] = np.asarray(is_last, bool)
@@ -62,6 +92,7 @@ class VectorStepper:
             ``{obs keys: (N, ...), reward: (N,) float32 zeros, is_first: (N,) True, is_last/is_terminal: (N,) False}``.
         """
         obs, _ = self.env.reset()
+        self._pending = None
         n = self.num_envs
         self._last = np.zeros(n, bool)
         self._return[:] = 0.0
@@ -89,7 +120,20 @@ class VectorStepper:
         action = np.asarray(action)
         if action.shape[0] != self.num_envs:
             raise ValueError(f"actions must have shape ({self.num_envs}, {self.action_spec.dim}), got {action.shape}")
-        obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.action_spec))
+        if self._pending is not None:  # the env was rebuilt on the previous call: its reset row, action ignored
+            row, self._pending = self._pending, None
+            self._obs = {key: value.copy() for key, value in row.items()}
+            self._last = np.zeros(self.num_envs, bool)
+            self._return[:] = 0.0
+            self._length[:] = 0
+            return row, []
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.action_spec))
+        except Exception as err:  # noqa: BLE001 - any simulator failure: restart (bounded) or re-raise
+            if self.make is None:
+                raise
+            return self._restart(err), []
+        self._failures = 0
         is_first = self._last.copy()
         reward = np.where(is_first, 0.0, np.asarray(reward, np.float64))
         is_last = (np.asarray(terminated, bool) | np.asarray(truncated, bool)) & ~is_first
@@ -104,6 +148,97 @@ class VectorStepper:
         ]
         self._last = is_last
         return self._row(obs, reward, is_first, is_last, is_terminal), episodes
+
+    def _restart(self, err: Exception) -> dict[str, np.ndarray]:
+        """Rebuild the env after ``err`` and return the row closing every episode (see the class docstring)."""
+        closing = {key: value.copy() for key, value in self._obs.items()}
+        n = self.num_envs
+        while True:
+            self._failures += 1
+            if self._failures > self.max_restarts:
+                raise RuntimeError(f"the env failed {self._failures} times in a row (last error: "
+                                   f"{type(err).__name__}: {err}); giving up after train.env_retries="
+                                   f"{self.max_restarts} restarts") from err
+            self.restarts += 1
+            warnings.warn(f"env raised {type(err).__name__}: {err}; closing the episodes (is_last) and "
+                          f"restarting the env (restart {self.restarts}, failure {self._failures} in a row)",
+                          RuntimeWarning, stacklevel=3)
+            try:
+                self.env.close()
+            except Exception:  # noqa: BLE001 - the broken env may not close cleanly; it is dropped anyway
+                pass
+            try:
+                env = self.make(self.restarts)
+                self._check(env)
+                obs, _ = env.reset()
+            except Exception as again:  # noqa: BLE001 - a failed rebuild counts as another failure
+                err = again
+                continue
+            self.env = env
+            break
+        self._pending = None
+        pending = self._row(obs, np.zeros(n), np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool))
+        row = self._row(closing, np.zeros(n), self._last.copy(), np.ones(n, bool), np.zeros(n, bool))
+        self._pending = pending
+        self._last = np.ones(n, bool)
+        return row
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Episode bookkeeping plus, where possible, the envs themselves.
+
+        ``"env"`` holds the whole vector env pickled with cloudpickle when it is a ``SyncVectorEnv`` whose
+        copies pickle (classic control, the test envs); then :meth:`load_state_dict` continues every episode
+        exactly. Otherwise (async envs, simulators that do not pickle) it is None, ``"np_random"`` holds each
+        copy's ``np_random`` generator where readable, and the caller restarts the episodes.
+        """
+        state: dict[str, Any] = {
+            "last": self._last, "return": self._return.copy(), "length": self._length.copy(),
+            "restarts": self.restarts, "pending": self._pending, "obs": self._obs, "env": None, "np_random": None,
+        }
+        if isinstance(self.env, gym.vector.SyncVectorEnv):
+            try:
+                state["env"] = cloudpickle.dumps(self.env)
+            except Exception as err:  # noqa: BLE001 - not every simulator pickles; fall back to a restart
+                state["env_error"] = f"{type(err).__name__}: {err}"
+        if state["env"] is None:
+            try:
+                state["np_random"] = list(self.env.get_attr("np_random"))
+            except Exception:  # noqa: BLE001 - best effort: the env RNGs then restart from the run seed
+                state["np_random"] = None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore :meth:`state_dict`.
+
+        Returns:
+            True when the envs were restored exactly (the caller continues with its saved row); False when they
+            could not be: the envs keep their saved RNGs where possible and the caller must :meth:`reset`
+            (episodes in flight restart; the replay is unchanged, and the next row it gets has ``is_first``).
+        """
+        self.restarts = int(state.get("restarts", 0))
+        if state.get("env") is not None:
+            try:
+                env = cloudpickle.loads(state["env"])
+                self._check(env)
+            except Exception as err:  # noqa: BLE001 - e.g. a simulator version change: restart instead
+                warnings.warn(f"could not restore the saved envs ({type(err).__name__}: {err}); episodes in "
+                              f"flight restart", RuntimeWarning, stacklevel=2)
+            else:
+                self.env.close()
+                self._set_env(env)
+                self._last = None if state["last"] is None else np.array(state["last"], bool)
+                self._return = np.array(state["return"], np.float64)
+                self._length = np.array(state["length"], np.int64)
+                self._pending = state.get("pending")
+                self._obs = state.get("obs")
+                return True
+        if state.get("np_random") is not None:
+            try:
+                self.env.set_attr("np_random", state["np_random"])
+            except Exception:  # noqa: BLE001 - best effort, see state_dict
+                pass
+        return False
 
     def close(self) -> None:
         """Close the vector env."""

@@ -17,8 +17,11 @@ Windows may cross episode boundaries; ``is_first`` marks every crossing (DESIGN.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import mmap
 import os
+import shutil
 from collections.abc import Mapping
 
 import numpy as np
@@ -30,6 +33,8 @@ REQUIRED_KEYS = ("action", "reward", *FLAG_KEYS)
 STORAGES = ("memory", "memmap")
 MIN_ROWS = 2
 META_FILE = "replay.json"
+FICLONE = 0x40049409  # linux/fs.h: reflink one file onto another (btrfs, xfs, ...)
+RELEASE_BYTES = 128 << 20  # memmap: unmap touched pages after about this many bytes written or read
 
 
 def _file_name(key: str) -> str:
@@ -93,6 +98,9 @@ class Replay:
         self._wrapped = False  # the cursor has passed the last row at least once
         self.rng = np.random.default_rng(seed)
         self.arrays: dict[str, np.ndarray] = {}
+        row_bytes = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in self.spec.values())
+        self.row_bytes = row_bytes * self.num_envs  # bytes written per add() (all N envs)
+        self._touched = 0  # memmap: bytes written or read through the mapping since the last release_memory()
         if storage == "memmap":
             os.makedirs(self.directory, exist_ok=True)
         for key, (shape, dtype) in self.spec.items():
@@ -173,6 +181,7 @@ class Replay:
             self.cursor = 0
             self._wrapped = True
         self.fill = min(self.fill + 1, self.length)
+        self._touch(self.row_bytes)
 
     def sample(self, batch: int, length: int) -> dict[str, np.ndarray]:
         """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
@@ -206,6 +215,9 @@ class Replay:
         tpos = pos[None, :] + np.arange(length)[:, None]  # (T, B) time-order positions
         rows = (oldest + tpos) % self.length  # (T, B) physical rows
         out = {key: array[rows, cols[None, :]] for key, array in self.arrays.items()}
+        # a read fault maps up to 64 KiB around it (fault-around), and one column's rows are N rows apart: count
+        # 64 KiB per sampled step and key
+        self._touch(batch * length * len(self.arrays) * (64 << 10))
         prev = self.arrays["action"][(rows - 1) % self.length, cols[None, :]]  # (T, B, A)
         keep = ~out["is_first"] & (tpos > 0)  # (T, B); tpos 0 only exists before wrapping
         out["prev_action"] = (prev * keep[..., None]).astype(np.float32)
@@ -261,36 +273,134 @@ class Replay:
         self.cursor, self.fill, self._wrapped = int(state["cursor"]), int(state["fill"]), bool(state["wrapped"])
         self.rng.bit_generator.state = state["rng"]
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write one ``<key>.npy`` per key plus ``replay.json`` (cursor, fill, RNG state, layout) to ``directory``.
+    def save(self, directory: str | os.PathLike) -> dict:
+        """Write one ``<key>.npy`` per key plus ``replay.json`` (cursor, fill, RNG state, layout, file sizes).
 
-        For a memmap buffer saved into its own directory, the files are flushed instead of copied.
+        Nothing is copied through RAM: a memory buffer's arrays are written by ``np.save`` straight from their
+        buffers; a memmap buffer's files are flushed and copied file to file (a copy-on-write reflink where the
+        file system supports it, else ``copy_file_range``/``sendfile``). Saving a memmap buffer into its own
+        directory only flushes. Every file is fsync'ed before this returns.
+
+        Returns:
+            The metadata written to ``replay.json`` (``"sizes"``: bytes of each ``.npy`` file).
         """
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         state = self.state_dict()
         for key, array in self.arrays.items():
             path = os.path.join(directory, _file_name(key))
-            if self.storage == "memmap" and os.path.exists(path) and os.path.samefile(path, array.filename):
-                continue  # flushed by state_dict()
-            np.save(path, array)
+            if self.storage == "memmap":
+                if not (os.path.exists(path) and os.path.samefile(path, array.filename)):
+                    _copy_file(array.filename, path)
+            else:
+                np.save(path, array)
+            _fsync(path)
         meta = {k: v for k, v in state.items() if k not in ("arrays", "files")}
         meta["keys"] = list(self.arrays)
-        with open(os.path.join(directory, META_FILE), "w") as f:
+        meta["sizes"] = {key: os.path.getsize(os.path.join(directory, _file_name(key))) for key in self.arrays}
+        meta_path = os.path.join(directory, META_FILE)
+        with open(meta_path, "w") as f:
             json.dump(meta, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        return meta
 
-    def load(self, directory: str | os.PathLike) -> None:
-        """Load what :meth:`save` wrote into this buffer (built with the same capacity, num_envs and spec).
+    @staticmethod
+    def verify(directory: str | os.PathLike) -> dict:
+        """Check that ``directory`` holds a complete :meth:`save` (``replay.json`` and every file at its size).
+
+        Returns:
+            The metadata of ``replay.json``.
 
         Raises:
-            FileNotFoundError: ``directory`` has no ``replay.json``.
-            ValueError: the saved layout differs from this buffer's.
+            FileNotFoundError: ``replay.json`` or a ``.npy`` file is missing.
+            ValueError: ``replay.json`` is unreadable, or a file's size differs from the recorded one
+                (a partial write).
         """
         directory = os.fspath(directory)
         meta_path = os.path.join(directory, META_FILE)
         if not os.path.exists(meta_path):
             raise FileNotFoundError(f"no saved replay in {directory!r} (missing {META_FILE}); was Replay.save run?")
-        with open(meta_path) as f:
-            meta = json.load(f)
+        try:
+            with open(meta_path) as f:
+                meta = json.load(f)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"replay metadata {meta_path!r} is unreadable ({err}): the save was interrupted") from err
+        for key in meta["keys"]:
+            path = os.path.join(directory, _file_name(key))
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"saved replay {directory!r} lacks {_file_name(key)}")
+            want = meta.get("sizes", {}).get(key)
+            if want is not None and os.path.getsize(path) != want:
+                raise ValueError(f"saved replay file {path!r} has {os.path.getsize(path)} bytes, expected {want}: "
+                                 f"a partial write")
+        return meta
+
+    def load(self, directory: str | os.PathLike) -> None:
+        """Load what :meth:`save` wrote into this buffer (built with the same capacity, num_envs and spec).
+
+        A memmap buffer gets the saved files copied over its own (file to file, no RAM copy) and reopened; a
+        memory buffer reads them into its arrays. Loading the same directory twice gives the same buffer.
+
+        Raises:
+            FileNotFoundError: ``directory`` has no complete save (see :meth:`verify`).
+            ValueError: the saved layout differs from this buffer's, or a file is truncated.
+        """
+        directory = os.fspath(directory)
+        meta = self.verify(directory)
         meta["files"] = {key: os.path.abspath(os.path.join(directory, _file_name(key))) for key in meta["keys"]}
-        self.load_state_dict(meta)
+        self._check_layout(meta)
+        if self.storage == "memmap":
+            for key, path in meta["files"].items():
+                mine = self.arrays[key].filename
+                if os.path.abspath(mine) == path:
+                    continue
+                self.arrays[key].flush()
+                del self.arrays[key]  # drop our mapping before replacing the file under it
+                _copy_file(path, mine)
+                self.arrays[key] = np.lib.format.open_memmap(mine, mode="r+")
+            self.cursor, self.fill, self._wrapped = int(meta["cursor"]), int(meta["fill"]), bool(meta["wrapped"])
+            self.rng.bit_generator.state = meta["rng"]
+        else:
+            self.load_state_dict(meta)
+
+    def _touch(self, nbytes: int) -> None:
+        if self.storage == "memmap":
+            self._touched += nbytes
+            if self._touched >= RELEASE_BYTES:
+                self.release_memory()
+
+    def release_memory(self) -> None:
+        """Memmap only: unmap the pages this process has touched (``madvise(MADV_DONTNEED)``; the data stays in
+        the files and the page cache), so resident memory stays flat as the buffer fills. :meth:`add` and
+        :meth:`sample` call it after about ``RELEASE_BYTES`` (128 MiB) of pages touched; a no-op for memory."""
+        self._touched = 0
+        if self.storage != "memmap":
+            return
+        for array in self.arrays.values():
+            raw = getattr(array, "_mmap", None)
+            if raw is not None and hasattr(raw, "madvise"):
+                raw.madvise(mmap.MADV_DONTNEED)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` without reading it into Python: a reflink (FICLONE) where the file system can,
+    else ``shutil.copyfile`` (the kernel's ``sendfile`` on Linux). Written to ``dst.part`` then renamed."""
+    tmp = dst + ".part"
+    with open(src, "rb") as fsrc, open(tmp, "wb") as fdst:
+        try:
+            fcntl.ioctl(fdst.fileno(), FICLONE, fsrc.fileno())
+            cloned = True
+        except OSError:
+            cloned = False
+    if not cloned:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
