@@ -65,6 +65,9 @@ class Logger:
             ``tags``, ``mode`` = ``"online"|"offline"|"disabled"``, ...). ``mode="offline"`` needs no
             account. Without an ``id``, the id stored in ``directory/wandb.json`` by an earlier run in the
             same directory is reused, so a resumed run continues the same wandb run.
+        purge_step: on resume, the first env step logged again: TensorBoard hides the events at and after it
+            that the stopped run wrote after its checkpoint (``SummaryWriter(purge_step=...)``), so curves have
+            no doubled tail. ``None`` (a fresh run) purges nothing.
 
     Raises:
         ValueError: an unknown backend.
@@ -77,8 +80,10 @@ class Logger:
         backends: Sequence[str] | str = ("tensorboard",),
         config: Mapping[str, Any] | None = None,
         wandb_kwargs: Mapping[str, Any] | None = None,
+        purge_step: int | None = None,
     ) -> None:
         self.directory = Path(directory)
+        self._purge_step = purge_step
         self.backends = _parse_backends(backends)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._config = _to_plain_dict(config)
@@ -345,7 +350,7 @@ class Logger:
     def _start_tensorboard(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._tb = SummaryWriter(log_dir=str(self.directory / "tb"))
+        self._tb = SummaryWriter(log_dir=str(self.directory / "tb"), purge_step=self._purge_step)
         if self._config:
             text = json.dumps(self._config, indent=2, default=str)
             # Markdown: indent by 4 spaces so TensorBoard shows it as a code block.

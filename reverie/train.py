@@ -170,7 +170,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if saved is not None and saved.get("wandb_id") and "id" not in wandb_kwargs:
         wandb_kwargs["id"] = saved["wandb_id"]
     logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
-                    wandb_kwargs=wandb_kwargs)
+                    wandb_kwargs=wandb_kwargs, purge_step=None if saved is None else resume_step + 1)
     write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
     print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; train_ratio {ac.train_ratio} with batch "
           f"{ac.batch_size}x{ac.batch_length} -> {ratio.updates_per_step:.4g} updates per env step "

@@ -390,3 +390,19 @@ def test_progress_rates_are_per_second():
     assert progress.rates() == (100.0, 0.0)  # only t=64 and t=65 are within 30 s of now
     progress.close()
     assert out.getvalue().count("\n") == 1
+
+
+def test_tensorboard_purge_step_hides_the_rows_a_resumed_run_logs_again(tmp_path):
+    """A run stopped after its checkpoint at 100 logged 200 and 300; resumed (purge_step 101) it logs 200 again."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with Logger(tmp_path) as logger:
+        for step, value in ((100, 1.0), (200, 2.0), (300, 3.0)):
+            logger.scalar("loss", value)
+            logger.write(step)
+    with Logger(tmp_path, purge_step=101) as logger:
+        logger.scalar("loss", 20.0)
+        logger.write(200)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(100, 1.0), (200, 20.0)]
