@@ -4,6 +4,7 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size s --updates 2 --top 20
     OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs --py-spy     # + Python-level hot frames
     OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs --compile    # the agent's compile option on
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs --flops      # + FLOPs by module, time floor
     .venv/bin/python bench/profile.py --trace trace.json                        # + a Chrome trace (chrome://tracing)
 
 Run from the repository root. The update is reverie's full one (world model + imagination + actor + critic) on
@@ -15,8 +16,11 @@ Reports, per profiled update (after one untimed warm-up update):
    passes, gradient clipping, optimiser steps, the imagination rollout, and the rest;
 2. the top ``--top`` torch ops by self CPU time (``torch.profiler``), with call counts: many calls of cheap ops
    is per-step Python/dispatcher overhead, few calls of costly ops is arithmetic;
-3. with ``--py-spy`` (``pip install py-spy``): the script re-runs itself under ``py-spy record`` and prints the
-   Python functions with the most samples (own and inclusive), which is where interpreter time goes.
+3. with ``--py-spy`` (``pip install py-spy``, or the ``bench`` extra): the script re-runs itself under
+   ``py-spy record`` and prints, for the samples taken inside ``DreamerV3.update``, the Python functions with the
+   most samples (own and inclusive): where interpreter time goes;
+4. with ``--flops``: GFLOP per update by module and the floor they put on the update time at this CPU's measured
+   single-thread matmul rate (how far overhead removal alone can go).
 """
 
 from __future__ import annotations
@@ -134,15 +138,16 @@ def run_py_spy(args: argparse.Namespace) -> None:
         with open(raw) as f:
             for line in f:
                 stack, _, count = line.rstrip().rpartition(" ")
-                frames = [fr for fr in stack.split(";") if "profile.py" not in fr or "instrument" in fr]
-                if not frames:
-                    continue
+                frames = stack.split(";")
+                if not any(fr.startswith("DreamerV3.update ") for fr in frames):
+                    continue  # start-up, imports, agent construction
+                frames = [fr for fr in frames if "bench/profile.py" not in fr]  # the timing wrappers
                 n = int(count)
                 total += n
                 own[frames[-1]] += n
                 for fr in set(frames):
                     inclusive[fr] += n
-    print(f"\npy-spy: {total} samples over the whole script (start-up and warm-up included)")
+    print(f"\npy-spy: {total} samples inside DreamerV3.update (warm-up update included)")
     print("  own samples (where the interpreter was when sampled):")
     for frame, n in own.most_common(args.top):
         print(f"  {100 * n / total:5.1f}%  {frame[:150]}")
@@ -152,6 +157,29 @@ def run_py_spy(args: argparse.Namespace) -> None:
         if "reverie/" in frame and shown < args.top:
             print(f"  {100 * n / total:5.1f}%  {frame[:150]}")
             shown += 1
+
+
+def report_flops(agent: DreamerV3, batch, top: int) -> None:
+    """FLOPs of one update by module (``torch.utils.flop_counter``) and the floor they put on its time here."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False, depth=2) as counter:
+        agent.update(batch)
+    total = counter.get_total_flops()
+    x, w = torch.randn(1024, 1280), torch.randn(1280, 256)  # the shape of the heads' first layers in imagination
+    for _ in range(3):
+        x @ w
+    start, n = time.process_time(), 30
+    for _ in range(n):
+        x @ w
+    rate = 2 * 1024 * 1280 * 256 * n / (time.process_time() - start)
+    print(f"\nFLOPs: {total / 1e9:.1f} GFLOP/update (matmuls and convolutions); this CPU's matmul rate "
+          f"{rate / 1e9:.0f} GFLOP/s per thread (1024x1280 @ 1280x256, CPU time) -> floor "
+          f"{total / rate / torch.get_num_threads() * 1e3:.0f} ms/update at {torch.get_num_threads()} thread(s)")
+    print(f"{'module (by class path)':<40} {'GFLOP':>8} {'share':>7}")
+    counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items() if k != "Global"}
+    for name, flops in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{name:<40} {flops / 1e9:8.1f} {100 * flops / total:6.1f}%")
 
 
 def main() -> None:
@@ -164,6 +192,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="DreamerV3(compile=True)")
     parser.add_argument("--trace", default=None, help="also write a Chrome trace JSON here")
     parser.add_argument("--py-spy", action="store_true", help="also sample Python frames with py-spy")
+    parser.add_argument("--flops", action="store_true", help="also count FLOPs per module and the time floor")
     parser.add_argument("--no-torch-profiler", action="store_true", help=argparse.SUPPRESS)  # py-spy child run
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -211,6 +240,8 @@ def main() -> None:
     if args.trace:
         prof.export_chrome_trace(args.trace)
         print(f"Chrome trace: {args.trace}")
+    if args.flops:
+        report_flops(agent, batch, args.top)
     if args.py_spy:
         run_py_spy(args)
 

@@ -120,12 +120,13 @@ def time_sheeprl(python: Path, size: str, args: argparse.Namespace) -> tuple[lis
 
 
 def time_reverie(size: str, args: argparse.Namespace, compile_: bool) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds per reverie DreamerV3 update at ``size`` (after ``--warmup``), float32, batch 16 x 64, H 15."""
+    """Wall and CPU seconds per reverie DreamerV3 update at ``size`` (after ``--warmup``), batch 16 x 64, H 15,
+    in ``--precision`` (float32 by default, as sheeprl's ``32-true``)."""
     s = SIZES[size]
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=s["deter"], stoch=s["stoch"],
                       classes=s["classes"], units=s["units"], layers=s["layers"], horizon=15,
-                      precision="float32", compile=compile_)
+                      precision=args.precision, compile=compile_)
     batch = cartpole_batch(64, 16)
     for _ in range(args.warmup):
         agent.update(batch)
@@ -154,11 +155,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both sides")
     parser.add_argument("--venv", type=Path, default=Path("/work/sheeprl-venv"), help="throwaway sheeprl venv")
     parser.add_argument("--compile", action="store_true", help="also time reverie with compile=True")
+    parser.add_argument("--precision", default="float32", choices=["float32", "auto", "bfloat16"],
+                        help="reverie's precision (float32 matches sheeprl's fabric.precision=32-true)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch_version = torch.__version__.split("+")[0]
     python = ensure_sheeprl(args.venv, torch_version, SHEEPRL_VERSION)
-    print(f"[vs_sheeprl] torch {torch.__version__}, {args.threads} thread(s), CPU, float32; CartPole-v1 vector obs; "
+    print(f"[vs_sheeprl] torch {torch.__version__}, {args.threads} thread(s), CPU, sheeprl 32-true, reverie "
+          f"{args.precision}; CartPole-v1 vector obs; "
           f"batch 16 x 64, horizon 15; {args.warmup} warm-up + up to {args.updates} timed updates per side")
     rows = []
     for size in args.sizes:
