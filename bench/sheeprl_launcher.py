@@ -8,8 +8,8 @@ timer and then calling ``sheeprl.cli.run()`` times each update as sheeprl runs i
     <sheeprl-venv>/bin/python bench/sheeprl_launcher.py --out times.json --warmup 2 --updates 10 \\
         --max-seconds 300 --threads 1 -- exp=dreamer_v3 env=gym env.id=CartPole-v1 algo=dreamer_v3_XS ...
 
-Writes ``{"times_s": [...], "cpu_times_s": [...], "warmup": W, "stopped": "updates"|"time", "torch": ..., "sheeprl": ...}`` to
-``--out`` and exits the process as soon as ``--updates`` timed calls (after ``--warmup`` untimed ones) are done,
+Writes ``{"times_s": [...], "cpu_times_s": [...], "warmup": W, "stopped": "updates"|"time", "torch": ...,
+"sheeprl": ...}`` to ``--out`` and exits the process as soon as ``--updates`` timed calls (after ``--warmup`` untimed ones) are done,
 or when ``--max-seconds`` of wall time have passed since the first update (whichever comes first).
 """
 
@@ -53,7 +53,8 @@ def main() -> None:
 
     def finish(stopped: str) -> None:
         with open(args.out, "w") as f:
-            json.dump({"times_s": times, "cpu_times_s": cpu_times, "warmup": args.warmup, "stopped": stopped, "torch": torch.__version__,
+            json.dump({"times_s": times, "cpu_times_s": cpu_times, "warmup": args.warmup, "stopped": stopped,
+                       "torch": torch.__version__,
                        "sheeprl": getattr(sheeprl, "__version__", "?"), "threads": torch.get_num_threads()}, f)
         sys.stdout.flush()
         os._exit(0)  # ends sheeprl's loop (and its env workers) right here: nothing else is left to time

@@ -176,7 +176,8 @@ def main() -> None:
     print("\nmedians, ms/update   sheeprl wall  reverie wall  ratio |  sheeprl CPU  reverie CPU  ratio  (ratio = "
           "sheeprl/reverie, > 1: reverie faster)")
     for size, label, wall_theirs, cpu_theirs, wall_mine, cpu_mine in rows:
-        print(f"{size:<4} {label:<15} {wall_theirs * 1e3:12.0f}  {wall_mine * 1e3:12.0f} {wall_theirs / wall_mine:5.2f}x |"
+        print(f"{size:<4} {label:<15} {wall_theirs * 1e3:12.0f}  {wall_mine * 1e3:12.0f} "
+              f"{wall_theirs / wall_mine:5.2f}x |"
               f" {cpu_theirs * 1e3:11.0f}  {cpu_mine * 1e3:11.0f} {cpu_theirs / cpu_mine:5.2f}x")
 
 

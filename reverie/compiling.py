@@ -5,10 +5,14 @@ one is replaced, on its own instance (parameters, ``state_dict`` keys and checkp
 :class:`EagerFallback` that calls the compiled version and, if compiling fails at the first call (no C++
 compiler for inductor, an op it cannot lower, ...), warns once and runs the eager original from then on.
 
-Random draws: inductor normally generates its own random numbers, so a compiled run would sample different
-latents and actions than an eager run with the same seed. :func:`compile_callables` sets
-``torch._inductor.config.fallback_random = True`` (process-wide), so compiled code draws from torch's own
-generator exactly as eager code does: seeded runs agree with the option on or off, within float tolerance.
+Process-wide settings changed by :func:`compile_callables`:
+
+- ``torch._dynamo.config.recompile_limit`` is raised to :data:`RECOMPILE_LIMIT`: instances of one module class
+  share their forward's code object, hence one dynamo cache, and past the limit dynamo silently runs eager;
+- ``torch._inductor.config.fallback_random = True``: inductor normally generates its own random numbers, so a
+  compiled run would sample other latents and actions than an eager run with the same seed; with it, compiled
+  code draws from torch's own generator as eager code does, and seeded runs agree with the option on or off,
+  within float tolerance.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from functools import lru_cache
 from typing import Any, Callable
 
 import torch
+
+RECOMPILE_LIMIT = 64  # dynamo cache entries per code object (see compile_callables)
 
 
 @lru_cache(maxsize=None)
@@ -84,9 +90,17 @@ def compile_callables(targets: dict[str, tuple[Any, str]], device_type: str = "c
         warnings.warn(f"compile=True: torch.compile cannot run on {device_type} here ({reason}); running eager. "
                       f"Set compile=false to silence this.", RuntimeWarning, stacklevel=2)
         return False
+    import torch._dynamo.config as dynamo_config
     import torch._inductor.config as inductor_config
 
     inductor_config.fallback_random = True  # compiled code draws the same random numbers as eager code
+    # Instances of one class share their forward's code object, and dynamo keeps one cache per code object: every
+    # instance x shape x grad mode is one entry (8 MLPs x 3-4 call sites here), past the default limit of 8, after
+    # which it silently runs eager.
+    limit = max(RECOMPILE_LIMIT, int(getattr(dynamo_config, "recompile_limit", 0)))
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, limit)
     for name, (owner, attr) in targets.items():
         eager = getattr(owner, attr)
         setattr(owner, attr, EagerFallback(eager, torch.compile(eager, dynamic=False), name))
