@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import sys
 
-# `python bench/<script>.py` puts bench/ first on the import path: there bench/profile.py would shadow the standard
-# library's `profile` (which cProfile imports) and the installed `reverie` (maybe another checkout) would be used.
-# The repository root goes there instead, so this tree's `reverie` and `bench` are the ones imported.
+# `python bench/<script>.py` puts bench/ first on the import path, so the installed `reverie` (maybe another
+# checkout's, through an editable install) would be imported. The repository root goes there instead, so this
+# tree's `reverie` and `bench` are the ones imported.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     sys.path[0] = _ROOT

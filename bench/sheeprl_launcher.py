@@ -9,22 +9,16 @@ timer and then calling ``sheeprl.cli.run()`` times each update as sheeprl runs i
         --max-seconds 300 --threads 1 -- exp=dreamer_v3 env=gym env.id=CartPole-v1 algo=dreamer_v3_XS ...
 
 Writes ``{"times_s": [...], "cpu_times_s": [...], "warmup": W, "stopped": "updates"|"time", "torch": ...,
-"sheeprl": ...}`` to ``--out`` and exits the process as soon as ``--updates`` timed calls (after ``--warmup`` untimed ones) are done,
-or when ``--max-seconds`` of wall time have passed since the first update (whichever comes first).
+"sheeprl": ...}`` to ``--out`` and exits the process as soon as ``--updates`` timed calls (after ``--warmup``
+untimed ones) are done, or when ``--max-seconds`` of wall time have passed since the first update.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-# `python bench/sheeprl_launcher.py` puts bench/ first on the import path, where bench/profile.py would shadow the
-# standard library's `profile` (imported by cProfile, which sheeprl's dependencies import): take bench/ off it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
 import argparse
 import json
+import os
+import sys
 import time
 
 

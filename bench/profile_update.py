@@ -1,11 +1,14 @@
 """Where one DreamerV3 update spends its time: phases, top torch ops, and (optionally) py-spy Python frames.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs              # phases + top ops (torch.profiler)
-    OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size s --updates 2 --top 20
-    OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs --py-spy     # + Python-level hot frames
-    OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs --compile    # the agent's compile option on
-    OMP_NUM_THREADS=1 .venv/bin/python bench/profile.py --size xs --flops      # + FLOPs by module, time floor
-    .venv/bin/python bench/profile.py --trace trace.json                        # + a Chrome trace (chrome://tracing)
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size xs             # phases + top ops
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size s --updates 2 --top 20
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size xs --py-spy    # + Python-level hot frames
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size xs --compile   # the agent's compile option on
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size xs --flops     # + FLOPs by module, time floor
+    .venv/bin/python bench/profile_update.py --trace trace.json                       # + a Chrome trace
+
+(Not named ``profile.py``: run as a script from bench/, that name would shadow the standard library's ``profile``,
+which ``cProfile`` imports, in every other script there.)
 
 Run from the repository root. The update is reverie's full one (world model + imagination + actor + critic) on
 CartPole-sized vector inputs, batch 16 x 64, horizon 15 (the shapes of bench/run.py and bench/vs_sheeprl.py).
@@ -28,9 +31,9 @@ from __future__ import annotations
 import os
 import sys
 
-# `python bench/<script>.py` puts bench/ first on the import path: there bench/profile.py would shadow the standard
-# library's `profile` (which cProfile imports) and the installed `reverie` (maybe another checkout) would be used.
-# The repository root goes there instead, so this tree's `reverie` and `bench` are the ones imported.
+# `python bench/<script>.py` puts bench/ first on the import path, so the installed `reverie` (maybe another
+# checkout's, through an editable install) would be imported. The repository root goes there instead, so this
+# tree's `reverie` and `bench` are the ones imported.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     sys.path[0] = _ROOT
@@ -141,7 +144,7 @@ def run_py_spy(args: argparse.Namespace) -> None:
                 frames = stack.split(";")
                 if not any(fr.startswith("DreamerV3.update ") for fr in frames):
                     continue  # start-up, imports, agent construction
-                frames = [fr for fr in frames if "bench/profile.py" not in fr]  # the timing wrappers
+                frames = [fr for fr in frames if "bench/profile_update.py" not in fr]  # the timing wrappers
                 n = int(count)
                 total += n
                 own[frames[-1]] += n
