@@ -15,14 +15,29 @@ Reports, on this machine:
 
 from __future__ import annotations
 
+import os
+import sys
+
+# `python bench/<script>.py` puts bench/ first on the import path, so the installed `reverie` (maybe another
+# checkout's, through an editable install) would be imported. The repository root goes there instead, so this
+# tree's `reverie` and `bench` are the ones imported.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path[0] = _ROOT
+elif _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
 import argparse
 import resource
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+
+import reverie
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.envs import make_vector_env
@@ -30,8 +45,8 @@ from reverie.envs.stepper import VectorStepper
 from reverie.replay import Replay
 from reverie.types import ActionSpec
 
-SIZES = {name: OmegaConf.to_container(OmegaConf.load(f"reverie/configs/size/{name}.yaml"))
-         for name in ("debug", "xs", "s", "m")}
+SIZE_DIR = Path(reverie.__file__).parent / "configs" / "size"
+SIZES = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in sorted(SIZE_DIR.glob("*.yaml"))}
 
 
 def cartpole_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
+from reverie.compiling import compile_callables
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
 from reverie.models.networks import MLP
 from reverie.models.world_model import WorldModel
@@ -79,6 +80,9 @@ class DreamerV3(nn.Module):
         device: torch device for parameters and updates.
         precision: ``"auto"`` (bfloat16 where the hardware runs it natively), ``"float32"`` or ``"bfloat16"``;
             parameters and distributions stay float32 (see :mod:`reverie.precision`).
+        compile: ``torch.compile`` the RSSM cell and the MLP heads (:mod:`reverie.compiling`): the first updates
+            take longer while it compiles, then each is faster (docs/speed.md); where compiling cannot run, a
+            ``RuntimeWarning`` and eager execution. Same losses as eager within float tolerance. Off by default.
 
     Raises:
         ValueError: ``loss_scales`` keys that differ from the world model's losses.
@@ -91,7 +95,8 @@ class DreamerV3(nn.Module):
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
                  model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
-                 ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto"):
+                 ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
+                 compile: bool = False):
         super().__init__()
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
@@ -116,6 +121,22 @@ class DreamerV3(nn.Module):
         self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
+        self.compiled = bool(compile) and self._compile()
+
+    def _compile(self) -> bool:
+        """Compile the hot callables in place (``compile=True``); False where torch.compile cannot run here.
+
+        The RSSM cell (``_step_deter``: input layer + LayerNorm GRU, run once per step of the observe scan and of
+        imagination) and every MLP forward; the per-step Python loops stay eager, so shapes stay fixed per call
+        site (B for the scan, T*B for imagination, N envs for acting), each compiled once.
+        """
+        wm, rssm = self.wm, self.wm.rssm
+        modules = {"actor": self.actor.net, "critic": self.critic, "slow critic": self.slow_critic,
+                   "reward head": wm.reward_head, "continue head": wm.cont_head, "prior net": rssm.prior_net,
+                   "vector encoder": wm.encoder, "vector decoder": wm.decoder,
+                   "image encoder": wm.image_encoder, "image decoder": wm.image_decoder}
+        targets = {name: (m, "forward") for name, m in modules.items() if m is not None}
+        return compile_callables({"rssm cell": (rssm, "_step_deter"), **targets}, self.device.type)
 
     # ----------------------------------------------------------------------------------------------- acting
     def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -1,0 +1,131 @@
+"""Data-parallel learning (reverie.distributed): 2 processes, gloo on CPU.
+
+The claim: averaging the per-rank gradients of equal-sized batch shards gives the single-process gradient of the
+concatenated batch. Checked on the DreamerV3 world-model loss of the debug preset. Latent draws are replaced by
+their straight-through mode in both runs: with sampling, the two ranks would draw different noise than one
+process does for the same columns, which is a different (and irrelevant) source of difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import reverie.models.rssm as rssm_module
+from reverie import distributed
+from reverie.agents.dreamer import DreamerV3
+from reverie.models.distributions import one_hot_index, unimix_probs
+from reverie.types import ActionSpec
+
+DEBUG = dict(deter=32, stoch=4, classes=4, units=32, layers=1, horizon=4, precision="float32")  # size=debug
+T, B, WORLD = 8, 8, 2  # global batch 8 x 8; each rank gets B / WORLD = 4 columns
+
+
+def mode_straight_through(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
+    probs = unimix_probs(logits, unimix)
+    return one_hot_index(logits.argmax(-1), logits.shape[-1]) + probs - probs.detach()
+
+
+def make_batch() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    is_first = rng.random((T, B)) < 0.1
+    is_first[0] = True
+    return {"vector": rng.normal(size=(T, B, 4)).astype(np.float32),
+            "prev_action": np.eye(2, dtype=np.float32)[rng.integers(2, size=(T, B))] * ~is_first[..., None],
+            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
+            "is_terminal": rng.random((T, B)) < 0.1}
+
+
+def world_model_grads(agent: DreamerV3, batch: dict[str, np.ndarray]) -> None:
+    """The first part of DreamerV3._update: scaled world-model loss, backward (grads left in .grad)."""
+    data = agent._tensors(batch)
+    losses, _, _ = agent.wm.loss(data)
+    loss = sum(agent.loss_scales[k] * v.mean() for k, v in losses.items())
+    agent.wm.zero_grad(set_to_none=True)
+    loss.backward()
+
+
+def worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    rssm_module.unimix_sample = mode_straight_through
+    info = distributed.init_process_group("cpu", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        assert info.backend == "gloo" and info.is_main == (rank == 0)
+        torch.manual_seed(rank)  # different initial weights on each rank ...
+        agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **DEBUG)
+        distributed.broadcast_module(agent)  # ... until rank 0's are broadcast
+        shard = slice(rank * B // WORLD, (rank + 1) * B // WORLD)
+        world_model_grads(agent, {k: v[:, shard] for k, v in make_batch().items()})
+        distributed.average_gradients(agent.wm.parameters(), info)
+        out = {"params": {k: v.clone() for k, v in agent.wm.named_parameters()},
+               "grads": {k: v.grad.clone() for k, v in agent.wm.named_parameters() if v.grad is not None}}
+
+        # None on every rank stays None; None on one rank counts as zeros there
+        net = torch.nn.Linear(2, 2)
+        unused = torch.nn.Parameter(torch.ones(3))
+        torch.nn.init.constant_(net.weight, 1.0)
+        if rank == 1:
+            net(torch.ones(1, 2)).sum().backward()
+        distributed.average_gradients([*net.parameters(), unused], info)
+        out["partial_grad"] = None if net.weight.grad is None else net.weight.grad.clone()
+        out["unused_grad_is_none"] = unused.grad is None
+
+        # global statistics: gathered shards give the full batch's percentiles
+        returns = torch.arange(B, dtype=torch.float32)[shard] ** 2
+        out["gathered"] = distributed.all_gather_cat(returns)
+        torch.save(out, f"{out_dir}/rank{rank}.pt")
+    finally:
+        distributed.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_averaged_gradient_equals_single_process_gradient_on_the_concatenated_batch(tmp_path, monkeypatch):
+    mp.spawn(worker, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=WORLD, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+
+    monkeypatch.setattr(rssm_module, "unimix_sample", mode_straight_through)
+    torch.manual_seed(0)  # rank 0's initial weights, which the broadcast gave every rank
+    single = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **DEBUG)
+    world_model_grads(single, make_batch())
+    expected = {k: v.grad for k, v in single.wm.named_parameters() if v.grad is not None}
+
+    for r, out in enumerate(ranks):
+        for k, v in single.wm.named_parameters():
+            assert torch.equal(out["params"][k], v.detach()), f"rank {r}: parameter {k} not broadcast from rank 0"
+        assert out["grads"].keys() == expected.keys()
+        for k, grad in expected.items():
+            torch.testing.assert_close(out["grads"][k], grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"rank {r} {k}: {m}")
+    assert sum(g.abs().sum() for g in expected.values()) > 0  # a real gradient, not all zeros
+
+    # rank 1 alone used `net` (grad of sum(W x) for x = ones is ones): the mean over 2 ranks is 0.5 everywhere
+    for out in ranks:
+        torch.testing.assert_close(out["partial_grad"], torch.full((2, 2), 0.5))
+        assert out["unused_grad_is_none"]
+        torch.testing.assert_close(out["gathered"], torch.arange(B, dtype=torch.float32) ** 2)
+
+
+def test_single_process_is_a_no_op(monkeypatch):
+    for var in distributed.TORCHRUN_VARS:
+        monkeypatch.delenv(var, raising=False)
+    info = distributed.init_process_group("cpu")
+    assert (info.rank, info.world_size, info.is_main, info.distributed) == (0, 1, True, False)
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.full((2,), 3.0)
+    distributed.average_gradients([p], info)
+    assert torch.equal(p.grad, torch.full((2,), 3.0))
+    x = torch.arange(3.0)
+    assert distributed.all_gather_cat(x) is x
+    assert distributed.rank_seed(7, 0) == 7 and distributed.rank_seed(7, 1) != distributed.rank_seed(8, 0)
+    assert distributed.torchrun_command(2, ["train", "exp=debug"]) == [
+        "torchrun", "--standalone", "--nproc_per_node=2", "-m", "reverie", "train", "exp=debug"]
+
+
+def test_bad_arguments_fail_clearly():
+    with pytest.raises(ValueError, match="nccl"):
+        distributed.init_process_group("cpu", backend="nccl", init_method="file:///nonexistent", rank=0, world_size=2)
+    with pytest.raises(ValueError, match="both rank and world_size"):
+        distributed.init_process_group("cpu", rank=0)
+    with pytest.raises(ValueError, match="nproc"):
+        distributed.torchrun_command(0, [])
