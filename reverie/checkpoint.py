@@ -23,16 +23,10 @@ from typing import Any
 
 import torch
 
+from reverie.replay.buffer import fsync_path
+
 CKPT_PATTERN = re.compile(r"^ckpt_(\d+)\.pt$")
 REPLAY_SUFFIX = ".replay"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def replay_dir_for(checkpoint: str | Path) -> Path:
@@ -70,7 +64,7 @@ def save_checkpoint(directory: str | Path, step: int, payload: dict[str, Any], k
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         payload["replay_meta"] = replay.save(tmp)
-        _fsync_dir(tmp)
+        fsync_path(tmp)
         if final.exists():  # the same step saved again (e.g. a periodic and the final checkpoint)
             old = final.with_name(final.name + ".old")
             shutil.rmtree(old, ignore_errors=True)
@@ -85,7 +79,7 @@ def save_checkpoint(directory: str | Path, step: int, payload: dict[str, Any], k
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(directory)
+    fsync_path(directory)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
         shutil.rmtree(replay_dir_for(old), ignore_errors=True)

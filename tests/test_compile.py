@@ -10,19 +10,14 @@ import torch
 
 import reverie.compiling as compiling
 from reverie.agents.dreamer import DreamerV3
+from reverie.envs.testing import random_batch
 from reverie.types import ActionSpec
 
 DEBUG = dict(deter=32, stoch=4, classes=4, units=32, layers=1, horizon=4, precision="float32")  # size=debug, exp=debug
 
 
 def make_batch(T: int = 8, B: int = 4, seed: int = 0) -> dict[str, np.ndarray]:  # exp=debug: batch 4 x 8
-    rng = np.random.default_rng(seed)
-    is_first = rng.random((T, B)) < 0.1
-    is_first[0] = True
-    return {"vector": rng.normal(size=(T, B, 4)).astype(np.float32),
-            "prev_action": np.eye(2, dtype=np.float32)[rng.integers(2, size=(T, B))] * ~is_first[..., None],
-            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
-            "is_terminal": rng.random((T, B)) < 0.1}
+    return random_batch(T, B, seed=seed)
 
 
 def run(compile_: bool, updates: int = 3) -> tuple[DreamerV3, list[dict[str, float]], np.ndarray]:

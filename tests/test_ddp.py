@@ -17,6 +17,7 @@ import reverie.models.rssm as rssm_module
 from reverie import distributed
 from reverie.agents.dreamer import DreamerV3
 from reverie.models.distributions import one_hot_index, unimix_probs
+from reverie.envs.testing import random_batch
 from reverie.types import ActionSpec
 
 DEBUG = dict(deter=32, stoch=4, classes=4, units=32, layers=1, horizon=4, precision="float32")  # size=debug
@@ -29,13 +30,7 @@ def mode_straight_through(logits: torch.Tensor, unimix: float = 0.01) -> torch.T
 
 
 def make_batch() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    is_first = rng.random((T, B)) < 0.1
-    is_first[0] = True
-    return {"vector": rng.normal(size=(T, B, 4)).astype(np.float32),
-            "prev_action": np.eye(2, dtype=np.float32)[rng.integers(2, size=(T, B))] * ~is_first[..., None],
-            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
-            "is_terminal": rng.random((T, B)) < 0.1}
+    return random_batch(T, B)
 
 
 def world_model_grads(agent: DreamerV3, batch: dict[str, np.ndarray]) -> None:

@@ -178,3 +178,20 @@ class RecordActions(gym.Wrapper):
     def step(self, action):
         self.recorded_actions.append(np.array(action, copy=True))
         return self.env.step(action)
+
+
+def random_batch(T: int = 8, B: int = 4, features: int = 4, actions: int = 2, p_first: float = 0.1,
+                 p_terminal: float = 0.1, seed: int = 0) -> dict[str, np.ndarray]:
+    """A random replay batch in the data contract, for agent tests and examples (no env needed).
+
+    Returns ``{"vector": (T, B, F) float32 N(0, 1), "prev_action": (T, B, A) one-hot float32 (zero where
+    is_first), "reward": (T, B) float32 N(0, 1), "is_first": (T, B) bool (always at t=0, else with probability
+    p_first), "is_terminal": (T, B) bool (probability p_terminal)}``, drawn from ``default_rng(seed)``.
+    """
+    rng = np.random.default_rng(seed)
+    is_first = rng.random((T, B)) < p_first
+    is_first[0] = True
+    return {"vector": rng.normal(size=(T, B, features)).astype(np.float32),
+            "prev_action": np.eye(actions, dtype=np.float32)[rng.integers(actions, size=(T, B))] * ~is_first[..., None],
+            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
+            "is_terminal": rng.random((T, B)) < p_terminal}

@@ -294,7 +294,7 @@ class Replay:
                     _copy_file(array.filename, path)
             else:
                 np.save(path, array)
-            _fsync(path)
+            fsync_path(path)
         meta = {k: v for k, v in state.items() if k not in ("arrays", "files")}
         meta["keys"] = list(self.arrays)
         meta["sizes"] = {key: os.path.getsize(os.path.join(directory, _file_name(key))) for key in self.arrays}
@@ -383,7 +383,8 @@ class Replay:
                 raw.madvise(mmap.MADV_DONTNEED)
 
 
-def _fsync(path: str) -> None:
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's or a directory's entries to disk (``os.fsync`` on a read-only descriptor)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
