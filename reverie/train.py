@@ -24,7 +24,8 @@ from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
 from reverie.logging import Logger
 from reverie.progress import Progress
-from reverie.replay import Ratio, Replay
+from reverie.replay import Replay
+from reverie.replay.cycle import make_schedule
 from reverie.types import ActionSpec
 
 
@@ -90,13 +91,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     replay_dir = cfg.replay.directory or str(run_dir / "replay")
     replay = Replay(int(cfg.replay.capacity), n, Replay.spec_for(obs_space, spec.dim), storage=cfg.replay.storage,
                     directory=replay_dir, seed=cfg.seed)
-    ratio = Ratio(float(ac.train_ratio), int(ac.batch_size), int(ac.batch_length))
+    ratio = make_schedule(ac)  # train_ratio clock (DreamerV3) or episode cycle (agent.schedule: episodes, PlaNet)
     repeat = int(cfg.env.get("action_repeat", 1) or 1)
     logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
                     wandb_kwargs={k: v for k, v in cfg.logger.items() if k != "backends"})
     write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
-    print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; train_ratio {ac.train_ratio} with batch "
-          f"{ac.batch_size}x{ac.batch_length} -> {ratio.updates_per_step:.4g} updates per env step "
+    print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; {ratio} with batch {ac.batch_size}x{ac.batch_length} "
           f"({tc.steps} env steps, prefill {tc.prefill}); run dir {run_dir}")
 
     env_steps = updates = 0
@@ -147,7 +147,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
                 # --- train: updates owed by the train_ratio clock once prefill is done ---
                 if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
-                    for _ in range(ratio(n)):
+                    for _ in range(ratio(n, len(episodes))):
                         logger.scalars(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length))))
                         updates += 1
                 # --- log / eval / checkpoint clocks ---
