@@ -93,3 +93,15 @@ def test_smoke_debug_planet(tmp_path, env):
     assert {s["mode"] for s in scores} == {"train", "eval"}
     run = load_run(run_dir)
     assert isinstance(run.agent, PlaNet)
+
+
+def test_presets_resolve_and_dreamer_default_preset_fails_at_start_up():
+    from reverie.cli import ConfigError, check_setup, load_config
+
+    repeats = {task: load_config(["exp=planet_dmc", f"env.task={task}"]).env.action_repeat
+               for task in ("cartpole_swingup", "cheetah_run", "walker_walk", "hopper_hop")}
+    assert repeats == {"cartpole_swingup": 8, "cheetah_run": 4, "walker_walk": 2, "hopper_hop": 2}
+    cfg = load_config(["exp=planet_classic"])
+    assert cfg.agent.name == "planet" and cfg.env.id == "Pendulum-v1" and cfg.agent.schedule == "episodes"
+    with pytest.raises(ConfigError, match="exp=planet_classic"):
+        check_setup(load_config(["agent=planet"]))  # exp=classic is DreamerV3's preset
