@@ -37,13 +37,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-cont", action="store_true", help="plan without the continue head")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="float32", help="float32 | bfloat16 | auto (autocast compute dtype)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     spec = ActionSpec(args.discrete, args.action_dim)
     agent = PlaNet({"vector": (5,)}, spec, deter=args.deter, stoch=args.stoch, units=args.units,
                    candidates=args.candidates, horizon=args.horizon, iterations=args.iterations,
-                   top_k=min(args.top_k, args.candidates), plan_cont=not args.no_cont, device=args.device)
+                   top_k=min(args.top_k, args.candidates), plan_cont=not args.no_cont, device=args.device,
+                   precision=args.precision)
     obs = {"vector": np.zeros((args.envs, 5), np.float32), "is_first": np.ones(args.envs, bool)}
     agent.act(obs, None, "explore")  # warm-up
     times = []
@@ -56,7 +58,7 @@ def main() -> None:
     ms = [t * 1000 for t in times]
     steps = args.iterations * args.horizon
     print(f"CEM {args.candidates} candidates x horizon {args.horizon} x {args.iterations} iterations, model "
-          f"{args.deter}/{args.stoch}/{args.units}, {args.envs} env(s), {args.threads} thread(s), {args.device}:")
+          f"{args.deter}/{args.stoch}/{args.units}, {args.envs} env(s), {args.threads} thread(s), {args.device}, {args.precision}:")
     print(f"  {statistics.median(ms):.1f} ms per planned action (median of {args.repeats}; min {min(ms):.1f}, "
           f"max {max(ms):.1f}); {statistics.median(ms) / steps:.2f} ms per open-loop step of "
           f"{args.envs * args.candidates} states")
