@@ -2,15 +2,16 @@
 
 Public API::
 
-    from reverie import DreamerV3, make_env, make_vector_env, Replay, train, evaluate, load_run
+    from reverie import DreamerV3, PlaNet, make_env, make_vector_env, Replay, train, evaluate, load_run
 """
 
 from reverie.agents.dreamer import DreamerV3
+from reverie.agents.planet import PlaNet
 from reverie.envs import make_env, make_vector_env
 from reverie.evaluate import evaluate
 from reverie.replay import Replay
 from reverie.run import load_run
 from reverie.train import train
 
-__all__ = ["DreamerV3", "make_env", "make_vector_env", "Replay", "train", "evaluate", "load_run"]
+__all__ = ["DreamerV3", "PlaNet", "make_env", "make_vector_env", "Replay", "train", "evaluate", "load_run"]
 __version__ = "0.1.0"

@@ -54,9 +54,9 @@ Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train --resume RUN train.steps=50000  # run a finished run longer
 On resume only these keys may change: train.steps, log/eval/checkpoint cadence, logger, threads, ... (see
 docs/resume.md); other changes are rejected.
-Groups: agent (dreamerv3), env (cartpole, pendulum, gym, atari100k, atari, dmc_vision, dmc_proprio),
+Groups: agent (dreamerv3, planet), env (cartpole, pendulum, gym, atari100k, atari, dmc_vision, dmc_proprio),
 size (debug, xs, s, m, l, xl), replay (default), logger (tensorboard, wandb, none),
-exp (classic, reference, atari100k, debug)."""
+exp (classic, reference, atari100k, debug, planet_dmc); agent_exp is chosen for you (<agent>_<exp>)."""
 
 
 class ConfigError(ValueError):
@@ -123,7 +123,7 @@ def check_setup(cfg: DictConfig) -> None:
     from hydra.errors import InstantiationException
 
     from reverie.envs import action_spec, make_env
-    from reverie.replay import Ratio
+    from reverie.replay.cycle import make_schedule
     from reverie.train import build_agent
 
     try:
@@ -135,7 +135,8 @@ def check_setup(cfg: DictConfig) -> None:
     except (ValueError, ImportError, TypeError) as err:
         raise ConfigError(f"env error: {err}") from err
     try:
-        Ratio(float(cfg.agent.train_ratio), int(cfg.agent.batch_size), int(cfg.agent.batch_length))
+        make_schedule(cfg.agent)
+        int(cfg.agent.batch_size), int(cfg.agent.batch_length)
         for key in ("steps", "prefill", "log_every", "eval_every", "eval_episodes", "checkpoint_every"):
             int(cfg.train[key])
     except (ValueError, TypeError) as err:

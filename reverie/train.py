@@ -27,7 +27,8 @@ from reverie.evaluate import evaluate, record_episode
 from reverie.logging import Logger
 from reverie.preflight import preflight
 from reverie.progress import Progress
-from reverie.replay import Ratio, Replay
+from reverie.replay import Replay
+from reverie.replay.cycle import make_schedule
 from reverie.resume import check_resumable, check_resume_config, read_summary, truncate_jsonl, write_summary
 from reverie.types import ActionSpec
 from reverie.viz import report
@@ -160,7 +161,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                   run_dir / "checkpoints", keep)
     replay = Replay(int(cfg.replay.capacity), n, replay_spec, storage=cfg.replay.storage, directory=replay_dir,
                     seed=cfg.seed)
-    ratio = Ratio(float(ac.train_ratio), int(ac.batch_size), int(ac.batch_length))
+    ratio = make_schedule(ac)  # train_ratio clock (DreamerV3) or episode cycle (agent.schedule: episodes, PlaNet)
     repeat = int(cfg.env.get("action_repeat", 1) or 1)
     wandb_kwargs = {k: v for k, v in cfg.logger.items() if k != "backends"}
     # rows written after the checkpoint (all rows, when a run stopped before its first one) are collected again
@@ -172,8 +173,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
                     wandb_kwargs=wandb_kwargs, purge_step=None if saved is None else resume_step + 1)
     write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
-    print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; train_ratio {ac.train_ratio} with batch "
-          f"{ac.batch_size}x{ac.batch_length} -> {ratio.updates_per_step:.4g} updates per env step "
+    print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; {ratio} with batch {ac.batch_size}x{ac.batch_length} "
           f"({tc.steps} env steps, prefill {tc.prefill}); run dir {run_dir}")
 
     env_steps = updates = episodes = skipped = bad_in_row = 0
@@ -253,7 +253,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
                 # --- train: updates owed by the train_ratio clock once prefill is done ---
                 if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
-                    for _ in range(ratio(n)):
+                    for _ in range(ratio(n, len(finished))):
                         metrics = agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))
                         logger.scalars(metrics)
                         updates += 1

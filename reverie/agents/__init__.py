@@ -1,5 +1,6 @@
 """Agents: own optimisers, loss weights, slow networks and normalisers (DESIGN.md section 1)."""
 
 from reverie.agents.dreamer import DreamerV3
+from reverie.agents.planet import PlaNet
 
-__all__ = ["DreamerV3"]
+__all__ = ["DreamerV3", "PlaNet"]

@@ -6,9 +6,13 @@ All are ``torch.distributions.Distribution`` subclasses, so ``log_prob``, ``entr
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import distributions as td
+
+from reverie.models.conv import ImageMSE, scale_image
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -251,3 +255,98 @@ class Bernoulli(td.Bernoulli):
     @property
     def mode(self) -> torch.Tensor:
         return (self.logits > 0).to(self.logits.dtype)
+
+
+class FixedNormal(td.Distribution):
+    """Normal with a learned mean and a fixed std, summed over the last ``event_dims`` dims (PlaNet decoders).
+
+    PlaNet (Hafner et al. 2019, section 3; reference ``models``: ``tfd.Normal(mean, 1.0)`` for the image and
+    reward heads). ``log_prob(x) = sum over the event of log N(x; mean, std)``, including the constant
+    ``-log(std * sqrt(2 pi))`` per element.
+
+    Args:
+        mean: ``(..., *event)``.
+        std: fixed standard deviation > 0 (``decoder_std``).
+        event_dims: how many trailing dims form the event (0 for a scalar reward, 1 for a vector ``(F,)``).
+
+    ``mean``/``mode``: the mean. ``sample()``: a draw ``mean + std * eps`` (no gradient).
+
+    Raises:
+        ValueError: ``std`` <= 0.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, mean: torch.Tensor, std: float = 1.0, event_dims: int = 1):
+        if std <= 0:
+            raise ValueError(f"FixedNormal: std must be > 0 (decoder_std), got {std}")
+        self.loc = mean.float()
+        self.scale = float(std)
+        self.event_dims = int(event_dims)
+        shape = self.loc.shape
+        split = len(shape) - self.event_dims
+        super().__init__(batch_shape=shape[:split], event_shape=shape[split:], validate_args=False)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.loc
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.loc
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+        with torch.no_grad():
+            shape = torch.Size(sample_shape) + self.loc.shape
+            return self.loc.expand(shape) + self.scale * torch.randn(shape, device=self.loc.device)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        z = (value.float() - self.loc) / self.scale
+        logp = -0.5 * z**2 - math.log(self.scale * math.sqrt(2.0 * math.pi))
+        return logp.sum(tuple(range(-self.event_dims, 0))) if self.event_dims else logp
+
+
+class GaussianImage(ImageMSE):
+    """Image decoder output with a fixed-std Gaussian likelihood over scaled pixels (PlaNet, ``decoder_std``).
+
+    ``log_prob(x)``: ``x`` uint8 or float pixel values ``(..., C, H, W)`` in ``[0, 256)`` (e.g. bit-reduced
+    and dequantised by :func:`reduce_bits`), scaled by :func:`reverie.models.conv.scale_image`, then
+    ``sum over (C, H, W) of log N(scale_image(x); pred, std)`` -> ``(...)``. ``mean``/``mode`` as
+    :class:`reverie.models.conv.ImageMSE` (``mode`` is uint8, ready to show).
+
+    Raises:
+        ValueError: ``std`` <= 0.
+    """
+
+    def __init__(self, pred: torch.Tensor, std: float = 1.0):
+        if std <= 0:
+            raise ValueError(f"GaussianImage: std must be > 0 (decoder_std), got {std}")
+        super().__init__(pred)
+        self.std = float(std)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        z = (self.pred - scale_image(value)) / self.std
+        logp = -0.5 * z**2 - math.log(self.std * math.sqrt(2.0 * math.pi))
+        return logp.sum((-3, -2, -1))
+
+
+def reduce_bits(image: torch.Tensor, bits: int = 5, noise: bool = True) -> torch.Tensor:
+    """Bit-depth reduction with dequantisation noise (PlaNet ``preprocess``: 5 bits, uniform noise).
+
+    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 pixel values in
+    ``[0, 256)``: ``floor(x / 2^(8 - bits)) * 2^(8 - bits)`` plus ``U[0, 2^(8 - bits))`` noise (``noise=True``,
+    training) or plus half a bin (``noise=False``: the noise's mean; acting and evaluation). ``bits == 8``
+    without noise returns the pixels as float unchanged. Feed the result to the image encoder and the image
+    likelihood, which scale pixel values themselves.
+
+    Raises:
+        ValueError: ``bits`` outside ``1..8``.
+    """
+    if not 1 <= bits <= 8:
+        raise ValueError(f"reduce_bits: bits must be in 1..8 (image_bits), got {bits}")
+    x = image.to(torch.float32)
+    if bits == 8 and not noise:
+        return x
+    step = float(2 ** (8 - bits))
+    x = torch.floor(x / step) * step
+    return x + (torch.rand_like(x) * step if noise else step / 2.0)

@@ -1,7 +1,9 @@
 """Recurrent state-space model (Hafner et al. 2019 PlaNet section 3; DreamerV3 section 3).
 
-State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)`` from a GRU, ``stoch`` ``z_t`` ``(..., S, K)``
-one-hot categorical latents (DreamerV3). Timing (see :mod:`reverie.types`)::
+State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)`` from a GRU and ``stoch`` ``z_t``, either ``(..., S, K)``
+one-hot categorical latents (``latent="categorical"``, DreamerV3; state also holds ``logits``) or ``(..., Z)``
+diagonal Gaussian latents (``latent="gaussian"``, PlaNet; state also holds ``mean`` and ``std``, ``std =
+softplus(raw) + min_std``). Timing (see :mod:`reverie.types`)::
 
     h_t = f(h_{t-1}, z_{t-1}, prev_action_t)      prev_action_t = action_{t-1}, zero where is_first_t
     prior     p(z_t | h_t)                       ("imagine": no observation)
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
@@ -46,27 +49,42 @@ class GRUCell(nn.Module):
 
 
 class RSSM(nn.Module):
-    """Categorical RSSM (DreamerV3): deter GRU ``D``, ``S x K`` one-hot latents with unimix.
+    """One RSSM with categorical (DreamerV3) or Gaussian (PlaNet) latents.
+
+    ``latent="categorical"``: LayerNorm GRU ``D``, ``S x K`` one-hot latents with unimix, learned initial state
+    (DreamerV3 2023 reference ``rssm``). ``latent="gaussian"``: plain GRU ``D``, ``Z = stoch`` diagonal Gaussian
+    latents with ``std = softplus(raw) + min_std``, ELU hidden layers of width ``units``, zero initial state
+    (PlaNet ``models/rssm.py``: ``state_size 30``, ``belief_size 200``, ``hidden 200``, ``min_stddev 0.1``).
 
     Args:
         action_dim: ``A``.
         embed_dim: ``E``, size of the encoder output.
-        deter: ``D`` (reference ``deter``; size presets). stoch: ``S`` groups. classes: ``K`` classes.
+        deter: ``D`` (reference ``deter``; size presets). stoch: ``S`` groups (categorical) or ``Z`` (gaussian).
+        classes: ``K`` classes (categorical only).
         units: hidden width of the input/output layers (``hidden``).
-        unimix: uniform mix of the latent distributions (reference ``unimix: 0.01``).
-        latent: only ``"categorical"`` here.
+        unimix: uniform mix of the latent distributions (categorical; reference ``unimix: 0.01``).
+        latent: ``"categorical"`` or ``"gaussian"``.
+        min_std: lower bound of the Gaussian std (gaussian only; PlaNet ``min_stddev: 0.1``).
+
+    State entries (:attr:`state_keys`): categorical ``deter (..., D)``, ``stoch (..., S, K)``,
+    ``logits (..., S, K)``; gaussian ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``.
 
     Raises:
-        ValueError: for an unknown ``latent``.
+        ValueError: for an unknown ``latent`` or a ``min_std`` <= 0.
     """
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
-                 units: int = 512, unimix: float = 0.01, latent: str = "categorical"):
+                 units: int = 512, unimix: float = 0.01, latent: str = "categorical", min_std: float = 0.1):
         super().__init__()
-        if latent != "categorical":
-            raise ValueError(f"RSSM latent={latent!r} is not supported; use latent='categorical'")
+        if latent not in ("categorical", "gaussian"):
+            raise ValueError(f"RSSM latent={latent!r} is not supported; use latent='categorical' (DreamerV3) "
+                             f"or latent='gaussian' (PlaNet)")
+        self.latent = latent
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.action_dim = action_dim
+        if latent == "gaussian":
+            self._build_gaussian(embed_dim, units, min_std)
+            return
         self.feat_dim = deter + stoch * classes
         # img_in: Linear(cat(z, a)) split in two bias-free parts so the action part is precomputed per sequence.
         self.in_z = nn.Linear(stoch * classes, units, bias=False)
@@ -86,22 +104,73 @@ class RSSM(nn.Module):
         nn.init.zeros_(self.post_out.bias)
         self.initial_deter = nn.Parameter(torch.zeros(deter))  # learned initial state (reference initial: learned)
 
+    def _build_gaussian(self, embed_dim: int, units: int, min_std: float) -> None:
+        if min_std <= 0:
+            raise ValueError(f"RSSM(latent='gaussian') needs min_std > 0 (PlaNet min_stddev 0.1), got {min_std}")
+        self.min_std = float(min_std)
+        self.feat_dim = self.deter + self.stoch
+        # Linear(cat(z, a)) split so the action part is precomputed per sequence (one bias, on the z part).
+        self.in_z = nn.Linear(self.stoch, units)
+        self.in_a = nn.Linear(self.action_dim, units, bias=False)
+        self.gru = nn.GRUCell(units, self.deter)
+        self.prior_net = nn.Sequential(nn.Linear(self.deter, units), nn.ELU(), nn.Linear(units, 2 * self.stoch))
+        # Linear(cat(h, embed)) split so the embedding part is precomputed per sequence.
+        self.post_h = nn.Linear(self.deter, units, bias=False)
+        self.post_e = nn.Linear(embed_dim, units)
+        self.post_out = nn.Linear(units, 2 * self.stoch)
+
+    @property
+    def state_keys(self) -> tuple[str, ...]:
+        """Entries of a state dict: ``(deter, stoch, logits)`` or ``(deter, stoch, mean, std)``."""
+        return ("deter", "stoch", "logits") if self.latent == "categorical" else ("deter", "stoch", "mean", "std")
+
     # ----------------------------------------------------------------------------------------------- states
     def initial(self, batch: int) -> State:
-        """Learned initial state: ``deter = tanh(w)`` ``(B, D)``, ``stoch`` = prior mode ``(B, S, K)``."""
+        """Initial state ``(B, ...)``. Categorical: learned, ``deter = tanh(w)`` ``(B, D)``, ``stoch`` = prior mode
+        ``(B, S, K)``. Gaussian: zeros (PlaNet ``zero_state``), ``std`` ones."""
+        if self.latent == "gaussian":
+            zeros = self.in_a.weight.new_zeros(batch, self.stoch)
+            return {"deter": self.in_a.weight.new_zeros(batch, self.deter), "stoch": zeros, "mean": zeros,
+                    "std": torch.ones_like(zeros)}
         deter = torch.tanh(self.initial_deter).expand(batch, self.deter)
         logits = self._prior_logits(deter)
         stoch = self._draw(logits, sample=False)
         return {"deter": deter, "stoch": stoch, "logits": logits}
 
     def feat(self, state: State) -> torch.Tensor:
-        """Model features ``cat(deter, flat stoch)``: ``(..., D + S*K)``."""
+        """Model features ``cat(deter, flat stoch)``: ``(..., D + S*K)`` or ``(..., D + Z)``."""
+        if self.latent == "gaussian":
+            return torch.cat([state["deter"], state["stoch"]], -1)
         stoch = state["stoch"].flatten(-2)  # (..., S, K) -> (..., S*K)
         return torch.cat([state["deter"], stoch], -1)
 
-    def dist(self, logits: torch.Tensor) -> torch.distributions.Independent:
-        """Latent distribution for ``logits`` ``(..., S, K)``; event shape ``(S, K)``."""
+    def dist(self, logits: torch.Tensor | State) -> torch.distributions.Independent:
+        """Latent distribution of a state (or, categorical only, of ``logits`` ``(..., S, K)``).
+
+        Categorical: event shape ``(S, K)``. Gaussian: ``Normal(mean, std)`` with event shape ``(Z,)``.
+
+        Raises:
+            TypeError: a tensor for a Gaussian RSSM (pass the state dict with ``mean`` and ``std``).
+        """
+        if self.latent == "gaussian":
+            if not isinstance(logits, dict):
+                raise TypeError("RSSM(latent='gaussian').dist needs a state dict with 'mean' and 'std', not a tensor")
+            return torch.distributions.Independent(
+                torch.distributions.Normal(logits["mean"].float(), logits["std"].float(), validate_args=False), 1)
+        if isinstance(logits, dict):
+            logits = logits["logits"]
         return torch.distributions.Independent(UnimixCategorical(logits, self.unimix), 1)
+
+    def _gaussian(self, raw: torch.Tensor, sample: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``raw (..., 2Z)`` -> ``(stoch, mean, std)``, ``std = softplus(raw_std) + min_std`` (PlaNet)."""
+        mean, std = raw.chunk(2, -1)
+        std = F.softplus(std) + self.min_std
+        stoch = mean + std * torch.randn_like(std) if sample else mean
+        return stoch, mean, std
+
+    def _prior_gaussian(self, deter: torch.Tensor, sample: bool) -> State:
+        stoch, mean, std = self._gaussian(self.prior_net(deter), sample)
+        return {"deter": deter, "stoch": stoch, "mean": mean, "std": std}
 
     def _prior_logits(self, deter: torch.Tensor) -> torch.Tensor:
         return self.prior_net(deter).unflatten(-1, (self.stoch, self.classes))  # (..., S*K) -> (..., S, K)
@@ -112,6 +181,9 @@ class RSSM(nn.Module):
         return one_hot_index(logits.argmax(-1), self.classes)  # the mode (unimix keeps the argmax)
 
     def _step_deter(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
+        if self.latent == "gaussian":
+            x = F.elu(self.in_z(state["stoch"]) + action_proj)
+            return self.gru(x, state["deter"])
         x = self.in_norm(self.in_z(state["stoch"].flatten(-2)) + action_proj)
         return self.gru(x, state["deter"])
 
@@ -129,9 +201,12 @@ class RSSM(nn.Module):
             sample: draw latents (training) or take the mode (tests, deterministic summaries).
 
         Returns:
-            ``(posterior, prior)``: dicts with ``deter (T, B, D)``, ``stoch (T, B, S, K)``, ``logits (T, B, S, K)``.
-            ``prior['stoch']`` is drawn from the prior logits (used by open-loop summaries).
+            ``(posterior, prior)``: dicts with ``deter (T, B, D)``, ``stoch (T, B, S, K)``, ``logits (T, B, S, K)``
+            (gaussian: ``stoch``, ``mean``, ``std`` ``(T, B, Z)``). ``prior['stoch']`` is drawn from the prior
+            (used by open-loop summaries).
         """
+        if self.latent == "gaussian":
+            return self._observe_gaussian(embed, prev_action, is_first, state, sample)
         T, B = is_first.shape
         init = self.initial(B)  # what is_first resets to
         if state is None:
@@ -158,22 +233,46 @@ class RSSM(nn.Module):
         prior = {"deter": deter_seq, "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
         return post, prior
 
+    def _observe_gaussian(self, embed, prev_action, is_first, state, sample):
+        T, B = is_first.shape
+        init = self.initial(B)  # zeros: what is_first resets to
+        if state is None:
+            state = init
+        first = is_first.to(embed.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
+        action_proj = self.in_a(prev_action) * (1.0 - first)  # (T, B, units); zero action where is_first
+        embed_proj = self.post_e(embed)  # (T, B, units)
+        deter, stoch = state["deter"], state["stoch"]
+        out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
+        for t in range(T):
+            keep = 1.0 - first[t]  # (B, 1); the initial state is zeros, so a reset is a multiplication
+            deter = self._step_deter({"deter": deter * keep, "stoch": stoch * keep}, action_proj[t])
+            raw = self.post_out(F.elu(self.post_h(deter) + embed_proj[t]))  # (B, 2Z)
+            stoch, mean, std = self._gaussian(raw, sample)
+            for k, v in zip(self.state_keys, (deter, stoch, mean, std)):
+                out[k].append(v)
+        post = {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
+        prior = self._prior_gaussian(post["deter"], sample)  # all steps at once: (T, B, D) -> (T, B, Z)
+        return post, prior
+
     # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
         """One prior step: ``(B, ...)`` state and action ``(B, A)`` -> next prior state ``(B, ...)``."""
         deter = self._step_deter(state, self.in_a(action))
+        if self.latent == "gaussian":
+            return self._prior_gaussian(deter, sample)
         logits = self._prior_logits(deter)
         return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits}
 
     def imagine(self, policy: Callable[[State], torch.Tensor], start: State, horizon: int,
-                keys: tuple[str, ...] = ("deter", "stoch", "logits")) -> tuple[State, torch.Tensor]:
+                keys: tuple[str, ...] | None = None) -> tuple[State, torch.Tensor]:
         """Roll the prior forward from ``start`` with actions from ``policy`` (DreamerV3 section 4).
 
         Args:
             policy: maps a state ``(N, ...)`` to an action ``(N, A)``.
             start: start states ``(N, ...)`` (e.g. every posterior state of a batch, ``N = T*B``).
             horizon: ``H`` imagined steps.
-            keys: which state entries to stack and return (skip ``logits`` when only features are needed).
+            keys: which state entries to stack and return (skip ``logits`` when only features are needed);
+                None: all of :attr:`state_keys`.
 
         Returns:
             ``(states, actions)``: states ``(H+1, N, ...)`` with ``start`` at index 0; ``actions (H+1, N, A)``
@@ -184,5 +283,6 @@ class RSSM(nn.Module):
         for _ in range(horizon):
             states.append(self.img_step(states[-1], actions[-1]))
             actions.append(policy(states[-1]))
+        keys = self.state_keys if keys is None else keys
         stacked = {k: torch.stack([s[k] for s in states]) for k in keys}
         return stacked, torch.stack(actions)

@@ -1,7 +1,12 @@
-"""World model: encoders + RSSM + decoders, reward and continue heads (DreamerV3 section 3, eq. 4-5).
+"""World model: encoders + RSSM + decoders, reward and continue heads (DreamerV3 section 3, eq. 4-5; PlaNet).
 
 ``loss(batch)`` returns a dict of per-step losses ``(T, B)`` keyed by name; the agent owns the scales
 (reference ``loss_scales``: dec/rew/cont 1.0, dyn 0.5, rep 0.1) and checks that the keys match.
+
+With ``latent="gaussian"`` (PlaNet, Hafner et al. 2019) the decoders are fixed-std Gaussians
+(``decoder_std``), images are bit-reduced with dequantisation noise (``image_bits``), and the KL terms are
+``kl`` (posterior to the temporal prior, with ``free_nats``), ``global_kl`` (posterior to a standard normal)
+and, with ``overshooting > 0``, ``overshooting`` (latent overshooting, PlaNet section 4 / eq. 7).
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reverie.models.distributions import Bernoulli, SymlogMSE, TwoHotSymlog, symlog, unimix_logits
+from reverie.models.distributions import (Bernoulli, FixedNormal, GaussianImage, SymlogMSE, TwoHotSymlog,
+                                         reduce_bits, symlog, unimix_logits)
 from reverie.models.conv import ConvDecoder, ConvEncoder, ImageMSE
 from reverie.models.networks import MLP
 from reverie.models.rssm import RSSM, State
@@ -46,6 +52,61 @@ def free_bits(kl: torch.Tensor, free_nats: float) -> torch.Tensor:
     return torch.clamp(kl, min=free_nats)
 
 
+def gaussian_kl(lhs: State, rhs: State) -> torch.Tensor:
+    """``KL(N(lhs.mean, lhs.std) || N(rhs.mean, rhs.std))`` summed over ``Z``: ``(..., Z)`` -> ``(...)``.
+
+    ``rhs`` may hold plain floats or broadcastable tensors (e.g. the global prior ``mean 0, std 1``).
+    """
+    var_ratio = (lhs["std"] / rhs["std"]) ** 2
+    t1 = ((lhs["mean"] - rhs["mean"]) / rhs["std"]) ** 2
+    return (0.5 * (var_ratio + t1 - 1.0 - torch.log(var_ratio))).sum(-1)
+
+
+def overshooting_kl(rssm: RSSM, post: State, prev_action: torch.Tensor, is_first: torch.Tensor,
+                    distance: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Latent overshooting KLs (PlaNet section 4, eq. 7): open-loop priors ``d = 1..distance`` steps ahead.
+
+    For every start ``t - d`` the prior is rolled forward with the observed actions from the posterior at
+    ``t - d`` (with gradient) to time ``t`` and compared with the posterior at ``t``, whose gradient is stopped
+    (as in the reference): ``kl[d-1, t] = KL(sg(q(s_t | o_<=t)) || p(s_t | s_{t-d}, a_{t-d:t}))``.
+    Distance 1 is the standard one-step KL (same value and prior-side gradient as :func:`gaussian_kl` of
+    ``observe``'s posterior and prior).
+
+    Args:
+        rssm: a Gaussian :class:`RSSM`.
+        post: posterior states ``(T, B, ...)`` from :meth:`RSSM.observe`.
+        prev_action: ``(T, B, A)``; ``prev_action[t]`` leads into ``t``.
+        is_first: ``(T, B)`` bool; a chain never crosses a step where ``is_first`` is set.
+        distance: ``D >= 1``.
+
+    Returns:
+        ``(kl, mask)``, both ``(D, T, B)``: ``mask[d-1, t]`` is 1 where a prediction ``d`` steps ahead exists
+        (``t >= d`` and no ``is_first`` in ``t-d+1 .. t``); ``kl`` is 0 elsewhere.
+
+    Raises:
+        ValueError: ``distance < 1`` or a categorical RSSM.
+    """
+    if distance < 1:
+        raise ValueError(f"overshooting_kl: distance must be >= 1, got {distance}")
+    if rssm.latent != "gaussian":
+        raise ValueError("overshooting_kl needs RSSM(latent='gaussian') (PlaNet latent overshooting)")
+    T, B = is_first.shape
+    kl = post["mean"].new_zeros(distance, T, B)
+    mask = torch.zeros_like(kl)
+    target = {k: post[k].detach() for k in ("mean", "std")}
+    cur, valid = post, torch.ones_like(is_first)  # cur[i]: state at time i + d - 1 started from post[i]
+    for d in range(1, min(distance, T - 1) + 1):
+        n = T - d
+        start = {k: v[:n].flatten(0, 1) for k, v in cur.items()}  # (n, B, ...) -> (n*B, ...)
+        step = rssm.img_step(start, prev_action[d:].flatten(0, 1), sample=True)
+        cur = {k: v.unflatten(0, (n, B)) for k, v in step.items()}  # (n*B, ...) -> (n, B, ...)
+        valid = valid[:n] & ~is_first[d:]  # (n, B)
+        div = gaussian_kl({k: v[d:] for k, v in target.items()}, cur)  # (n, B)
+        kl[d - 1, d:] = div * valid
+        mask[d - 1, d:] = valid.to(kl.dtype)
+    return kl, mask
+
+
 class WorldModel(nn.Module):
     """Encoder, RSSM and heads over dict observations of image and vector keys (multi-modal).
 
@@ -61,7 +122,11 @@ class WorldModel(nn.Module):
         obs_shapes: ``{key: shape}`` of the observation keys to encode and reconstruct.
         action_dim: ``A``.
         deter, stoch, classes, units, layers, unimix: size preset (DESIGN.md section 4).
-        free_nats: free bits of the KL terms (reference 1.0).
+        free_nats: free bits of the KL terms (DreamerV3 reference 1.0; PlaNet ``free_nats`` 3.0).
+        latent: ``"categorical"`` (DreamerV3) or ``"gaussian"`` (PlaNet; ``stoch`` is then ``Z``).
+        min_std: Gaussian latent std floor (PlaNet 0.1). decoder_std: fixed std of the Gaussian observation
+            and reward likelihoods (PlaNet 1.0). image_bits: bit depth of images for the Gaussian model
+            (PlaNet 5; 8 keeps the pixels). overshooting: latent overshooting distance ``D`` (0: off).
         cnn_depth: channel multiplier of the conv stacks (size preset ``cnn_depth``; reference s=32).
         cnn: further :class:`ConvEncoder`/:class:`ConvDecoder` keyword arguments (``channels``, ``kernel``,
             ``stride``, ``padding``, ``min_res``, ``norm``, ``act``); defaults are the reference's.
@@ -73,8 +138,14 @@ class WorldModel(nn.Module):
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, deter: int = 512, stoch: int = 32,
                  classes: int = 32, units: int = 512, layers: int = 2, unimix: float = 0.01, free_nats: float = 1.0,
-                 reward_bins: int = 255, cnn_depth: int = 32, cnn: dict | None = None):
+                 reward_bins: int = 255, cnn_depth: int = 32, cnn: dict | None = None, latent: str = "categorical",
+                 min_std: float = 0.1, decoder_std: float = 1.0, image_bits: int = 8, overshooting: int = 0):
         super().__init__()
+        if latent == "gaussian" and (decoder_std <= 0 or not 1 <= image_bits <= 8 or overshooting < 0):
+            raise ValueError(f"WorldModel(latent='gaussian'): need decoder_std > 0, image_bits in 1..8 and "
+                             f"overshooting >= 0; got {decoder_std}, {image_bits}, {overshooting}")
+        self.latent, self.decoder_std, self.image_bits = latent, float(decoder_std), int(image_bits)
+        self.overshooting = int(overshooting)
         bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
         if bad:
             raise ValueError(f"WorldModel: observation keys {bad} are neither vectors (F,) nor images (C, H, W); "
@@ -99,13 +170,15 @@ class WorldModel(nn.Module):
             embed += self.encoder.out_dim
         if embed == 0:
             raise ValueError("WorldModel: no observation keys to encode")
-        self.rssm = RSSM(action_dim, embed, deter=deter, stoch=stoch, classes=classes, units=units, unimix=unimix)
+        self.rssm = RSSM(action_dim, embed, deter=deter, stoch=stoch, classes=classes, units=units, unimix=unimix,
+                         latent=latent, min_std=min_std)
         feat = self.rssm.feat_dim
         if self.image_keys:
             self.image_decoder = ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {}))
         if self.vector_keys:
             self.decoder = MLP(feat, self._vector_dim, units=units, layers=layers)
-        self.reward_head = MLP(feat, reward_bins, units=units, layers=layers, out_scale=0.0)
+        self.reward_head = MLP(feat, reward_bins if latent == "categorical" else 1, units=units, layers=layers,
+                               out_scale=0.0)
         self.cont_head = MLP(feat, 1, units=units, layers=layers)
 
     @property
@@ -114,7 +187,22 @@ class WorldModel(nn.Module):
 
     @property
     def loss_keys(self) -> tuple[str, ...]:
+        """Keys of :meth:`loss`: observation keys, ``reward``, ``cont``, then ``dyn, rep`` (categorical) or
+        ``kl, global_kl`` (+ ``overshooting`` when on) (gaussian)."""
+        if self.latent == "gaussian":
+            return (*self.obs_shapes, "reward", "cont", "kl", "global_kl") + (("overshooting",) if self.overshooting else ())
         return (*self.obs_shapes, "reward", "cont", "dyn", "rep")
+
+    def preprocess(self, obs: dict[str, torch.Tensor], noise: bool = False) -> dict[str, torch.Tensor]:
+        """Bit-reduce image keys to ``image_bits`` (PlaNet ``preprocess``), other keys unchanged.
+
+        Identity when ``image_bits == 8``. Otherwise image keys become float pixel values (see
+        :func:`reverie.models.distributions.reduce_bits`): with uniform dequantisation noise (``noise=True``,
+        training) or the bin centres (acting). :meth:`encode` calls it (without noise) on uint8 images itself.
+        """
+        if self.image_bits >= 8 or not self.image_keys:
+            return obs
+        return {**obs, **{k: reduce_bits(obs[k], self.image_bits, noise) for k in self.image_keys}}
 
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Observations -> embedding ``(..., E)``, ``E = cnn out + mlp units``.
@@ -126,6 +214,9 @@ class WorldModel(nn.Module):
         """
         parts = []
         if self.image_encoder is not None:
+            if self.image_bits < 8:  # uint8 pixels get the bin centres; float inputs are already preprocessed
+                obs = {**obs, **{k: reduce_bits(obs[k], self.image_bits, noise=False) for k in self.image_keys
+                                 if obs[k].dtype == torch.uint8}}
             images = torch.cat([obs[k] for k in self.image_keys], -3)  # k x (..., C_k, H, W) -> (..., C, H, W)
             parts.append(self.image_encoder(images))  # (..., E_cnn)
         if self.encoder is not None:
@@ -133,8 +224,11 @@ class WorldModel(nn.Module):
             parts.append(self.encoder(symlog(x)))  # (..., units)
         return torch.cat(parts, -1)
 
-    def reward(self, feat: torch.Tensor) -> TwoHotSymlog:
-        """Reward distribution ``(...)`` from features ``(..., D + S*K)``."""
+    def reward(self, feat: torch.Tensor) -> TwoHotSymlog | FixedNormal:
+        """Reward distribution ``(...)`` from features ``(..., F)``: two-hot symlog (categorical) or a unit-std
+        normal (gaussian, PlaNet); ``.mean`` is the predicted reward either way."""
+        if self.latent == "gaussian":
+            return FixedNormal(self.reward_head(feat).squeeze(-1), self.decoder_std, event_dims=0)
         return TwoHotSymlog(self.reward_head(feat))
 
     def cont(self, feat: torch.Tensor) -> Bernoulli:
@@ -151,11 +245,17 @@ class WorldModel(nn.Module):
         if self.image_decoder is not None:
             pred = self.image_decoder(feat)  # (..., C, H, W), all image keys' channels
             sizes = [self.obs_shapes[k][0] for k in self.image_keys]
-            out |= {k: ImageMSE(p) for k, p in zip(self.image_keys, pred.split(sizes, -3))}
+            if self.latent == "gaussian":
+                out |= {k: GaussianImage(p, self.decoder_std) for k, p in zip(self.image_keys, pred.split(sizes, -3))}
+            else:
+                out |= {k: ImageMSE(p) for k, p in zip(self.image_keys, pred.split(sizes, -3))}
         if self.decoder is not None:
             pred = self.decoder(feat)  # (..., F)
             sizes = [self.obs_shapes[k][0] for k in self.vector_keys]
-            out |= {k: SymlogMSE(p) for k, p in zip(self.vector_keys, pred.split(sizes, -1))}
+            if self.latent == "gaussian":
+                out |= {k: FixedNormal(p, self.decoder_std) for k, p in zip(self.vector_keys, pred.split(sizes, -1))}
+            else:
+                out |= {k: SymlogMSE(p) for k, p in zip(self.vector_keys, pred.split(sizes, -1))}
         return out
 
     def loss(self, batch: dict[str, torch.Tensor], state: State | None = None) -> tuple[dict[str, torch.Tensor], State, dict]:
@@ -170,7 +270,12 @@ class WorldModel(nn.Module):
             ``(losses, posterior, info)``: ``losses[k]`` is ``(T, B)`` for every key in :attr:`loss_keys`
             (an image key's loss is its squared error summed over ``C x H x W`` scaled pixels);
             ``posterior`` states ``(T, B, ...)``; ``info`` holds detached diagnostics (KL, entropies).
+            Gaussian: ``kl = max(free_nats, KL(post || prior))`` (both sides trained, PlaNet), ``global_kl =
+            KL(post || N(0, 1))``, ``overshooting`` = the mean over ``d = 1..D`` of the free-nats-clipped
+            :func:`overshooting_kl` (0 where a distance has no prediction); images are bit-reduced with noise.
         """
+        if self.latent == "gaussian":
+            return self._loss_gaussian(batch, state)
         embed = self.encode(batch)  # (T, B, E)
         post, prior = self.rssm.observe(embed, batch["prev_action"], batch["is_first"], state)
         feat = self.rssm.feat(post)  # (T, B, D + S*K)
@@ -185,4 +290,23 @@ class WorldModel(nn.Module):
                 "prior_entropy": self.rssm.dist(prior["logits"]).entropy().mean(),
                 "post_entropy": self.rssm.dist(post["logits"]).entropy().mean(),
             }
+        return losses, post, info
+
+    def _loss_gaussian(self, batch: dict[str, torch.Tensor], state: State | None) -> tuple[dict, State, dict]:
+        batch = self.preprocess(batch, noise=True)  # (T, B, C, H, W) uint8 -> float pixel values, dequantised
+        embed = self.encode(batch)  # (T, B, E)
+        post, prior = self.rssm.observe(embed, batch["prev_action"], batch["is_first"], state)
+        feat = self.rssm.feat(post)  # (T, B, D + Z)
+        losses = {k: -dist.log_prob(batch[k]) for k, dist in self.decode(feat).items()}
+        losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
+        losses["cont"] = -self.cont(feat).log_prob(1.0 - batch["is_terminal"].to(feat.dtype))
+        kl = gaussian_kl(post, prior)  # (T, B)
+        losses["kl"] = free_bits(kl, self.free_nats)
+        losses["global_kl"] = gaussian_kl(post, {"mean": 0.0, "std": torch.ones_like(post["std"])})
+        if self.overshooting:
+            over, mask = overshooting_kl(self.rssm, post, batch["prev_action"], batch["is_first"], self.overshooting)
+            losses["overshooting"] = (free_bits(over, self.free_nats) * mask).sum(0) / self.overshooting  # (T, B)
+        with torch.no_grad():
+            info = {"kl": kl.mean(), "prior_entropy": self.rssm.dist(prior).entropy().mean(),
+                    "post_entropy": self.rssm.dist(post).entropy().mean(), "prior_std": prior["std"].mean()}
         return losses, post, info

@@ -1,0 +1,160 @@
+"""PlaNet (Hafner et al. 2019): a Gaussian-latent world model and CEM planning in its latent space.
+
+Defaults follow google-research/planet (DESIGN.md section 4): deterministic 200, stochastic 30, hidden 200,
+free nats 3, divergence scale 1, global prior scale 0, overshooting off, 5-bit images, Adam 1e-3 (eps 1e-4,
+clip 1000), CEM horizon 12 / 1000 candidates / top 100 / 10 iterations, action noise 0.3. The training cycle
+(seed episodes, then ``train_steps`` updates per collected episode) is :class:`reverie.replay.cycle.EpisodeCycle`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from reverie.agents.planning import WorldModelDynamics, make_planner
+from reverie.models.world_model import WorldModel
+from reverie.precision import autocast, resolve_precision
+from reverie.types import ActionSpec
+
+
+class PlaNet(nn.Module):
+    """PlaNet agent implementing the :class:`reverie.agents.base.Agent` protocol.
+
+    Args:
+        obs_shapes: ``{key: shape}`` of the observations the world model encodes and decodes.
+        action_spec: :class:`reverie.types.ActionSpec`.
+        deter: ``D`` (200). stoch: ``Z`` (30). units: hidden width (200). layers: MLP depth of the vector
+            encoder/decoder and the reward/continue heads (2). min_std: latent std floor (0.1).
+        cnn_depth, cnn: image encoder/decoder (see :class:`reverie.models.conv.ConvEncoder`; depth 32).
+        decoder_std: fixed std of the observation and reward likelihoods (1.0). image_bits: 5.
+        free_nats: 3.0. divergence_scale: scale of KL(posterior || prior) (1.0). global_divergence_scale: scale
+            of KL(posterior || N(0, 1)) (0.0). overshooting: latent overshooting distance (0: off).
+            overshooting_scale: its loss scale (1.0). reward_scale: 1.0. cont_scale: continue head (1.0).
+        planner: ``"auto"``, ``"gaussian"`` or ``"categorical"`` (:func:`reverie.agents.planning.make_planner`).
+        horizon, candidates, top_k, iterations: CEM (12, 1000, 100, 10). plan_gamma: discount of planned
+            rewards (1.0). plan_sample: sample prior latents while planning (True, as the reference).
+            plan_cont: weight planned rewards by the continue head (True; off saves time where nothing terminates).
+        action_noise: Gaussian exploration noise at ``explore`` (0.3), clipped into ``[-1, 1]``; for Discrete
+            spaces the epsilon of epsilon-greedy exploration.
+        model_lr, model_eps, model_clip: Adam (1e-3, 1e-4, 1000).
+        device, precision: as :class:`reverie.agents.DreamerV3` (default float32).
+        actor_lr, critic_lr: not PlaNet settings; accepted only to reject DreamerV3 presets with a clear error.
+
+    Raises:
+        ValueError: ``planner="gaussian"`` with a Discrete action space (and the other errors of
+            :func:`make_planner`), or DreamerV3-only settings (``actor_lr``/``critic_lr``) from an ``exp``
+            preset written for DreamerV3.
+    """
+
+    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *, deter: int = 200,
+                 stoch: int = 30, units: int = 200, layers: int = 2, min_std: float = 0.1, cnn_depth: int = 32,
+                 cnn: dict | None = None, decoder_std: float = 1.0, image_bits: int = 5, free_nats: float = 3.0,
+                 divergence_scale: float = 1.0, global_divergence_scale: float = 0.0, overshooting: int = 0,
+                 overshooting_scale: float = 1.0, reward_scale: float = 1.0, cont_scale: float = 1.0,
+                 planner: str = "auto", horizon: int = 12, candidates: int = 1000, top_k: int = 100,
+                 iterations: int = 10, plan_gamma: float = 1.0, plan_sample: bool = True, plan_cont: bool = True,
+                 action_noise: float = 0.3,
+                 model_lr: float = 1e-3, model_eps: float = 1e-4, model_clip: float = 1000.0, device: str = "cpu",
+                 precision: str = "float32"):
+        super().__init__()
+        self.spec, self.action_noise, self.model_clip = action_spec, action_noise, model_clip
+        self.obs_keys = sorted(obs_shapes)
+        self.wm = WorldModel(obs_shapes, action_spec.dim, deter=deter, stoch=stoch, units=units, layers=layers,
+                             free_nats=free_nats, cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None,
+                             latent="gaussian", min_std=min_std, decoder_std=decoder_std, image_bits=image_bits,
+                             overshooting=overshooting)
+        self.planner = make_planner(action_spec, planner, -1.0, 1.0, horizon=horizon, candidates=candidates,
+                                    top_k=top_k, iterations=iterations, gamma=plan_gamma)
+        self.dynamics = WorldModelDynamics(self.wm, sample=plan_sample, use_cont=plan_cont)
+        scales = {k: 1.0 for k in self.wm.obs_shapes} | {
+            "reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
+            "global_kl": global_divergence_scale, "overshooting": overshooting_scale}
+        self.loss_scales = {k: scales[k] for k in self.wm.loss_keys}  # one scale per loss the model returns
+        self.device = torch.device(device)
+        self.compute_dtype = resolve_precision(precision, self.device)
+        self.to(self.device)
+        self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
+
+    # ----------------------------------------------------------------------------------------------- acting
+    def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(rssm_state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
+        with torch.inference_mode():
+            return self.wm.rssm.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
+
+    @torch.inference_mode()
+    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
+        """Filter the observation into the posterior, then plan with CEM from it (Agent protocol).
+
+        Args:
+            obs: ``(N, ...)`` arrays with the observation keys and ``is_first (N,)``.
+            state: from :meth:`initial_state` or the previous call; None starts fresh.
+            mode: ``"explore"`` (plan + action noise, clipped into the bounds), ``"eval"`` (the plan) or
+                ``"sample"`` (the plan; Discrete: a draw from the elite frequencies).
+
+        Returns:
+            ``(action (N, A) float32, state)``: one-hot for Discrete spaces, ``[-1, 1]`` for Box.
+
+        Raises:
+            ValueError: unknown ``mode``.
+        """
+        if mode not in ("explore", "eval", "sample"):
+            raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
+        n = len(obs["is_first"])
+        rssm_state, prev_action = state if state is not None else self.initial_state(n)
+        data = self._tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        with autocast(self.device, self.compute_dtype):
+            embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
+            post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
+            post = {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
+            action = self.planner.act(self.dynamics, post, mode, self.action_noise).float()
+        return action.cpu().numpy().astype(np.float32), (post, action)
+
+    # ----------------------------------------------------------------------------------------------- learning
+    def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """numpy -> tensors on the device; flags and image keys keep their dtype, the rest become float32."""
+        out = {}
+        for k, v in batch.items():
+            t = torch.as_tensor(np.asarray(v), device=self.device)
+            out[k] = t if t.dtype == torch.bool or k in self.wm.image_keys else t.float()
+        return out
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One world-model update (PlaNet has no actor or critic).
+
+        Args:
+            batch: replay sample with observation keys, ``prev_action (T, B, A)``, ``reward``, ``is_first``,
+                ``is_terminal`` ``(T, B)``.
+
+        Returns:
+            metrics: ``loss/<key>`` per loss of :attr:`loss_scales`, ``loss/model``, ``kl`` (unclipped),
+            entropies, ``prior_std``, ``grad_norm/model``.
+        """
+        data = self._tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        with autocast(self.device, self.compute_dtype):
+            losses, _, info = self.wm.loss(data)
+            model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
+        self.model_opt.zero_grad(set_to_none=True)
+        model_loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.wm.parameters(), self.model_clip)
+        self.model_opt.step()
+        metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
+        metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
+        values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
+        return dict(zip(metrics.keys(), values))
+
+    # ----------------------------------------------------------------------------------------------- state
+    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
+        """Parameters (``nn.Module`` state) plus the optimiser."""
+        if args or kwargs:
+            return super().state_dict(*args, **kwargs)
+        return {"modules": super().state_dict(), "model_opt": self.model_opt.state_dict()}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> Any:  # type: ignore[override]
+        if "modules" not in state:
+            return super().load_state_dict(state, strict)
+        super().load_state_dict(state["modules"], strict)
+        self.model_opt.load_state_dict(state["model_opt"])
+        return None
