@@ -57,7 +57,8 @@ def run(run_dir: Path, overrides: list[str], learning_iterations: int) -> dict:
     learning = [r for r in rows if r.get("updates", 0) > 0]
     first, last = learning[0], learning[-1]
     wall = last["wall_s"] - first["wall_s"]
-    return {"env_steps/s": (last["step"] - first["step"]) / wall, "updates/s": (last["updates"] - first["updates"]) / wall,
+    return {"env_steps/s": (last["step"] - first["step"]) / wall,
+            "updates/s": (last["updates"] - first["updates"]) / wall,
             "wall_s": wall, "updates": last["updates"], "loss/model": last.get("loss/model"),
             "blocked_ms": 1000 * statistics.median(blocked) if blocked else float("nan")}
 
@@ -67,7 +68,8 @@ def main() -> None:
     parser.add_argument("--size", default="xs", help="size preset (xs, debug, s, ...)")
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--sleep", type=float, default=0.05, help="seconds added to every env step")
-    parser.add_argument("--train-ratio", type=float, default=512.0, help="512 at batch 16x64 and 2 envs: 1 update per iteration")
+    parser.add_argument("--train-ratio", type=float, default=512.0,
+                        help="512 at batch 16x64 and 2 envs: 1 update per iteration")
     parser.add_argument("--iterations", type=int, default=30, help="loop iterations after prefill (N env steps each)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

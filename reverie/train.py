@@ -106,14 +106,23 @@ def check_async_collect(cfg: DictConfig) -> None:
     raises instead of switching the mode silently, so the saved config says what ran: the mode also decides
     whether a resume continues the episodes in flight (sync envs pickle) or restarts them (docs/resume.md).
 
+    An update schedule that counts finished episodes (``agent.schedule=episodes``, PlaNet's cycle) needs the
+    step's result before its updates, so there is nothing to overlap: refused too.
+
     Raises:
-        ValueError: ``train.async_collect`` is true and ``env.vector_mode`` is not ``async``.
+        ValueError: ``train.async_collect`` is true and ``env.vector_mode`` is not ``async``, or the agent's
+            updates wait for finished episodes (``agent.schedule=episodes``).
     """
+    if not cfg.train.get("async_collect", False):
+        return
     mode = cfg.env.get("vector_mode", "sync")
-    if cfg.train.get("async_collect", False) and mode != "async":
+    if mode != "async":
         raise ValueError(f"train.async_collect=true steps the envs in background processes while the updates run, "
                          f"but env.vector_mode={mode!r} steps them in this process; set env.vector_mode=async "
                          f"(one process per env) or train.async_collect=false")
+    if cfg.agent.get("schedule", "ratio") == "episodes":
+        raise ValueError("train.async_collect=true cannot overlap agent.schedule=episodes (the updates owed depend on "
+                         "the episodes the step ends, known only after it); set train.async_collect=false")
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:

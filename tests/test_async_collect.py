@@ -209,6 +209,10 @@ def test_async_collect_with_envs_in_this_process_is_refused():
         check_async_collect(cfg)
     check_async_collect(load_config(["exp=debug", "train.async_collect=true", "env.vector_mode=async"]))
     check_async_collect(load_config(["exp=debug"]))  # off: any mode
+    planet_cycle = ["exp=debug", "train.async_collect=true", "env.vector_mode=async", "+agent.schedule=episodes"]
+    cfg = load_config(planet_cycle)
+    with pytest.raises(ValueError, match="agent.schedule=episodes"):
+        check_async_collect(cfg)
 
 
 def test_interrupt_during_overlapped_updates_checkpoints_after_the_step_and_resumes(tmp_path, monkeypatch, capsys):
@@ -229,7 +233,8 @@ def test_interrupt_during_overlapped_updates_checkpoints_after_the_step_and_resu
     saved, replay = final_state(run_dir)
     steps = saved["counters"]["env_steps"]
     assert 16 < steps < 64 and saved["counters"]["updates"] == 4
-    meta = json.loads((list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json").read_text())
+    snapshot = list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay")
+    meta = json.loads((snapshot / "replay.json").read_text())
     assert meta["cursor"] == steps // 2  # one row per env per loop iteration, the last one's step collected too
     assert saved["row"]["is_first"].shape == (2,)
     assert load_checkpoint(run_dir)["config"]["train"]["async_collect"] is True
