@@ -99,7 +99,7 @@ class Clock:
 
 
 def check_async_collect(cfg: DictConfig) -> None:
-    """Refuse ``train.async_collect=true`` with envs that step in this process (before any env is built).
+    """Refuse ``train.async_collect=true`` where nothing can overlap, from the config alone (no env is built).
 
     The overlap needs envs stepping in other processes (``env.vector_mode=async``, Gymnasium's
     ``AsyncVectorEnv``); with ``sync`` the updates and the env steps would run one after the other anyway. This
@@ -151,7 +151,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         reverie.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
         reverie.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
         ValueError: ``train.async_collect`` is true but the envs cannot step in the background (set
-            ``env.vector_mode=async``).
+            ``env.vector_mode=async``) or the agent's schedule waits for finished episodes
+            (:func:`check_async_collect`).
 
     ``train.async_collect`` (docs/speed.md, "Collection in parallel"): the envs step in their worker processes
     while the updates the train_ratio owes run, then the loop waits for the new row. Row ``t`` is added to
