@@ -124,7 +124,7 @@ def check_setup(cfg: DictConfig) -> None:
 
     from reverie.envs import action_spec, make_env
     from reverie.replay.cycle import make_schedule
-    from reverie.train import build_agent
+    from reverie.train import build_agent, check_async_collect
 
     try:
         env = make_env(cfg.env, cfg.seed)
@@ -134,6 +134,10 @@ def check_setup(cfg: DictConfig) -> None:
         env.close()
     except (ValueError, ImportError, TypeError) as err:
         raise ConfigError(f"env error: {err}") from err
+    try:
+        check_async_collect(cfg)
+    except ValueError as err:
+        raise ConfigError(f"config error: {err}") from err
     try:
         make_schedule(cfg.agent)
         int(cfg.agent.batch_size), int(cfg.agent.batch_length)

@@ -20,6 +20,7 @@ SAFE_KEYS = (
     "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "logger", "exp_name",
     "run_dir",
+    "train.async_collect",  # wall time only: the run is the same with it on or off (tests/test_async_collect.py)
     "replay.preflight",
 )
 SUMMARY_FILE = "summary.json"  # written when training finishes uninterrupted: "this run (or trial) is done"

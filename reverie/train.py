@@ -99,6 +99,33 @@ class Clock:
         return True
 
 
+def check_async_collect(cfg: DictConfig) -> None:
+    """Refuse ``train.async_collect=true`` where nothing can overlap, from the config alone (no env is built).
+
+    The overlap needs envs stepping in other processes (``env.vector_mode=async``, Gymnasium's
+    ``AsyncVectorEnv``); with ``sync`` the updates and the env steps would run one after the other anyway. This
+    raises instead of switching the mode silently, so the saved config says what ran: the mode also decides
+    whether a resume continues the episodes in flight (sync envs pickle) or restarts them (docs/resume.md).
+
+    An update schedule that counts finished episodes (``agent.schedule=episodes``, PlaNet's cycle) needs the
+    step's result before its updates, so there is nothing to overlap: refused too.
+
+    Raises:
+        ValueError: ``train.async_collect`` is true and ``env.vector_mode`` is not ``async``, or the agent's
+            updates wait for finished episodes (``agent.schedule=episodes``).
+    """
+    if not cfg.train.get("async_collect", False):
+        return
+    mode = cfg.env.get("vector_mode", "sync")
+    if mode != "async":
+        raise ValueError(f"train.async_collect=true steps the envs in background processes while the updates run, "
+                         f"but env.vector_mode={mode!r} steps them in this process; set env.vector_mode=async "
+                         f"(one process per env) or train.async_collect=false")
+    if cfg.agent.get("schedule", "ratio") == "episodes":
+        raise ValueError("train.async_collect=true cannot overlap agent.schedule=episodes (the updates owed depend on "
+                         "the episodes the step ends, known only after it); set train.async_collect=false")
+
+
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train the configured agent on the configured env, resuming ``run_dir``'s checkpoint if it has one.
 
@@ -124,6 +151,14 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     Raises:
         reverie.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
         reverie.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
+        ValueError: ``train.async_collect`` is true but the envs cannot step in the background (set
+            ``env.vector_mode=async``) or the agent's schedule waits for finished episodes
+            (:func:`check_async_collect`).
+
+    ``train.async_collect`` (docs/speed.md, "Collection in parallel"): the envs step in their worker processes
+    while the updates the train_ratio owes run, then the loop waits for the new row. Row ``t`` is added to
+    replay before the envs step and the updates never read the row being collected, so a run gives exactly the
+    same updates, replay, scores and metrics (wall time aside) with the switch on or off.
     """
     run_dir = Path(run_dir)
     tc, ac = cfg.train, cfg.agent
@@ -140,6 +175,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         (run_dir / "summary.json").unlink(missing_ok=True)
         for key, (old, new) in changes.items():
             print(f"[reverie] resume: {key} {old!r} -> {new!r}")
+    check_async_collect(cfg)
     seed_everything(cfg.seed)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
@@ -150,6 +186,13 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         return make_vector_env(cfg.env, cfg.seed + 7919 * restart)
 
     stepper = VectorStepper(make_envs(), make=make_envs, max_restarts=int(tc.get("env_retries", 3)))
+    overlap = bool(tc.get("async_collect", False))
+    if overlap and not stepper.overlaps:
+        kind = type(stepper.env).__name__
+        stepper.close()
+        raise ValueError(f"train.async_collect=true needs envs that step in the background (step_async/step_wait), "
+                         f"but this env config built a {kind}, which has none (envpool's backend is not supported "
+                         f"yet); use env.vector_mode=async with the Gymnasium backend, or train.async_collect=false")
     n, spec = stepper.num_envs, stepper.action_spec
     obs_space = stepper.env.single_observation_space
     obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
@@ -232,6 +275,14 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
     if row is None:
         row, state = stepper.reset(), None
+
+    def collected(new_row: dict[str, np.ndarray], finished: list[dict]) -> None:  # a step's row and episodes
+        nonlocal row, last_return, episodes
+        row = new_row
+        for ep in finished:
+            last_return = ep["return"]
+            episodes += 1
+            logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
     interrupted = diverged = False
     max_bad = int(tc.get("max_nonfinite_updates", 20))
     previous_sigterm = _sigterm_as_interrupt()
@@ -245,30 +296,36 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     action, state = agent.act(row, state, "explore")
                 # --- add row t = (obs_t, reward_t, flags_t, action_t) and step the envs ---
                 replay.add({**row, "action": action})
-                row, finished = stepper.step(action)
-                env_steps += n
-                for ep in finished:
-                    last_return = ep["return"]
-                    episodes += 1
-                    logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
-                # --- train: updates owed by the train_ratio clock once prefill is done ---
-                if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
-                    for _ in range(ratio(n, len(finished))):
-                        metrics = agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))
-                        logger.scalars(metrics)
-                        updates += 1
-                        # --- guard: an update with a non-finite loss or gradient changed nothing ---
-                        if metrics.get("guard/nonfinite", 0.0) > 0:
-                            skipped, bad_in_row = skipped + 1, bad_in_row + 1
-                            warnings.warn(f"update {updates}: non-finite loss or gradient, optimiser step(s) "
-                                          f"skipped ({bad_in_row} in a row, {skipped} in total)", RuntimeWarning)
-                            if 0 < max_bad <= bad_in_row:
-                                diverged = True
-                                break
-                        else:
-                            bad_in_row = 0
-                    if report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0):  # + at the end
-                        report(agent, replay, logger, env_steps, length=int(ac.batch_length))
+                if overlap:  # train.async_collect: the envs step in their processes during the updates below
+                    stepper.step_async(action)
+                else:
+                    step = stepper.step(action)
+                try:
+                    env_steps += n
+                    if not overlap:
+                        collected(*step)
+                    # --- train: updates owed by the train_ratio clock once prefill is done (with async_collect
+                    # they run while the envs step: they only read rows up to t, already in replay) ---
+                    if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
+                        for _ in range(ratio(n, 0 if overlap else len(step[1]))):  # episodes: PlaNet only (no overlap)
+                            metrics = agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))
+                            logger.scalars(metrics)
+                            updates += 1
+                            # --- guard: an update with a non-finite loss or gradient changed nothing ---
+                            if metrics.get("guard/nonfinite", 0.0) > 0:
+                                skipped, bad_in_row = skipped + 1, bad_in_row + 1
+                                warnings.warn(f"update {updates}: non-finite loss or gradient, optimiser step(s) "
+                                              f"skipped ({bad_in_row} in a row, {skipped} in total)", RuntimeWarning)
+                                if 0 < max_bad <= bad_in_row:
+                                    diverged = True
+                                    break
+                            else:
+                                bad_in_row = 0
+                        if report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0):  # + at end
+                            report(agent, replay, logger, env_steps, length=int(ac.batch_length))
+                finally:  # no clock, checkpoint or interrupt ever sees a step in flight
+                    if stepper.in_flight:
+                        collected(*stepper.step_wait())
                 if diverged:
                     print(f"[reverie] stopping: {bad_in_row} updates in a row had non-finite losses or gradients "
                           f"(train.max_nonfinite_updates={max_bad}); the checkpoint holds the last finite model")
@@ -287,6 +344,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     break
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _sigterm_as_interrupt)
         interrupted = True
+        if stepper.in_flight:  # the interrupt came between step_async and the try above
+            collected(*stepper.step_wait())
         print(f"\n[reverie] interrupted at env step {env_steps}: writing metrics and a checkpoint", flush=True)
     finally:
         if previous_sigterm is not None:

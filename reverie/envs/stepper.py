@@ -30,6 +30,12 @@ class VectorStepper:
     The caller adds ``action`` ``(N, A)`` (the action it then passes to ``step``) to the row before
     ``Replay.add``, so row ``t`` holds ``obs_t`` and ``action_t`` as the timing diagram says.
 
+    Split step (``train.async_collect``): ``step_async(action)`` starts the step and returns, ``step_wait()``
+    returns what ``step(action)`` would have; with an ``AsyncVectorEnv`` (:attr:`overlaps`) the worker processes
+    step while the caller computes in between. At most one step is in flight; :meth:`reset`,
+    :meth:`state_dict` and :meth:`load_state_dict` refuse to run while one is (a checkpoint never holds a
+    half-done step).
+
     Env failures: when ``env.step`` raises and ``make`` is given, the vector env is closed and rebuilt with
     ``make(restart_index)`` (every copy restarts: a vector env cannot restart one copy), and the call returns
     a row that closes every episode: the last observation again, reward 0, ``is_last`` True, ``is_terminal``
@@ -56,6 +62,9 @@ class VectorStepper:
         self._failures = 0  # consecutive failed steps
         self._pending: dict[str, np.ndarray] | None = None  # reset row of a rebuilt env, returned next call
         self._obs: dict[str, np.ndarray] | None = None  # last observation (N, ...) per key
+        self._in_flight = False  # between step_async and step_wait
+        self._deferred: np.ndarray | None = None  # env action of a step that runs in step_wait (no step_async)
+        self._send_error: Exception | None = None  # step_async failed: step_wait restarts or re-raises
         self._check(env)
         self._set_env(env)
 
@@ -91,6 +100,7 @@ class VectorStepper:
         Returns:
             ``{obs keys: (N, ...), reward: (N,) float32 zeros, is_first: (N,) True, is_last/is_terminal: (N,) False}``.
         """
+        self._refuse_in_flight("reset")
         obs, _ = self.env.reset()
         self._pending = None
         n = self.num_envs
@@ -99,8 +109,20 @@ class VectorStepper:
         self._length[:] = 0
         return self._row(obs, np.zeros(n), np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool))
 
+    @property
+    def overlaps(self) -> bool:
+        """True when :meth:`step_async` returns while the envs are still stepping (``AsyncVectorEnv``: one
+        process per copy), so the caller can compute in between; False when the step happens in
+        :meth:`step_wait` (``SyncVectorEnv``, batched backends without ``step_async``)."""
+        return callable(getattr(self.env, "step_async", None)) and callable(getattr(self.env, "step_wait", None))
+
+    @property
+    def in_flight(self) -> bool:
+        """True between :meth:`step_async` and :meth:`step_wait`."""
+        return self._in_flight
+
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], list[dict]]:
-        """Send model actions to the envs and return the next row.
+        """Send model actions to the envs and return the next row: :meth:`step_async` then :meth:`step_wait`.
 
         Args:
             action: ``(N, A)`` float32 model actions (one-hot for Discrete, ``[-1, 1]`` for Box);
@@ -112,14 +134,58 @@ class VectorStepper:
             call (``length`` in agent steps, ``return`` the exact float64 sum of its rewards).
 
         Raises:
-            RuntimeError: ``reset()`` was not called first.
+            RuntimeError: ``reset()`` was not called first, or a step is already in flight.
+            ValueError: ``action`` is not ``(N, A)``.
+        """
+        self.step_async(action)
+        return self.step_wait()
+
+    def step_async(self, action: np.ndarray) -> None:
+        """Start stepping the envs with ``action`` and return; :meth:`step_wait` collects the row.
+
+        With an env that has ``step_async``/``step_wait`` (``AsyncVectorEnv``; see :attr:`overlaps`) the actions
+        are sent to the worker processes now and the caller may compute until :meth:`step_wait`; otherwise the
+        step itself runs in :meth:`step_wait`. Either way the rows are exactly those of :meth:`step`. A failure
+        while sending is handled (restart or re-raise) in :meth:`step_wait`, like one while stepping.
+
+        Args:
+            action: ``(N, A)`` float32 model actions, as for :meth:`step`.
+
+        Raises:
+            RuntimeError: ``reset()`` was not called first, or a step is already in flight (call
+                :meth:`step_wait` first).
             ValueError: ``action`` is not ``(N, A)``.
         """
         if self._last is None:
             raise RuntimeError("VectorStepper.step() called before reset(); call reset() first")
+        if self._in_flight:
+            raise RuntimeError("VectorStepper.step_async() called while a step is in flight; call step_wait() first")
         action = np.asarray(action)
         if action.shape[0] != self.num_envs:
             raise ValueError(f"actions must have shape ({self.num_envs}, {self.action_spec.dim}), got {action.shape}")
+        self._in_flight, self._deferred, self._send_error = True, None, None
+        if self._pending is not None:  # the env was rebuilt on the previous call: nothing to send, action ignored
+            return
+        env_action = to_env_action(action, self.action_spec)
+        if not self.overlaps:
+            self._deferred = env_action
+            return
+        try:
+            self.env.step_async(env_action)
+        except Exception as err:  # noqa: BLE001 - handled in step_wait (restart or re-raise), like a step failure
+            self._send_error = err
+
+    def step_wait(self) -> tuple[dict[str, np.ndarray], list[dict]]:
+        """Finish the step started by :meth:`step_async` and return ``(row, episodes)`` as :meth:`step` does.
+
+        Raises:
+            RuntimeError: no step is in flight (call :meth:`step_async` first), or the env failed more than
+                ``max_restarts`` times in a row.
+        """
+        if not self._in_flight:
+            raise RuntimeError("VectorStepper.step_wait() called with no step in flight; call step_async() first")
+        self._in_flight = False
+        deferred, send_error, self._deferred, self._send_error = self._deferred, self._send_error, None, None
         if self._pending is not None:  # the env was rebuilt on the previous call: its reset row, action ignored
             row, self._pending = self._pending, None
             self._obs = {key: value.copy() for key, value in row.items()}
@@ -128,7 +194,12 @@ class VectorStepper:
             self._length[:] = 0
             return row, []
         try:
-            obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.action_spec))
+            if send_error is not None:
+                raise send_error
+            if deferred is not None:
+                obs, reward, terminated, truncated, info = self.env.step(deferred)
+            else:
+                obs, reward, terminated, truncated, info = self.env.step_wait()
         except Exception as err:  # noqa: BLE001 - any simulator failure: restart (bounded) or re-raise
             if self.make is None:
                 raise
@@ -183,6 +254,10 @@ class VectorStepper:
         self._last = np.ones(n, bool)
         return row
 
+    def _refuse_in_flight(self, name: str) -> None:
+        if self._in_flight:
+            raise RuntimeError(f"VectorStepper.{name}() called while a step is in flight; call step_wait() first")
+
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Episode bookkeeping plus, where possible, the envs themselves.
@@ -191,7 +266,11 @@ class VectorStepper:
         copies pickle (classic control, the test envs); then :meth:`load_state_dict` continues every episode
         exactly. Otherwise (async envs, simulators that do not pickle) it is None, ``"np_random"`` holds each
         copy's ``np_random`` generator where readable, and the caller restarts the episodes.
+
+        Raises:
+            RuntimeError: a step is in flight (:meth:`step_async` without :meth:`step_wait`).
         """
+        self._refuse_in_flight("state_dict")
         state: dict[str, Any] = {
             "last": self._last, "return": self._return.copy(), "length": self._length.copy(),
             "restarts": self.restarts, "pending": self._pending, "obs": self._obs, "env": None, "np_random": None,
@@ -215,7 +294,11 @@ class VectorStepper:
             True when the envs were restored exactly (the caller continues with its saved row); False when they
             could not be: the envs keep their saved RNGs where possible and the caller must :meth:`reset`
             (episodes in flight restart; the replay is unchanged, and the next row it gets has ``is_first``).
+
+        Raises:
+            RuntimeError: a step is in flight.
         """
+        self._refuse_in_flight("load_state_dict")
         self.restarts = int(state.get("restarts", 0))
         if state.get("env") is not None:
             try:
@@ -241,5 +324,6 @@ class VectorStepper:
         return False
 
     def close(self) -> None:
-        """Close the vector env."""
+        """Close the vector env (a step in flight is abandoned)."""
+        self._in_flight, self._deferred, self._send_error = False, None, None
         self.env.close()

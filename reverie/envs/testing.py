@@ -4,6 +4,8 @@ e.g. ``env.id=reverie.envs.testing.CountingEnv env.kwargs.length=3``.
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
@@ -195,3 +197,24 @@ def random_batch(T: int = 8, B: int = 4, features: int = 4, actions: int = 2, p_
             "prev_action": np.eye(actions, dtype=np.float32)[rng.integers(actions, size=(T, B))] * ~is_first[..., None],
             "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
             "is_terminal": rng.random((T, B)) < p_terminal}
+
+
+class Sleep(gym.Wrapper):
+    """Makes every ``step`` take ``seconds`` longer (``time.sleep``): a stand-in for a slow simulator or a robot.
+
+    Use it from ``env.wrappers`` (``{_target_: reverie.envs.testing.Sleep, seconds: 0.05}``); the env's
+    outputs are unchanged. bench/async_collect.py times ``train.async_collect`` with it.
+
+    Raises:
+        ValueError: ``seconds`` < 0.
+    """
+
+    def __init__(self, env: gym.Env, seconds: float = 0.01):
+        super().__init__(env)
+        if seconds < 0:
+            raise ValueError(f"Sleep seconds must be >= 0, got {seconds}")
+        self.seconds = float(seconds)
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return self.env.step(action)
