@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from reverie.logging import mp4_writer, pad_even
+from reverie.video import mp4_writer, pad_even
 from reverie.viz.grid import abs_error, upscale, video_grid
 from reverie.viz.openloop import find_world_model, open_loop
 from reverie.viz.vector_plot import vector_plot

@@ -31,7 +31,7 @@ import torch
 from reverie.envs import make_vector_env
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import EVAL_SEED_OFFSET
-from reverie.logging import mp4_writer, pad_even
+from reverie.video import mp4_writer, pad_even
 from reverie.types import ActionSpec
 from reverie.viz.figure import figure_to_array, new_figure, shade_context
 from reverie.viz.grid import to_hwc, upscale, video_grid

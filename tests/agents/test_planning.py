@@ -1,6 +1,5 @@
 """CEM planning: bounds, convergence, discrete actions, single elites, scoring arithmetic, world-model adapters."""
 
-import numpy as np
 import pytest
 import torch
 
