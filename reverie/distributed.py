@@ -14,10 +14,13 @@ model into the actor (continuous actions). DDP's reducer expects one forward thr
 reaching every parameter (or ``find_unused_parameters`` on every step); explicit averaging after each backward does
 the same collective work (one flat all-reduce per optimiser) without those constraints.
 
-Wiring (a few lines, see docs/speed.md): ``info = init_process_group(cfg.device)`` at the start of a run,
-``broadcast_module(agent)`` after building the agent, ``average_gradients(params, info)`` between each
-``backward`` and ``clip_grad_norm_``, ``rank_seed(cfg.seed, info.rank)`` for envs and replay, logging only where
-``info.is_main``, and :func:`destroy_process_group` at the end.
+Wiring (docs/speed.md, "Data-parallel training"): ``reverie train ... trainer.nproc=N`` checks the config
+(:func:`trainer_settings`), creates the run directory and runs torchrun (:func:`launch`); each rank's
+``reverie.train.train`` calls :func:`init_process_group`, seeds with :func:`rank_seed`, keeps its replay shard in
+:func:`rank_path` and its checkpoints in :func:`checkpoint_dir`, broadcasts the agent, shares the loop's decisions
+(:func:`broadcast_int`, :func:`agree`) and leaves with :func:`destroy_process_group`; the agents call
+:func:`average_gradients` after each backward, :func:`all_finite` before each optimiser step and
+:func:`all_gather_cat` for the return percentiles.
 """
 
 from __future__ import annotations
