@@ -166,6 +166,16 @@ def test_bad_arguments_fail_clearly():
         distributed.torchrun_command(0, [])
 
 
+def test_missing_torchrun_fails_clearly(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch.distributed.run"
+                        else real(name, *a))
+    with pytest.raises(RuntimeError, match="needs torchrun .* or set trainer.nproc=1"):
+        distributed.torchrun_command(2, ["train"])
+
+
 @pytest.mark.parametrize("trainer, match", [
     ({"nproc": 0}, "trainer.nproc must be >= 1"), ({"nproc": "two"}, "integer"), ({"nproc": 1.5}, "integer"),
     ({"nproc": True}, "integer"), ({"nproc": 2, "backend": "mpi"}, "trainer.backend"),
