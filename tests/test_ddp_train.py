@@ -4,7 +4,8 @@ The claims: the launcher starts two ranks that finish together; rank 0 alone wri
 agent checkpoint, rank 1 its own files under rank1/; each rank collects its own data (its own replay shard); and both
 ranks end with bit-identical agents (rank 1 stores its agent's parameter digest in its checkpoint, compared here with
 rank 0's checkpointed agent). The slow tests: exact resume with 2 ranks, the stop decision of rank 0's evaluation
-reaching rank 1, a missing rank checkpoint refused, and PlaNet (episode cycle) with 2 ranks.
+reaching rank 1, a missing rank checkpoint refused, PlaNet (episode cycle) with 2 ranks, and Ctrl-C stopping both
+ranks after the same env step with matching checkpoints.
 """
 
 from __future__ import annotations
@@ -151,3 +152,27 @@ def test_planet_episode_cycle_with_two_ranks(tmp_path):
     assert code == 0, out[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["updates"] > 0
     assert rank_payloads(run_dir)[1]["agent_digest"] == agent_digest(run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_every_rank_after_the_same_step_with_checkpoints(tmp_path):
+    import signal
+    import time
+
+    run_dir = tmp_path / "sigint"
+    proc = subprocess.Popen([sys.executable, "-m", "reverie", "train", *BASE, f"run_dir={run_dir}",
+                             "train.steps=100000", "train.log_every=16"],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    metrics = run_dir / "rank1" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 130, out.decode()[-3000:]
+    payload0, payload1 = rank_payloads(run_dir)
+    assert 48 <= payload0["counters"]["env_steps"] == payload1["counters"]["env_steps"] < 100000
+    assert payload1["agent_digest"] == agent_digest(run_dir) and not (run_dir / "summary.json").exists()
+    assert out.decode().count("[reverie] interrupted at env step") == 2
