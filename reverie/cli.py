@@ -52,6 +52,7 @@ Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train --cfg                     # print the resolved config and exit
   reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
   reverie train --resume RUN train.steps=50000  # run a finished run longer
+  reverie train trainer.nproc=2           # data parallel: 2 processes through torchrun (docs/speed.md)
 On resume only these keys may change: train.steps, log/eval/checkpoint cadence, logger, threads, ... (see
 docs/resume.md); other changes are rejected.
 Groups: agent (dreamerv3, planet), env (cartpole, pendulum, gym, atari100k, atari, dmc_vision, dmc_proprio),
@@ -216,9 +217,21 @@ def cmd_train(args: list[str]) -> int:
     if "--cfg" in args:
         print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
         return 0
-    from reverie.train import train  # deferred: torch import only when training
+    from reverie import distributed  # deferred: torch import only when training
+    from reverie.train import train
 
+    if distributed.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
+        cfg = load_config(args)
+        if not cfg.get("run_dir"):
+            raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
+                              "same run directory); `reverie train ... trainer.nproc=N` starts torchrun with it")
+        summary = train(cfg, cfg.run_dir)
+        return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
     cfg = load_config(args)
+    try:
+        nproc, _ = distributed.trainer_settings(cfg.get("trainer"), cfg.device)
+    except ValueError as err:
+        raise ConfigError(f"config error: {err}") from err
     if resume_dir is not None:
         from reverie.checkpoint import load_checkpoint
         from reverie.resume import ResumeError, check_resumable, check_resume_config, read_summary
@@ -240,6 +253,12 @@ def cmd_train(args: list[str]) -> int:
     from reverie.resume import save_overrides
 
     save_overrides(run_dir, args)
+    if nproc > 1:  # data parallel: torchrun starts nproc copies of this command, all writing to run_dir
+        try:
+            return distributed.launch(nproc, ["train", *[a for a in args if not a.startswith("run_dir=")],
+                                              f"run_dir={run_dir}"])
+        except RuntimeError as err:
+            raise ConfigError(f"config error: {err}") from err
     summary = train(cfg, run_dir)
     return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
 

@@ -21,8 +21,8 @@ SAFE_KEYS = (
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "logger", "exp_name",
     "run_dir",
     "train.async_collect",  # wall time only: the run is the same with it on or off (tests/test_async_collect.py)
-    "replay.preflight",
-)
+    "replay.preflight", "trainer.timeout_min",
+)  # not trainer.nproc: each rank's replay shard, env and RNG state belong to one process count
 SUMMARY_FILE = "summary.json"  # written when training finishes uninterrupted: "this run (or trial) is done"
 OVERRIDES_FILE = "overrides.json"  # the command-line overrides the run was started with
 

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from reverie.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from reverie import distributed
+from reverie.checkpoint import save_checkpoint
 from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
@@ -148,10 +149,17 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         ``interrupted`` True; ``train.max_nonfinite_updates`` skipped updates in a row do the same with
         ``diverged`` True. Only an uninterrupted finish writes ``summary.json`` (this dict as JSON).
 
+    Data parallel (``trainer.nproc > 1``, docs/speed.md): when started by torchrun (``reverie train ...
+    trainer.nproc=2`` does that), each rank runs this loop with its own envs and replay shard
+    (``replay/rank<r>``), seeded by :func:`reverie.distributed.rank_seed`, and the agent averages its gradients
+    over ranks; rank 0 alone evaluates, reports, records videos and writes TensorBoard/wandb and summary.json;
+    ranks > 0 keep their own ``metrics.jsonl``/``scores.jsonl`` and checkpoints under ``run_dir/rank<r>/``.
+
     Raises:
         reverie.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
         reverie.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
-        ValueError: ``train.async_collect`` is true but the envs cannot step in the background (set
+        ValueError: a bad ``trainer`` block, or ``trainer.nproc`` other than the number of processes started;
+            ``train.async_collect`` is true but the envs cannot step in the background (set
             ``env.vector_mode=async``) or the agent's schedule waits for finished episodes
             (:func:`check_async_collect`).
 
@@ -160,10 +168,24 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     replay before the envs step and the updates never read the row being collected, so a run gives exactly the
     same updates, replay, scores and metrics (wall time aside) with the switch on or off.
     """
-    run_dir = Path(run_dir)
+    nproc, backend = distributed.trainer_settings(cfg.get("trainer"), cfg.device)
+    timeout = (cfg.get("trainer") or {}).get("timeout_min")
+    info = distributed.init_process_group(cfg.device, backend, timeout_s=None if timeout is None else 60 * timeout)
+    try:
+        if info.world_size != nproc:
+            raise ValueError(f"trainer.nproc={nproc} but {info.world_size} process(es) were started; start data-"
+                             f"parallel runs with `reverie train ... trainer.nproc={nproc}` (it runs torchrun)")
+        if info.distributed and "device" in cfg.agent.module:  # cuda -> cuda:<local rank>
+            cfg.agent.module.device = str(info.device)
+        return _train(cfg, Path(run_dir), info)
+    finally:
+        distributed.destroy_process_group()
+
+
+def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[str, Any]:
     tc, ac = cfg.train, cfg.agent
     keep = int(tc.get("checkpoint_keep", 2))
-    saved = load_checkpoint(run_dir) if list_checkpoints(run_dir / "checkpoints") else None
+    saved = distributed.load_rank_checkpoint(run_dir, info)  # rank r > 0: its own state + rank 0's agent
     if saved is not None:
         check_resumable(saved, saved["checkpoint_path"])
         changes = check_resume_config(saved["config"], OmegaConf.to_container(cfg, resolve=True))
@@ -172,18 +194,20 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             print(f"[reverie] {run_dir} already finished ({done['env_steps']} env steps, summary.json); raise "
                   f"train.steps above {saved['config']['train']['steps']} to continue it")
             return done
-        (run_dir / "summary.json").unlink(missing_ok=True)
+        if info.is_main:
+            (run_dir / "summary.json").unlink(missing_ok=True)
         for key, (old, new) in changes.items():
             print(f"[reverie] resume: {key} {old!r} -> {new!r}")
     check_async_collect(cfg)
-    seed_everything(cfg.seed)
+    seed = distributed.rank_seed(cfg.seed, info.rank)  # the run seed itself on rank 0
+    seed_everything(seed)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(seed)
 
     # --- envs, agent, replay ---
     def make_envs(restart: int = 0):  # restarts after env failures get fresh seeds
-        return make_vector_env(cfg.env, cfg.seed + 7919 * restart)
+        return make_vector_env(cfg.env, seed + 7919 * restart)
 
     stepper = VectorStepper(make_envs(), make=make_envs, max_restarts=int(tc.get("env_retries", 3)))
     overlap = bool(tc.get("async_collect", False))
@@ -197,25 +221,29 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     obs_space = stepper.env.single_observation_space
     obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
     agent = build_agent(ac, obs_shapes, spec)
-    replay_dir = cfg.replay.directory or str(run_dir / "replay")
+    distributed.broadcast_module(agent)  # replicas start equal: rank 0's initial weights
+    replay_dir = str(distributed.rank_path(cfg.replay.directory or run_dir / "replay", info))  # this rank's shard
     replay_spec = Replay.spec_for(obs_space, spec.dim)
     if cfg.replay.get("preflight", True):
         preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage, replay_dir,
                   run_dir / "checkpoints", keep)
     replay = Replay(int(cfg.replay.capacity), n, replay_spec, storage=cfg.replay.storage, directory=replay_dir,
-                    seed=cfg.seed)
+                    seed=seed)
     ratio = make_schedule(ac)  # train_ratio clock (DreamerV3) or episode cycle (agent.schedule: episodes, PlaNet)
     repeat = int(cfg.env.get("action_repeat", 1) or 1)
     wandb_kwargs = {k: v for k, v in cfg.logger.items() if k != "backends"}
     # rows written after the checkpoint (all rows, when a run stopped before its first one) are collected again
     resume_step = 0 if saved is None else saved["counters"]["env_steps"]
+    log_dir = run_dir if info.is_main else run_dir / f"rank{info.rank}"  # ranks > 0: their own jsonl files only
     for name in ("metrics.jsonl", "scores.jsonl"):
-        truncate_jsonl(run_dir / name, resume_step)
+        truncate_jsonl(log_dir / name, resume_step)
     if saved is not None and saved.get("wandb_id") and "id" not in wandb_kwargs:
         wandb_kwargs["id"] = saved["wandb_id"]
-    logger = Logger(run_dir, backends=list(cfg.logger.backends), config=OmegaConf.to_container(cfg, resolve=True),
+    logger = Logger(log_dir, backends=list(cfg.logger.backends) if info.is_main else [],
+                    config=OmegaConf.to_container(cfg, resolve=True),
                     wandb_kwargs=wandb_kwargs, purge_step=None if saved is None else resume_step + 1)
-    write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
+    if info.is_main:
+        write_env_metadata(cfg.env, run_dir)  # env_metadata.json: protocol settings and simulator versions
     print(f"[reverie] {n} env(s) x {spec}; obs {obs_shapes}; {ratio} with batch {ac.batch_size}x{ac.batch_length} "
           f"({tc.steps} env steps, prefill {tc.prefill}); run dir {run_dir}")
 
@@ -229,6 +257,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     wall_before = 0.0  # wall time of the run before its last resume
     if saved is not None:  # --- resume: restore everything the checkpoint holds ---
         agent.load_state_dict(saved["agent"])
+        distributed.check_digest(agent, saved.get("agent_digest"), info)  # ranks > 0 saved their replica's digest
         replay.load(saved["replay_dir"])
         ratio.load_state_dict(saved["ratio"])
         c = saved["counters"]
@@ -245,9 +274,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
               f"{'' if row is not None else '; episodes in flight restart'}")
     start = time.time() - wall_before
 
-    def checkpoint() -> None:
-        save_checkpoint(run_dir / "checkpoints", env_steps, {
-            "agent": agent.state_dict(), "obs_shapes": obs_shapes, "action_spec": spec,
+    def checkpoint() -> None:  # rank 0: the agent and its own state; ranks > 0: their state and the agent's digest
+        save_checkpoint(distributed.checkpoint_dir(run_dir, info), env_steps, {
+            "agent": agent.state_dict() if info.is_main else None,
+            "agent_digest": None if info.is_main else distributed.param_digest(agent),
+            "obs_shapes": obs_shapes, "action_spec": spec,
             "config": OmegaConf.to_container(cfg, resolve=True),
             "counters": {"env_steps": env_steps, "updates": updates, "frames": env_steps * repeat,
                          "episodes": episodes, "skipped_updates": skipped, "wall_s": time.time() - start},
@@ -285,9 +316,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             logger.episode(env_steps, env_steps * repeat, ep["return"], ep["length"], mode="train")
     interrupted = diverged = False
     max_bad = int(tc.get("max_nonfinite_updates", 20))
-    previous_sigterm = _sigterm_as_interrupt()
+    # several ranks: a signal sets a flag that all ranks agree on once per env step (they stop after the same step)
+    signals = distributed.SignalFlag().install() if info.distributed else None
+    previous_sigterm = None if info.distributed else _sigterm_as_interrupt()
     try:
-        with Progress(int(tc.steps), enabled=bool(tc.progress)) as progress:
+        with Progress(int(tc.steps), enabled=bool(tc.progress) and info.is_main) as progress:
             while env_steps < tc.steps:
                 # --- act: random policy during prefill, then the agent's exploration policy ---
                 if env_steps < tc.prefill:
@@ -307,7 +340,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     # --- train: updates owed by the train_ratio clock once prefill is done (with async_collect
                     # they run while the envs step: they only read rows up to t, already in replay) ---
                     if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
-                        for _ in range(ratio(n, 0 if overlap else len(step[1]))):  # episodes: PlaNet only (no overlap)
+                        owed = ratio(n, 0 if overlap else len(step[1]))  # episodes: PlaNet only (no overlap)
+                        for _ in range(distributed.broadcast_int(owed, info)):  # rank 0's count on every rank
                             metrics = agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))
                             logger.scalars(metrics)
                             updates += 1
@@ -321,7 +355,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                                     break
                             else:
                                 bad_in_row = 0
-                        if report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0):  # + at end
+                        if (report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0)) \
+                                and info.is_main:  # + at the end; rank 0 alone
                             report(agent, replay, logger, env_steps, length=int(ac.batch_length))
                 finally:  # no clock, checkpoint or interrupt ever sees a step in flight
                     if stepper.in_flight:
@@ -332,7 +367,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                     break
                 # --- log / eval / checkpoint clocks ---
                 stop = False
-                if eval_clock(env_steps):
+                if eval_clock(env_steps) and info.is_main:  # rank 0 evaluates; the others wait at `agree`
                     mean_return = run_eval()
                     stop = tc.stop_return is not None and mean_return >= tc.stop_return
                 if log_clock(env_steps) or stop:
@@ -340,7 +375,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                 if ckpt_clock(env_steps):
                     checkpoint()
                 progress.update(env_steps, {"updates": updates, "last_return": last_return})
-                if stop:
+                if signals is not None:  # every rank stops after the same env step
+                    flags = distributed.agree({"stop": stop, "interrupt": signals.raised}, info)
+                    stop, interrupted = flags["stop"], flags["interrupt"]
+                    if interrupted:
+                        print(f"\n[reverie] interrupted at env step {env_steps}: writing metrics and a checkpoint")
+                if stop or interrupted:
                     break
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _sigterm_as_interrupt)
         interrupted = True
@@ -350,16 +390,18 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     finally:
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
+        if signals is not None:
+            signals.restore()
 
     # --- final evaluation (unless the last step just had one), checkpoint, video and completion marker ---
     stopped = interrupted or diverged
-    if not stopped and not (evals and evals[-1][0] == env_steps):
+    if not stopped and not (evals and evals[-1][0] == env_steps) and info.is_main:
         run_eval()
     final = evals[-1][2] if evals else float("nan")
     if logger.pending or written["step"] != env_steps:  # no second, empty row when the loop just wrote one
         write_metrics()
     checkpoint()
-    if tc.video and not stopped:
+    if tc.video and not stopped and info.is_main:
         with preserved_rng():
             frames, _ = record_episode(agent, cfg.env, cfg.seed, mode=tc.eval_mode)
         if frames is not None:
@@ -370,7 +412,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     summary = {"env_steps": env_steps, "updates": updates, "eval_return": final, "evals": evals, "wall_s": wall,
                "interrupted": interrupted, "diverged": diverged,
                "resumed_from": None if saved is None else saved["counters"]["env_steps"]}
-    if not stopped:
+    if not stopped and info.is_main:
         write_summary(run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
     print(f"[reverie] {'interrupted' if interrupted else 'diverged' if diverged else 'done'}: {env_steps} env "
           f"steps, {updates} updates, last eval return {final:.1f}, {wall / 60:.2f} min; run dir {run_dir}")

@@ -8,6 +8,9 @@ process does for the same columns, which is a different (and irrelevant) source 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -70,6 +73,12 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
         # global statistics: gathered shards give the full batch's percentiles
         returns = torch.arange(B, dtype=torch.float32)[shard] ** 2
         out["gathered"] = distributed.all_gather_cat(returns)
+
+        # the loop's agreements: any rank's flag, rank 0's count, a finite loss everywhere
+        out["agreed"] = distributed.agree({"stop": rank == 0, "interrupt": False, "other": rank == 1}, info)
+        out["owed"] = distributed.broadcast_int(5 + rank, info)
+        out["finite"] = distributed.all_finite(torch.tensor(float("nan") if rank == 1 else 1.0))
+        out["all_finite"] = distributed.all_finite(torch.tensor(2.0))
         torch.save(out, f"{out_dir}/rank{rank}.pt")
     finally:
         distributed.destroy_process_group()
@@ -99,6 +108,9 @@ def test_averaged_gradient_equals_single_process_gradient_on_the_concatenated_ba
         torch.testing.assert_close(out["partial_grad"], torch.full((2, 2), 0.5))
         assert out["unused_grad_is_none"]
         torch.testing.assert_close(out["gathered"], torch.arange(B, dtype=torch.float32) ** 2)
+        assert out["agreed"] == {"stop": True, "interrupt": False, "other": True}
+        assert out["owed"] == 5  # rank 0's
+        assert out["finite"] is False and out["all_finite"] is True
 
 
 def test_single_process_is_a_no_op(monkeypatch):
@@ -113,8 +125,36 @@ def test_single_process_is_a_no_op(monkeypatch):
     x = torch.arange(3.0)
     assert distributed.all_gather_cat(x) is x
     assert distributed.rank_seed(7, 0) == 7 and distributed.rank_seed(7, 1) != distributed.rank_seed(8, 0)
-    assert distributed.torchrun_command(2, ["train", "exp=debug"]) == [
-        "torchrun", "--standalone", "--nproc_per_node=2", "-m", "reverie", "train", "exp=debug"]
+    assert distributed.agree({"stop": True, "interrupt": False}, info) == {"stop": True, "interrupt": False}
+    assert distributed.broadcast_int(3, info) == 3
+    assert distributed.all_finite(torch.tensor(float("nan")))  # one process: the caller checks its own loss
+    assert distributed.torchrun_command(2, ["train", "exp=debug"], shutdown_timeout_s=60) == [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--shutdown-timeout=60",
+        "-m", "reverie", "train", "exp=debug"]
+    assert distributed.rank_path("runs/x/replay", info) == Path("runs/x/replay")
+    assert distributed.checkpoint_dir("runs/x", info) == Path("runs/x/checkpoints")
+    rank1 = distributed.DistInfo(rank=1, world_size=2)
+    assert distributed.rank_path("runs/x/replay", rank1) == Path("runs/x/replay/rank1")
+    assert distributed.checkpoint_dir("runs/x", rank1) == Path("runs/x/rank1/checkpoints")
+
+
+def test_param_digest_sees_every_parameter_and_buffer():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    digest = distributed.param_digest(net)
+    twin = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    twin.load_state_dict(net.state_dict())
+    assert distributed.param_digest(twin) == digest and len(digest) == 64
+    with torch.no_grad():
+        twin[0].bias[1] += 1e-7  # one float's last bits
+    assert distributed.param_digest(twin) != digest
+    twin.load_state_dict(net.state_dict())
+    twin[1].num_batches_tracked += 1  # a buffer
+    assert distributed.param_digest(twin) != digest
+    distributed.check_digest(net, digest, distributed.DistInfo())
+    distributed.check_digest(net, None, distributed.DistInfo())
+    with pytest.raises(RuntimeError, match="diverged"):
+        distributed.check_digest(twin, digest, distributed.DistInfo(rank=1, world_size=2))
 
 
 def test_bad_arguments_fail_clearly():
@@ -124,3 +164,28 @@ def test_bad_arguments_fail_clearly():
         distributed.init_process_group("cpu", rank=0)
     with pytest.raises(ValueError, match="nproc"):
         distributed.torchrun_command(0, [])
+
+
+def test_missing_torchrun_fails_clearly(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch.distributed.run"
+                        else real(name, *a))
+    with pytest.raises(RuntimeError, match="needs torchrun .* or set trainer.nproc=1"):
+        distributed.torchrun_command(2, ["train"])
+
+
+@pytest.mark.parametrize("trainer, match", [
+    ({"nproc": 0}, "trainer.nproc must be >= 1"), ({"nproc": "two"}, "integer"), ({"nproc": 1.5}, "integer"),
+    ({"nproc": True}, "integer"), ({"nproc": 2, "backend": "mpi"}, "trainer.backend"),
+    ({"nproc": 2, "backend": "nccl"}, "needs device=cuda")])
+def test_trainer_settings_reject_bad_values(trainer, match):
+    with pytest.raises(ValueError, match=match):
+        distributed.trainer_settings(trainer, "cpu")
+
+
+def test_trainer_settings_defaults():
+    assert distributed.trainer_settings(None, "cpu") == (1, None)
+    assert distributed.trainer_settings({"nproc": 2, "backend": None}, "cpu") == (2, None)
+    assert distributed.trainer_settings({"nproc": "3", "backend": "gloo"}, "cpu") == (3, "gloo")

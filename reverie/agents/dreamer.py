@@ -15,6 +15,7 @@ from torch import nn
 
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.compiling import compile_callables
+from reverie.distributed import all_finite, all_gather_cat, average_gradients
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
 from reverie.models.networks import MLP
 from reverie.models.world_model import WorldModel
@@ -212,8 +213,9 @@ class DreamerV3(nn.Module):
         model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
         self.model_opt.zero_grad(set_to_none=True)
         model_loss.backward()
+        average_gradients(self.wm.parameters())  # data parallel: mean over ranks (no-op in one process)
         metrics["grad_norm/model"] = nn.utils.clip_grad_norm_(self.wm.parameters(), self.model_clip)
-        skipped = _finite_step(self.model_opt, model_loss, metrics["grad_norm/model"])
+        skipped = _finite_step(self.model_opt, model_loss, metrics["grad_norm/model"], all_finite(model_loss))
         metrics |= {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics["loss/model"] = model_loss.detach()
         metrics |= info
@@ -254,9 +256,10 @@ class DreamerV3(nn.Module):
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
         # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
-        finite_ret = bool(torch.isfinite(ret).all())  # a non-finite return must not poison the normaliser's EMAs
+        all_ret = all_gather_cat(ret.detach().flatten())  # data parallel: every rank's returns, one global scale
+        finite_ret = bool(torch.isfinite(all_ret).all())  # a non-finite return must not poison the normaliser's EMAs
         if finite_ret:
-            self.retnorm.update(ret)
+            self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
         adv = (ret - value[:-1].detach()) / scale  # (H, N)
         if discrete:
@@ -270,8 +273,9 @@ class DreamerV3(nn.Module):
         # inputs=: through the world model and critic only the activation gradients are needed on the way to
         # the actions, not their weight gradients (those matmuls are skipped).
         actor_loss.backward(inputs=list(self.actor.parameters()))
+        average_gradients(self.actor.parameters())
         actor_norm = nn.utils.clip_grad_norm_(self.actor.parameters(), self.ac_clip)
-        skipped = _finite_step(self.actor_opt, actor_loss, actor_norm, finite_ret)
+        skipped = _finite_step(self.actor_opt, actor_loss, actor_norm, finite_ret and all_finite(actor_loss))
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
@@ -282,8 +286,9 @@ class DreamerV3(nn.Module):
         critic_loss = (weight * critic_loss).mean()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward(inputs=list(self.critic.parameters()))
+        average_gradients(self.critic.parameters())
         critic_norm = nn.utils.clip_grad_norm_(self.critic.parameters(), self.ac_clip)
-        skipped += _finite_step(self.critic_opt, critic_loss, critic_norm)
+        skipped += _finite_step(self.critic_opt, critic_loss, critic_norm, all_finite(critic_loss))
         with torch.no_grad():
             for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
                 slow.lerp_(fast, self.slow_fraction)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from reverie.agents.planning import WorldModelDynamics, make_planner
+from reverie.distributed import average_gradients
 from reverie.models.world_model import WorldModel
 from reverie.precision import autocast, resolve_precision
 from reverie.types import ActionSpec
@@ -138,6 +139,7 @@ class PlaNet(nn.Module):
             model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
         self.model_opt.zero_grad(set_to_none=True)
         model_loss.backward()
+        average_gradients(self.wm.parameters())  # data parallel: mean over ranks (no-op in one process)
         grad_norm = nn.utils.clip_grad_norm_(self.wm.parameters(), self.model_clip)
         self.model_opt.step()
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
