@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from reverie.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from reverie.collector import Collector, make_policy_copy, sync_policy
 from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
@@ -110,10 +111,32 @@ def check_async_collect(cfg: DictConfig) -> None:
     An update schedule that counts finished episodes (``agent.schedule=episodes``, PlaNet's cycle) needs the
     step's result before its updates, so there is nothing to overlap: refused too.
 
+    ``train.control_hz`` (a collector thread at a fixed rate, :mod:`reverie.collector`) is checked here too: it
+    must be a positive number, it replaces ``async_collect`` rather than joining it, and it cannot serve an
+    episode schedule (the collector never waits for the learner).
+
     Raises:
         ValueError: ``train.async_collect`` is true and ``env.vector_mode`` is not ``async``, or the agent's
-            updates wait for finished episodes (``agent.schedule=episodes``).
+            updates wait for finished episodes (``agent.schedule=episodes``); ``train.control_hz`` is not a
+            positive number, is set with ``train.async_collect=true`` or with ``agent.schedule=episodes``, or
+            ``train.policy_sync_every`` < 1.
     """
+    control_hz = cfg.train.get("control_hz")
+    if control_hz is not None:
+        if isinstance(control_hz, bool) or not isinstance(control_hz, (int, float)) or control_hz <= 0:
+            raise ValueError(f"train.control_hz must be a positive number of env steps per second (or null: off), "
+                             f"got {control_hz!r}")
+        if cfg.train.get("async_collect", False):
+            raise ValueError("train.control_hz and train.async_collect=true both overlap collection with the updates; "
+                             "a fixed control rate already steps the envs in its own thread: set "
+                             "train.async_collect=false")
+        if cfg.agent.get("schedule", "ratio") == "episodes":
+            raise ValueError("train.control_hz cannot serve agent.schedule=episodes (its updates wait for finished "
+                             "episodes, the collector never waits for the learner); use a train_ratio schedule or "
+                             "set train.control_hz=null")
+        if int(cfg.train.get("policy_sync_every", 1)) < 1:
+            raise ValueError(f"train.policy_sync_every must be >= 1 (updates between policy-copy refreshes), got "
+                             f"{cfg.train.policy_sync_every!r}")
     if not cfg.train.get("async_collect", False):
         return
     mode = cfg.env.get("vector_mode", "sync")
@@ -187,6 +210,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
     stepper = VectorStepper(make_envs(), make=make_envs, max_restarts=int(tc.get("env_retries", 3)))
     overlap = bool(tc.get("async_collect", False))
+    control_hz = tc.get("control_hz")  # a collector thread at this rate (reverie.collector; None: this loop acts)
     if overlap and not stepper.overlaps:
         kind = type(stepper.env).__name__
         stepper.close()
@@ -288,7 +312,83 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     previous_sigterm = _sigterm_as_interrupt()
     try:
         with Progress(int(tc.steps), enabled=bool(tc.progress)) as progress:
-            while env_steps < tc.steps:
+            if control_hz:  # --- train.control_hz: a collector thread acts at a fixed rate; this thread learns ---
+                collector = Collector(stepper, replay, make_policy_copy(agent), control_hz, row=row, state=state,
+                                      env_steps=env_steps, ratio_steps=ratio.env_steps, steps=int(tc.steps),
+                                      prefill=int(tc.prefill), batch_length=int(ac.batch_length),
+                                      random_action=lambda: random_actions(rng, spec, n))
+                owed, since_sync, sync_every = 0, 0, max(1, int(tc.get("policy_sync_every", 1)))
+
+                def catch_up() -> int:  # read the collector's counters and episodes; returns late steps
+                    nonlocal env_steps, owed, last_return, episodes
+                    env_steps, ratio_steps, late = collector.counts()
+                    owed += ratio(ratio_steps - ratio.env_steps)  # the updates the train_ratio owes (may lag)
+                    while not collector.episodes.empty():
+                        ep = collector.episodes.get()
+                        last_return, episodes = ep["return"], episodes + 1
+                        logger.episode(ep["step"], ep["step"] * repeat, ep["return"], ep["length"], mode="train")
+                    return late
+                collector.start()
+                try:
+                    while True:
+                        done = collector.done  # read before the counters, so a finished collector's are final
+                        collector.check()
+                        late = catch_up()
+                        if owed:  # one update, then the clocks again (the collector keeps stepping meanwhile)
+                            with collector.replay_lock:
+                                batch = replay.sample(int(ac.batch_size), int(ac.batch_length))
+                            metrics = agent.update(batch)
+                            logger.scalars(metrics)
+                            updates, owed, since_sync = updates + 1, owed - 1, since_sync + 1
+                            if metrics.get("guard/nonfinite", 0.0) > 0:  # the guard, as in the loop below
+                                skipped, bad_in_row = skipped + 1, bad_in_row + 1
+                                warnings.warn(f"update {updates}: non-finite loss or gradient, optimiser step(s) "
+                                              f"skipped ({bad_in_row} in a row, {skipped} in total)", RuntimeWarning)
+                                diverged = 0 < max_bad <= bad_in_row
+                            else:
+                                bad_in_row = 0
+                            if since_sync >= sync_every:  # train.policy_sync_every
+                                with collector.policy_lock:
+                                    sync_policy(collector.policy, agent)
+                                since_sync = 0
+                            if report_clock(updates):
+                                with collector.replay_lock:
+                                    report(agent, replay, logger, env_steps, length=int(ac.batch_length))
+                        elif not done:
+                            collector.wait(0.05)
+                        if diverged:
+                            print(f"[reverie] stopping: {bad_in_row} updates in a row had non-finite losses or "
+                                  f"gradients (train.max_nonfinite_updates={max_bad}); the checkpoint holds the last "
+                                  f"finite model")
+                            break
+                        logger.scalar("collect/update_lag", owed)
+                        stop = False
+                        if any(c.every > 0 and env_steps // c.every != c.last // c.every for c in (eval_clock,
+                                                                                                   ckpt_clock)):
+                            with collector.paused():  # at a step boundary: no checkpoint holds a half-step
+                                late = catch_up()
+                                row, state = collector.row, collector.state
+                                if eval_clock(env_steps):
+                                    mean_return = run_eval()
+                                    stop = tc.stop_return is not None and mean_return >= tc.stop_return
+                                if ckpt_clock(env_steps):
+                                    ratio.updates -= owed  # the owed updates are owed again after a resume
+                                    checkpoint()
+                                    ratio.updates += owed
+                        if log_clock(env_steps) or stop:
+                            logger.scalar("collect/late_steps", late)
+                            write_metrics()
+                        progress.update(env_steps, {"updates": updates, "last_return": last_return})
+                        if done and not owed and report_clock.every > 0 and report_clock.last != updates:
+                            report(agent, replay, logger, env_steps, length=int(ac.batch_length))  # the end one
+                        if stop or (done and not owed):
+                            break
+                finally:  # Ctrl-C, SIGTERM, divergence, stop_return or the end: stop at a step boundary
+                    collector.stop()
+                    catch_up()
+                    row, state = collector.row, collector.state
+                    ratio.updates -= owed  # the final checkpoint owes what this run did not do
+            while not control_hz and env_steps < tc.steps:
                 # --- act: random policy during prefill, then the agent's exploration policy ---
                 if env_steps < tc.prefill:
                     action = random_actions(rng, spec, n)
