@@ -182,6 +182,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     while the updates the train_ratio owes run, then the loop waits for the new row. Row ``t`` is added to
     replay before the envs step and the updates never read the row being collected, so a run gives exactly the
     same updates, replay, scores and metrics (wall time aside) with the switch on or off.
+
+    ``train.control_hz`` (docs/speed.md, "A fixed control rate"): a :class:`reverie.collector.Collector` thread
+    acts every ``1 / control_hz`` seconds with a policy copy while this thread runs the updates the train_ratio
+    owes for the rows collected so far (exactly that many in total; they may lag, never lead); checkpoints and
+    evaluations pause the collector at a step boundary. Not bit-reproducible (the copy's freshness is timing).
     """
     run_dir = Path(run_dir)
     tc, ac = cfg.train, cfg.agent

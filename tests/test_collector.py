@@ -192,3 +192,13 @@ def test_control_hz_refusals(overrides, match):
     with pytest.raises(ValueError, match=match):
         check_async_collect(load_config(["exp=debug", *overrides]))
     check_async_collect(load_config(["exp=debug", "train.control_hz=10"]))
+
+
+def test_resume_may_change_policy_sync_every_but_not_control_hz():
+    from reverie.resume import ResumeError, check_resume_config
+
+    saved = {"train": {"control_hz": 10.0, "policy_sync_every": 1}}
+    assert check_resume_config(saved, {"train": {"control_hz": 10.0, "policy_sync_every": 4}}) == {
+        "train.policy_sync_every": (1, 4)}
+    with pytest.raises(ResumeError, match="train.control_hz: 10.0"):
+        check_resume_config(saved, {"train": {"control_hz": 20.0, "policy_sync_every": 1}})
