@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reverie.compiling import EagerFallback
 from reverie.envs.stepper import VectorStepper
 from reverie.replay import Replay
 
@@ -38,11 +39,26 @@ from reverie.replay import Replay
 def make_policy_copy(agent: Any) -> Any:
     """A second agent instance for acting: ``copy.deepcopy(agent)`` (parameters, buffers and all).
 
-    Refresh it with :func:`sync_policy`. Raises whatever ``deepcopy`` raises for an agent that cannot be copied.
+    Callables compiled by the agent's ``compile`` option (:class:`reverie.compiling.EagerFallback` instance
+    attributes) are set back to their eager methods in the copy: ``deepcopy`` rebinds the eager method to the
+    copy, but the compiled function still calls the learner's module, which would act with the weights being
+    trained (in another thread). Acting is one small step per control period, so the copy runs eager.
+    Refresh it with :func:`sync_policy`.
+
+    Raises:
+        RuntimeError: a compiled callable's eager method is not bound to the copied module (an unknown layout).
+        Whatever ``deepcopy`` raises for an agent that cannot be copied.
     """
     policy = copy.deepcopy(agent)
     if isinstance(policy, torch.nn.Module):
         policy.requires_grad_(False)
+        for module in policy.modules():
+            for name, value in list(vars(module).items()):
+                if isinstance(value, EagerFallback):
+                    if getattr(value.eager, "__self__", None) is not module:
+                        raise RuntimeError(f"make_policy_copy: the compiled {value.name!r} of the copy does not "
+                                           f"belong to the copied module; set the agent's compile=false")
+                    setattr(module, name, value.eager)
     return policy
 
 

@@ -202,3 +202,23 @@ def test_resume_may_change_policy_sync_every_but_not_control_hz():
         "train.policy_sync_every": (1, 4)}
     with pytest.raises(ResumeError, match="train.control_hz: 10.0"):
         check_resume_config(saved, {"train": {"control_hz": 20.0, "policy_sync_every": 1}})
+
+
+def test_policy_copy_of_a_compiled_agent_acts_with_its_own_weights():
+    """deepcopy keeps a compiled function that calls the learner's module; the copy must not act through it."""
+    cfg = load_config(["exp=debug", "agent.module.compile=true"])
+    agent = build_agent(cfg.agent, {"vector": (4,)}, ActionSpec(discrete=False, dim=2))
+    policy = make_policy_copy(agent)
+    obs = {"vector": np.ones((3, 4), np.float32), "is_first": np.ones(3, bool)}
+
+    def act():  # the posterior is sampled even in eval mode: same seed, same draw
+        torch.manual_seed(0)
+        return policy.act(obs, None, "eval")[0]
+
+    before = act()
+    with torch.no_grad():
+        for p in agent.parameters():
+            p.add_(0.5)
+    np.testing.assert_array_equal(act(), before)  # the learner's change is not seen
+    sync_policy(policy, agent)
+    assert not np.array_equal(act(), before)
