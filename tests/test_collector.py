@@ -7,6 +7,8 @@ checkpoint never holds a half-step, and the replay a counting env fills has no l
 
 import importlib
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -117,8 +119,8 @@ def test_interrupt_stops_the_collector_checkpoints_and_the_resume_finishes_the_r
 
     def sample_then_interrupt(self, batch, length):
         calls["n"] += 1
-        if calls["n"] == 6:
-            raise KeyboardInterrupt  # Ctrl-C (or SIGTERM, turned into one) while the collector runs
+        if calls["n"] == 6:  # SIGTERM while the collector runs (the run turns it into a KeyboardInterrupt, as Ctrl-C)
+            os.kill(os.getpid(), signal.SIGTERM)
         return real_sample(self, batch, length)
 
     monkeypatch.setattr(Replay, "sample", sample_then_interrupt)
@@ -165,6 +167,23 @@ def test_pause_holds_the_collector_at_a_step_boundary_and_stop_joins_it():
     assert replay.num_rows == collector.counts()[0] // 2
     assert_counting_integrity({k: replay.arrays[k][: replay.num_rows] for k in ("vector", "reward", "is_first",
                                                                                 "is_last")})
+    stepper.close()
+
+
+def test_a_failure_in_the_collector_thread_is_raised_in_the_caller():
+    cfg = load_config(["exp=debug", "env=gym", "env.id=reverie.envs.testing.CountingEnv", "env.num_envs=2"]).env
+    stepper = VectorStepper(make_vector_env(cfg, 0))
+    replay = Replay(200, 2, Replay.spec_for(stepper.env.single_observation_space, 2))
+    collector = Collector(stepper, replay, None, 100.0, row=stepper.reset(), state=None, env_steps=0, ratio_steps=0,
+                          steps=100, prefill=100, batch_length=4, random_action=lambda: np.zeros((1, 2), np.float32))
+    collector.start()
+    while not collector.done:
+        collector.wait(0.5)
+    with pytest.raises(RuntimeError, match=r"collector thread failed: ValueError: .*'action' has shape \(1, 2\)"):
+        collector.check()
+    with pytest.raises(RuntimeError, match="collector thread failed"), collector.paused():
+        pass
+    assert replay.num_rows == 0 and collector.counts() == (0, 0, 0)
     stepper.close()
 
 
