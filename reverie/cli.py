@@ -125,7 +125,8 @@ def check_setup(cfg: DictConfig) -> None:
 
     from reverie.envs import action_spec, make_env
     from reverie.replay.cycle import make_schedule
-    from reverie.train import build_agent, check_async_collect
+    from reverie.collector import check_async_collect
+    from reverie.train import build_agent
 
     try:
         env = make_env(cfg.env, cfg.seed)

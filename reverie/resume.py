@@ -22,6 +22,7 @@ SAFE_KEYS = (
     "run_dir",
     "train.async_collect",  # wall time only: the run is the same with it on or off (tests/test_async_collect.py)
     "replay.preflight", "trainer.timeout_min",
+    "train.policy_sync_every",  # with train.control_hz: how fresh the acting copy is; no state depends on it
 )  # not trainer.nproc: each rank's replay shard, env and RNG state belong to one process count
 SUMMARY_FILE = "summary.json"  # written when training finishes uninterrupted: "this run (or trial) is done"
 OVERRIDES_FILE = "overrides.json"  # the command-line overrides the run was started with

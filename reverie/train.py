@@ -6,8 +6,6 @@ It owns time (env steps, the train_ratio clock, log/eval/save clocks) and knows 
 
 from __future__ import annotations
 
-import contextlib
-import random
 import signal
 import threading
 import time
@@ -22,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from reverie import distributed
 from reverie.checkpoint import save_checkpoint
+from reverie.collector import Collector, check_async_collect, make_policy_copy, sync_policy
 from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
@@ -31,47 +30,9 @@ from reverie.progress import Progress
 from reverie.replay import Replay
 from reverie.replay.cycle import make_schedule
 from reverie.resume import check_resumable, check_resume_config, read_summary, truncate_jsonl, write_summary
+from reverie.rng import preserved_rng, rng_state, seed_everything, set_rng_state
 from reverie.types import ActionSpec
 from reverie.viz import report
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU and CUDA) from the run seed."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state(rng: np.random.Generator | None = None) -> dict[str, Any]:
-    """Every global random stream (python, numpy, torch CPU and CUDA) plus ``rng``'s, for a checkpoint."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if rng is not None:
-        state["generator"] = rng.bit_generator.state
-    return state
-
-
-def set_rng_state(state: dict[str, Any], rng: np.random.Generator | None = None) -> None:
-    """Restore what :func:`rng_state` captured (CUDA streams only when the device count matches)."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if rng is not None and "generator" in state:
-        rng.bit_generator.state = state["generator"]
-
-
-@contextlib.contextmanager
-def preserved_rng():
-    """Run a block (evaluation, videos) without moving the training random streams, so eval cadence (a safe
-    resume change) never changes what training does."""
-    state = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(state)
 
 
 def build_agent(agent_cfg: DictConfig, obs_shapes: dict[str, tuple[int, ...]], spec: ActionSpec) -> Any:
@@ -98,33 +59,6 @@ class Clock:
             return False
         self.last = step
         return True
-
-
-def check_async_collect(cfg: DictConfig) -> None:
-    """Refuse ``train.async_collect=true`` where nothing can overlap, from the config alone (no env is built).
-
-    The overlap needs envs stepping in other processes (``env.vector_mode=async``, Gymnasium's
-    ``AsyncVectorEnv``); with ``sync`` the updates and the env steps would run one after the other anyway. This
-    raises instead of switching the mode silently, so the saved config says what ran: the mode also decides
-    whether a resume continues the episodes in flight (sync envs pickle) or restarts them (docs/resume.md).
-
-    An update schedule that counts finished episodes (``agent.schedule=episodes``, PlaNet's cycle) needs the
-    step's result before its updates, so there is nothing to overlap: refused too.
-
-    Raises:
-        ValueError: ``train.async_collect`` is true and ``env.vector_mode`` is not ``async``, or the agent's
-            updates wait for finished episodes (``agent.schedule=episodes``).
-    """
-    if not cfg.train.get("async_collect", False):
-        return
-    mode = cfg.env.get("vector_mode", "sync")
-    if mode != "async":
-        raise ValueError(f"train.async_collect=true steps the envs in background processes while the updates run, "
-                         f"but env.vector_mode={mode!r} steps them in this process; set env.vector_mode=async "
-                         f"(one process per env) or train.async_collect=false")
-    if cfg.agent.get("schedule", "ratio") == "episodes":
-        raise ValueError("train.async_collect=true cannot overlap agent.schedule=episodes (the updates owed depend on "
-                         "the episodes the step ends, known only after it); set train.async_collect=false")
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
@@ -167,6 +101,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     while the updates the train_ratio owes run, then the loop waits for the new row. Row ``t`` is added to
     replay before the envs step and the updates never read the row being collected, so a run gives exactly the
     same updates, replay, scores and metrics (wall time aside) with the switch on or off.
+
+    ``train.control_hz`` (docs/speed.md, "A fixed control rate"): a :class:`reverie.collector.Collector` thread
+    acts every ``1 / control_hz`` seconds with a policy copy while this thread runs the updates the train_ratio
+    owes for the rows collected so far (exactly that many in total; they may lag, never lead); checkpoints and
+    evaluations pause the collector at a step boundary. Not bit-reproducible (the copy's freshness is timing).
     """
     nproc, backend = distributed.trainer_settings(cfg.get("trainer"), cfg.device)
     timeout = (cfg.get("trainer") or {}).get("timeout_min")
@@ -211,6 +150,7 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
 
     stepper = VectorStepper(make_envs(), make=make_envs, max_restarts=int(tc.get("env_retries", 3)))
     overlap = bool(tc.get("async_collect", False))
+    control_hz = tc.get("control_hz")  # a collector thread at this rate (reverie.collector; None: this loop acts)
     if overlap and not stepper.overlaps:
         kind = type(stepper.env).__name__
         stepper.close()
@@ -307,6 +247,18 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     if row is None:
         row, state = stepper.reset(), None
 
+    def learned(metrics: dict[str, float]) -> bool:  # log one update; True once train.max_nonfinite_updates is hit
+        nonlocal updates, skipped, bad_in_row
+        logger.scalars(metrics)
+        updates += 1
+        if metrics.get("guard/nonfinite", 0.0) <= 0:  # the guard: a non-finite loss or gradient changed nothing
+            bad_in_row = 0
+            return False
+        skipped, bad_in_row = skipped + 1, bad_in_row + 1
+        warnings.warn(f"update {updates}: non-finite loss or gradient, optimiser step(s) skipped ({bad_in_row} in a "
+                      f"row, {skipped} in total)", RuntimeWarning)
+        return 0 < max_bad <= bad_in_row
+
     def collected(new_row: dict[str, np.ndarray], finished: list[dict]) -> None:  # a step's row and episodes
         nonlocal row, last_return, episodes
         row = new_row
@@ -321,7 +273,75 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     previous_sigterm = None if info.distributed else _sigterm_as_interrupt()
     try:
         with Progress(int(tc.steps), enabled=bool(tc.progress) and info.is_main) as progress:
-            while env_steps < tc.steps:
+            if control_hz:  # --- train.control_hz: a collector thread acts at a fixed rate; this thread learns ---
+                collector = Collector(stepper, replay, make_policy_copy(agent), control_hz, row=row, state=state,
+                                      env_steps=env_steps, ratio_steps=ratio.env_steps, steps=int(tc.steps),
+                                      prefill=int(tc.prefill), batch_length=int(ac.batch_length),
+                                      random_action=lambda: random_actions(rng, spec, n))
+                owed, since_sync, sync_every = 0, 0, max(1, int(tc.get("policy_sync_every", 1)))
+
+                def catch_up() -> int:  # read the collector's counters and episodes; returns late steps
+                    nonlocal env_steps, owed, last_return, episodes
+                    env_steps, ratio_steps, late = collector.counts()
+                    owed += ratio(ratio_steps - ratio.env_steps)  # the updates the train_ratio owes (may lag)
+                    while not collector.episodes.empty():
+                        ep = collector.episodes.get()
+                        last_return, episodes = ep["return"], episodes + 1
+                        logger.episode(ep["step"], ep["step"] * repeat, ep["return"], ep["length"], mode="train")
+                    return late
+                collector.start()
+                try:
+                    while True:
+                        done = collector.done  # read before the counters, so a finished collector's are final
+                        collector.check()
+                        late = catch_up()
+                        if owed:  # one update, then the clocks again (the collector keeps stepping meanwhile)
+                            with collector.replay_lock:
+                                batch = replay.sample(int(ac.batch_size), int(ac.batch_length))
+                            diverged = learned(agent.update(batch))
+                            owed, since_sync = owed - 1, since_sync + 1
+                            if since_sync >= sync_every:  # train.policy_sync_every
+                                with collector.policy_lock:
+                                    sync_policy(collector.policy, agent)
+                                since_sync = 0
+                            if report_clock(updates):
+                                with collector.replay_lock:
+                                    report(agent, replay, logger, env_steps, length=int(ac.batch_length))
+                        elif not done:
+                            collector.wait(0.05)
+                        if diverged:
+                            print(f"[reverie] stopping: {bad_in_row} updates in a row had non-finite losses or "
+                                  f"gradients (train.max_nonfinite_updates={max_bad}); the checkpoint holds the last "
+                                  f"finite model")
+                            break
+                        logger.scalar("collect/update_lag", owed)
+                        stop = False
+                        if any(c.every > 0 and env_steps // c.every != c.last // c.every for c in (eval_clock,
+                                                                                                   ckpt_clock)):
+                            with collector.paused():  # at a step boundary: no checkpoint holds a half-step
+                                late = catch_up()
+                                row, state = collector.row, collector.state
+                                if eval_clock(env_steps):
+                                    mean_return = run_eval()
+                                    stop = tc.stop_return is not None and mean_return >= tc.stop_return
+                                if ckpt_clock(env_steps):
+                                    ratio.updates -= owed  # the owed updates are owed again after a resume
+                                    checkpoint()
+                                    ratio.updates += owed
+                        if log_clock(env_steps) or stop:
+                            logger.scalar("collect/late_steps", late)
+                            write_metrics()
+                        progress.update(env_steps, {"updates": updates, "last_return": last_return})
+                        if done and not owed and report_clock.every > 0 and report_clock.last != updates:
+                            report(agent, replay, logger, env_steps, length=int(ac.batch_length))  # the end one
+                        if stop or (done and not owed):
+                            break
+                finally:  # Ctrl-C, SIGTERM, divergence, stop_return or the end: stop at a step boundary
+                    collector.stop()
+                    catch_up()
+                    row, state = collector.row, collector.state
+                    ratio.updates -= owed  # the final checkpoint owes what this run did not do
+            while not control_hz and env_steps < tc.steps:
                 # --- act: random policy during prefill, then the agent's exploration policy ---
                 if env_steps < tc.prefill:
                     action = random_actions(rng, spec, n)
@@ -342,19 +362,9 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
                     if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
                         owed = ratio(n, 0 if overlap else len(step[1]))  # episodes: PlaNet only (no overlap)
                         for _ in range(distributed.broadcast_int(owed, info)):  # rank 0's count on every rank
-                            metrics = agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))
-                            logger.scalars(metrics)
-                            updates += 1
-                            # --- guard: an update with a non-finite loss or gradient changed nothing ---
-                            if metrics.get("guard/nonfinite", 0.0) > 0:
-                                skipped, bad_in_row = skipped + 1, bad_in_row + 1
-                                warnings.warn(f"update {updates}: non-finite loss or gradient, optimiser step(s) "
-                                              f"skipped ({bad_in_row} in a row, {skipped} in total)", RuntimeWarning)
-                                if 0 < max_bad <= bad_in_row:
-                                    diverged = True
-                                    break
-                            else:
-                                bad_in_row = 0
+                            if learned(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))):
+                                diverged = True
+                                break
                         if (report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0)) \
                                 and info.is_main:  # + at the end; rank 0 alone
                             report(agent, replay, logger, env_steps, length=int(ac.batch_length))

@@ -19,7 +19,7 @@ from reverie.checkpoint import list_checkpoints, load_checkpoint
 from reverie.cli import load_config, main
 from reverie.envs import VectorStepper, make_env
 from reverie.replay import Replay
-from reverie.train import check_async_collect
+from reverie.collector import check_async_collect
 
 TIMING = {"wall_s", "fps/env_steps", "fps/updates"}
 ASYNC = ["exp=debug", "env.vector_mode=async", "env.num_envs=2", "replay.capacity=400", "seed=11",
