@@ -91,6 +91,10 @@ class SplitFeat:
         return stoch if self.deter is None else torch.cat([self.deter, stoch.to(self.deter.dtype)], -1)
 
 
+_ONE_CALL_ELEMENTS = 1 << 21  # up to this many (M * S * O) the W_z gradient is one index_add on a repeated g
+_BLOCK_ROWS = 2048  # rows of g per block of index_add calls (2 MB at O = 256 in float32: stays in L2)
+
+
 class _OneHotLinear(torch.autograd.Function):
     """``deter (M, D) or None, stoch (M, S, K) or None, flat (M, S) rows of W_z, weight (O, D + S*K), bias (O,)
     or None -> (M, O)`` in ``deter``'s dtype (the compute dtype); see the module docstring."""
@@ -123,8 +127,14 @@ class _OneHotLinear(torch.autograd.Function):
         if ctx.needs_input_grad[3]:
             g32 = grad.to(weight.dtype)
             grad_z = weight.new_zeros(weight.shape[1] - d, weight.shape[0])  # (S*K, O)
-            for s in range(flat.shape[1]):  # S sparse row updates: rows flat[:, s] += g
-                grad_z.index_add_(0, flat[:, s], g32)
+            m, groups = flat.shape
+            if m * groups * weight.shape[0] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
+                grad_z.index_add_(0, flat.reshape(-1), g32.repeat_interleave(groups, 0))  # (M*S, O)
+            else:  # large batch: S sparse row updates per block of rows (the block of g stays in cache)
+                for start in range(0, m, _BLOCK_ROWS):
+                    g_block, flat_block = g32[start:start + _BLOCK_ROWS], flat[start:start + _BLOCK_ROWS]
+                    for s in range(groups):  # rows flat[:, s] += g, without an (M*S, O) copy
+                        grad_z.index_add_(0, flat_block[:, s], g_block)
             grad_weight = torch.empty_like(weight)
             grad_weight[:, d:] = grad_z.t()
             if deter is not None:

@@ -89,3 +89,18 @@ def test_split_feat_slicing_and_flatten_keep_parts_aligned():
     torch.testing.assert_close(feat[1:].dense(), dense[1:])
     torch.testing.assert_close(feat.flatten(0, 1).dense(), dense.flatten(0, 1))
     assert feat[:-1].lead == (3, 3) and feat.dim == 6 + 12
+
+
+@pytest.mark.parametrize("one_call, block", [(0, 7), (0, 4096), (1 << 30, 4096)])
+def test_weight_gradient_paths_agree(monkeypatch, one_call, block):
+    """The W_z gradient by one index_add (small batches) and by blocks of per-group index_adds (large ones)."""
+    import reverie.models.onehot_linear as module
+
+    monkeypatch.setattr(module, "_ONE_CALL_ELEMENTS", one_call)
+    monkeypatch.setattr(module, "_BLOCK_ROWS", block)
+    h, z, index = _features(lead=(50,), groups=5, classes=4)
+    layer = FeatLinear(6 + 20, 3, bias=False).double()
+    upstream = torch.randn(50, 3, dtype=torch.float64)
+    (layer(SplitFeat(h, None, index, 4)) * upstream).sum().backward()
+    expected = upstream.t() @ torch.cat([h, z.flatten(-2)], -1)  # dense weight gradient: g^T @ x
+    torch.testing.assert_close(layer.weight.grad, expected, rtol=1e-12, atol=1e-12)
