@@ -100,10 +100,9 @@ class _OneHotLinear(torch.autograd.Function):
     or None -> (M, O)`` in ``deter``'s dtype (the compute dtype); see the module docstring."""
 
     @staticmethod
-    def forward(ctx, deter, stoch, flat, weight, bias, dtype):
+    def forward(ctx, deter, stoch, flat, weight, bias, dtype, table):
         d = 0 if deter is None else deter.shape[-1]
-        w_z = weight[:, d:].t().contiguous()  # (O, S*K) -> (S*K, O): one row per class of each group
-        out = F.embedding_bag(flat, w_z, mode="sum")  # (M, S) -> (M, O), float32 sum of S rows
+        out = F.embedding_bag(flat, table, mode="sum")  # (M, S) -> (M, O), float32 sum of S rows of W_z^T
         if bias is not None:
             out = out + bias
         out = out.to(dtype)
@@ -141,16 +140,25 @@ class _OneHotLinear(torch.autograd.Function):
                 grad_weight[:, :d] = (grad.t() @ deter).to(weight.dtype)  # (O, M) @ (M, D)
         if ctx.has_bias and ctx.needs_input_grad[4]:
             grad_bias = grad.sum(0).to(weight.dtype)
-        return grad_deter, grad_stoch, None, grad_weight, grad_bias, None
+        return grad_deter, grad_stoch, None, grad_weight, grad_bias, None, None
 
 
-def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def gather_table(weight: torch.Tensor, stoch_dim: int) -> torch.Tensor:
+    """``W_z^T`` ``(S*K, O)`` contiguous, no gradient: the rows :func:`onehot_linear` sums (last ``stoch_dim``
+    input columns of ``weight (O, D + S*K)``)."""
+    return weight.detach()[:, weight.shape[1] - stoch_dim:].t().contiguous()
+
+
+def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  table: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(feat.dense(), weight, bias)`` computed as ``deter @ W_h^T + sum of S rows of W_z + bias``.
 
     Args:
         feat: :class:`SplitFeat` with leading dims ``(...)``.
         weight: ``(O, D + S*K)`` (the ``nn.Linear`` weight over ``cat(deter, flat stoch)``).
         bias: ``(O,)`` or None.
+        table: :func:`gather_table` of ``weight`` when the caller keeps one (:class:`FeatLinear` does, per
+            weight version); None builds it.
 
     Returns:
         ``(..., O)``, in the autocast dtype when autocast is on (as ``nn.Linear`` would), else ``deter``'s dtype.
@@ -172,16 +180,27 @@ def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | No
     flat = (feat.index.reshape(-1, s) + offsets)  # (..., S) -> (M, S) rows of W_z
     deter = None if feat.deter is None else feat.deter.reshape(-1, feat.deter.shape[-1]).to(dtype)
     stoch = None if feat.stoch is None else feat.stoch.reshape(-1, s, k)
+    if table is None:
+        table = gather_table(weight, s * k)
     with torch.autocast(device, enabled=False):
-        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype)
+        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype, table)
     return out.reshape(*lead, out.shape[-1])
 
 
 class FeatLinear(nn.Linear):
     """``nn.Linear`` that also takes :class:`SplitFeat` inputs (then :func:`onehot_linear`), for the first layer
-    of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``."""
+    of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``.
+
+    Keeps the :func:`gather_table` of its weight between calls while the weight is unchanged (its version
+    counter: optimiser steps and ``load_state_dict`` bump it), so a rollout's steps share one copy."""
+
+    _table: tuple[tuple, torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
-        if isinstance(x, SplitFeat):
-            return onehot_linear(x, self.weight, self.bias)
-        return super().forward(x)
+        if not isinstance(x, SplitFeat):
+            return super().forward(x)
+        stoch_dim = x.index.shape[-1] * x.classes
+        key = (self.weight._version, self.weight.data_ptr(), self.weight.device, stoch_dim)
+        if self._table is None or self._table[0] != key:
+            self._table = (key, gather_table(self.weight, stoch_dim))
+        return onehot_linear(x, self.weight, self.bias, self._table[1])

@@ -27,6 +27,10 @@ from reverie.models.onehot_linear import FeatLinear, SplitFeat
 
 State = dict[str, torch.Tensor]
 
+# The cell's input layer takes the one-hot latent by row gathers from this many rows on (imagination: T*B); below,
+# in the observe scan (B rows per step), the dense product is cheaper than the gather's extra small ops.
+_GATHER_MIN_ROWS = 256
+
 
 class GRUCell(nn.Module):
     """LayerNorm GRU of the DreamerV3 reference (``rssm.py``: ``update = sigmoid(u - 1)``).
@@ -202,9 +206,9 @@ class RSSM(nn.Module):
         if self.latent == "gaussian":
             x = F.elu(self.in_z(state["stoch"]) + action_proj)
             return self.gru(x, state["deter"])
-        if self.onehot_gather:  # sum of S rows of in_z's weight instead of an (S*K)-wide product
+        stoch = state["stoch"]
+        if self.onehot_gather and stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS:  # S rows of in_z's weight summed
             index = state.get("index")
-            stoch = state["stoch"]
             z = SplitFeat(None, stoch, stoch.detach().argmax(-1) if index is None else index, self.classes)
         else:
             z = state["stoch"].flatten(-2)  # (..., S, K) -> (..., S*K)

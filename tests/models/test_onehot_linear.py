@@ -104,3 +104,15 @@ def test_weight_gradient_paths_agree(monkeypatch, one_call, block):
     (layer(SplitFeat(h, None, index, 4)) * upstream).sum().backward()
     expected = upstream.t() @ torch.cat([h, z.flatten(-2)], -1)  # dense weight gradient: g^T @ x
     torch.testing.assert_close(layer.weight.grad, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_cached_table_follows_weight_updates():
+    h, z, index = _features(lead=(8,))
+    layer = FeatLinear(6 + 12, 3, bias=False).double()
+    feat = SplitFeat(h, None, index, 3)
+    before = layer(feat)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)  # an in-place update, as an optimiser step
+    torch.testing.assert_close(layer(feat), 2.0 * before)
+    layer.load_state_dict({"weight": torch.zeros_like(layer.weight)})
+    assert layer(feat).abs().max().item() == 0.0
