@@ -28,6 +28,13 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
+    """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``: ``stoch @ [0, 1, .., K-1]``, a matrix-vector
+    product (about 10x faster on CPU than ``argmax`` over the short last dim; exact: one nonzero, small integers)."""
+    classes = torch.arange(stoch.shape[-1], device=stoch.device, dtype=torch.float32)
+    return (stoch.detach().float() @ classes).long()
+
+
 @dataclass
 class SplitFeat:
     """Model features ``cat(deter, flat stoch)`` kept in split form, for :class:`FeatLinear`.
@@ -48,7 +55,7 @@ class SplitFeat:
     @classmethod
     def from_state(cls, deter: torch.Tensor | None, stoch: torch.Tensor) -> "SplitFeat":
         """From ``deter (..., D)`` (or None) and an exact one-hot ``stoch (..., S, K)``; the index is its argmax."""
-        return cls(deter, stoch, stoch.detach().argmax(-1), stoch.shape[-1])
+        return cls(deter, stoch, one_hot_argmax(stoch), stoch.shape[-1])
 
     @property
     def lead(self) -> torch.Size:

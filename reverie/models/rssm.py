@@ -23,7 +23,7 @@ from torch import nn
 
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
 from reverie.models.networks import MLP, trunc_normal_init_
-from reverie.models.onehot_linear import FeatLinear, SplitFeat
+from reverie.models.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
 
 State = dict[str, torch.Tensor]
 
@@ -209,7 +209,7 @@ class RSSM(nn.Module):
         stoch = state["stoch"]
         if self.onehot_gather and stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS:  # S rows of in_z's weight summed
             index = state.get("index")
-            z = SplitFeat(None, stoch, stoch.detach().argmax(-1) if index is None else index, self.classes)
+            z = SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.classes)
         else:
             z = state["stoch"].flatten(-2)  # (..., S, K) -> (..., S*K)
         x = self.in_norm(self.in_z(z) + action_proj)
@@ -328,7 +328,7 @@ class RSSM(nn.Module):
         """``state`` plus ``index (..., S)`` (argmax of the exact one-hot ``stoch``) when ``onehot_gather``."""
         if not self.onehot_gather or "index" in state:
             return state
-        return {**state, "index": state["stoch"].detach().argmax(-1)}
+        return {**state, "index": one_hot_argmax(state["stoch"])}
 
 
 class _Steps:

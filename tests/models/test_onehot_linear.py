@@ -116,3 +116,11 @@ def test_cached_table_follows_weight_updates():
     torch.testing.assert_close(layer(feat), 2.0 * before)
     layer.load_state_dict({"weight": torch.zeros_like(layer.weight)})
     assert layer(feat).abs().max().item() == 0.0
+
+
+def test_one_hot_argmax_is_the_class_index():
+    from reverie.models.onehot_linear import one_hot_argmax
+
+    index = torch.randint(0, 32, (64, 32))
+    for dtype in (torch.float32, torch.bfloat16):
+        assert torch.equal(one_hot_argmax(F.one_hot(index, 32).to(dtype)), index)
