@@ -90,7 +90,8 @@ class TwoHotSymlog(td.Distribution):
 
     @property
     def probs(self) -> torch.Tensor:
-        return self.log_probs.exp()
+        # softmax for a distribution only read by its mean (one exp); exp of the shared log_softmax otherwise
+        return torch.softmax(self.logits, -1) if self._logp is None else self._logp.exp()
 
     @property
     def mean(self) -> torch.Tensor:

@@ -32,7 +32,8 @@ def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
     """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``: ``stoch @ [0, 1, .., K-1]``, a matrix-vector
     product (about 10x faster on CPU than ``argmax`` over the short last dim; exact: one nonzero, small integers)."""
     classes = torch.arange(stoch.shape[-1], device=stoch.device, dtype=torch.float32)
-    return (stoch.detach().float() @ classes).long()
+    with torch.autocast(stoch.device.type, enabled=False):  # float32: autocast would cast both to 16 bits
+        return (stoch.detach().float() @ classes).long()
 
 
 @dataclass
