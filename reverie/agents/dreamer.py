@@ -238,14 +238,15 @@ class DreamerV3(nn.Module):
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
         rssm, discrete = self.wm.rssm, self.spec.discrete
-        dists: list[torch.distributions.Distribution] = []  # pi(. | s_t) for t = 0..H, kept for the actor loss
+        dists: list[torch.distributions.Distribution] = []  # continuous: pi(. | s_t), t = 0..H, for the actor loss
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
             feat = _no_stoch(rssm.features(state)).to(self.compute_dtype)  # (N, F); the actor's input is detached
-            with torch.enable_grad():  # the actor's own graph, also inside the no-grad rollout
-                dist = self.actor(feat.detach())
+            if discrete:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
+                return self.actor(feat).sample()
+            dist = self.actor(feat.detach())
             dists.append(dist)
-            return dist.sample() if discrete else dist.rsample()
+            return dist.rsample()
 
         # Discrete actions learn by REINFORCE: the rollout needs no gradients. Continuous actions learn by
         # backpropagating returns through the dynamics (straight through the world model into the actions).
@@ -272,12 +273,13 @@ class DreamerV3(nn.Module):
             self.retnorm.update(ret)
         scale = self.retnorm.scale()
         adv = (ret - value[:-1].detach()) / scale  # (H, N)
-        if discrete:
-            logp = torch.stack([dists[t].log_prob(actions[t]) for t in range(self.horizon)])  # (H, N)
-            objective = logp * adv.detach()
+        if discrete:  # pi(. | s_t) for t < H in one pass (same weights as in the rollout: the same distribution)
+            policy_dist = self.actor(_no_stoch(feat[:-1]).detach())  # (H, N)
+            objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)
+            entropy = policy_dist.entropy()  # (H, N)
         else:
             objective = adv
-        entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
+            entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
         actor_loss = -(weight * (objective + self.actor_entropy * entropy)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         # inputs=: through the world model and critic only the activation gradients are needed on the way to
