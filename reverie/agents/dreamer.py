@@ -18,6 +18,7 @@ from reverie.compiling import compile_callables
 from reverie.distributed import all_finite, all_gather_cat, average_gradients
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
 from reverie.models.networks import MLP
+from reverie.models.onehot_linear import SplitFeat
 from reverie.models.world_model import WorldModel
 from reverie.precision import autocast, resolve_precision
 from reverie.types import ActionSpec
@@ -37,6 +38,11 @@ def _finite_step(opt: torch.optim.Optimizer, loss: torch.Tensor, grad_norm: torc
         return 0
     opt.zero_grad(set_to_none=True)
     return 1
+
+
+def _no_stoch(feat: torch.Tensor | SplitFeat) -> torch.Tensor | SplitFeat:
+    """Split features without the one-hot tensor (its class index stays): for inputs that get no gradient."""
+    return SplitFeat(feat.deter, None, feat.index, feat.classes) if isinstance(feat, SplitFeat) else feat
 
 
 class Actor(nn.Module):
@@ -84,6 +90,10 @@ class DreamerV3(nn.Module):
         compile: ``torch.compile`` the RSSM cell and the MLP heads (:mod:`reverie.compiling`): the first updates
             take longer while it compiles, then each is faster (docs/speed.md); where compiling cannot run, a
             ``RuntimeWarning`` and eager execution. Same losses as eager within float tolerance. Off by default.
+        onehot_gather: the one-hot latent enters every first layer that reads the model features (heads, actor,
+            critics, RSSM cell input) by row gathers instead of a dense product (:mod:`reverie.models.onehot_linear`,
+            docs/speed.md "Hot path"): the same losses up to float rounding, fewer FLOPs. Categorical latents only;
+            with ``compile`` the dense path is traced instead (compile sees plain tensors).
 
     Raises:
         ValueError: ``loss_scales`` keys that differ from the world model's losses.
@@ -97,7 +107,7 @@ class DreamerV3(nn.Module):
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
                  model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
-                 compile: bool = False):
+                 compile: bool = False, onehot_gather: bool = True):
         super().__init__()
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
@@ -105,7 +115,7 @@ class DreamerV3(nn.Module):
         self.obs_keys = sorted(obs_shapes)
         self.wm = WorldModel(obs_shapes, action_spec.dim, deter=deter, stoch=stoch, classes=classes, units=units,
                              layers=layers, unimix=unimix, free_nats=free_nats, cnn_depth=cnn_depth,
-                             cnn=dict(cnn) if cnn else None)
+                             cnn=dict(cnn) if cnn else None, onehot_gather=onehot_gather and not compile)
         feat = self.wm.rssm.feat_dim
         self.actor = Actor(feat, action_spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
@@ -172,7 +182,7 @@ class DreamerV3(nn.Module):
         embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
         post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
         post = {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
-        dist = self.actor(self.wm.rssm.feat(post))
+        dist = self.actor(self.wm.rssm.features(post))
         action = dist.mode if mode == "eval" else dist.sample()
         if not self.spec.discrete:
             action = action.clamp(-1.0, 1.0)
@@ -230,21 +240,25 @@ class DreamerV3(nn.Module):
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
         rssm, discrete = self.wm.rssm, self.spec.discrete
-        dists: list[torch.distributions.Distribution] = []  # pi(. | s_t) for t = 0..H, kept for the actor loss
-        feats: list[torch.Tensor] = []  # features of s_t, cast once to the compute dtype, reused by every head
+        dists: list[torch.distributions.Distribution] = []  # continuous: pi(. | s_t), t = 0..H, for the actor loss
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
-            feats.append(rssm.feat(state).to(self.compute_dtype))  # (N, F)
-            with torch.enable_grad():  # the actor's own graph, also inside the no-grad rollout
-                dist = self.actor(feats[-1].detach())
+            feat = _no_stoch(rssm.features(state)).to(self.compute_dtype)  # (N, F); the actor's input is detached
+            if discrete:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
+                return self.actor(feat).sample()
+            dist = self.actor(feat.detach())
             dists.append(dist)
-            return dist.sample() if discrete else dist.rsample()
+            return dist.rsample()
 
         # Discrete actions learn by REINFORCE: the rollout needs no gradients. Continuous actions learn by
         # backpropagating returns through the dynamics (straight through the world model into the actions).
+        # With onehot_gather the heads read (deter, class index): the one-hot latent itself is only needed
+        # where a gradient flows into it (continuous actions).
+        keys = ("deter", "stoch") if not rssm.onehot_gather else ("deter", "index") if discrete else \
+            ("deter", "stoch", "index")
         with torch.no_grad() if discrete else nullcontext():
-            _, actions = rssm.imagine(policy, start, self.horizon, keys=())
-            feat = torch.stack(feats)  # (H+1) x (N, F) -> (H+1, N, F)
+            states, actions = rssm.imagine(policy, start, self.horizon, keys=keys)  # (H+1, N, ...)
+            feat = rssm.features(states).to(self.compute_dtype)  # (H+1, N, F), cast once, read by every head
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
             cont = torch.cat([start_cont[None], self.wm.cont(feat[1:]).mode])  # start's own flag is known
         # Discrete: one critic pass serves the returns (detached) and the critic loss. Continuous: the returns
@@ -262,12 +276,13 @@ class DreamerV3(nn.Module):
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
         adv = (ret - value[:-1].detach()) / scale  # (H, N)
-        if discrete:
-            logp = torch.stack([dists[t].log_prob(actions[t]) for t in range(self.horizon)])  # (H, N)
-            objective = logp * adv.detach()
+        if discrete:  # pi(. | s_t) for t < H in one pass (same weights as in the rollout: the same distribution)
+            policy_dist = self.actor(_no_stoch(feat[:-1]).detach())  # (H, N)
+            objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)
+            entropy = policy_dist.entropy()  # (H, N)
         else:
             objective = adv
-        entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
+            entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
         actor_loss = -(weight * (objective + self.actor_entropy * entropy)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         # inputs=: through the world model and critic only the activation gradients are needed on the way to

@@ -37,6 +37,17 @@ def symlog_bins(num_bins: int = 255, low: float = -20.0, high: float = 20.0) -> 
     return torch.linspace(low, high, num_bins)
 
 
+_BINS: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _default_bins(num_bins: int, device: torch.device) -> torch.Tensor:
+    """:func:`symlog_bins` ``(K,)`` float32 on ``device``, built once per process (read-only: do not modify)."""
+    key = (num_bins, device)
+    if key not in _BINS:
+        _BINS[key] = symlog_bins(num_bins).to(device)
+    return _BINS[key]
+
+
 class TwoHotSymlog(td.Distribution):
     """Categorical over fixed bins in symlog space, trained with two-hot targets (DreamerV3 eq. 10-11).
 
@@ -56,20 +67,31 @@ class TwoHotSymlog(td.Distribution):
 
     def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None):
         logits = logits.float()  # distributions always compute in float32 (also under autocast)
-        if bins is None:
-            bins = symlog_bins(logits.shape[-1])
+        default_bins = bins is None
+        if default_bins:
+            bins = _default_bins(logits.shape[-1], logits.device)
         bins = bins.to(device=logits.device, dtype=logits.dtype)
         if bins.shape[-1] != logits.shape[-1]:
             raise ValueError(f"TwoHotSymlog: logits have {logits.shape[-1]} bins, bins tensor has {bins.shape[-1]}")
         self.logits = logits
         self.bins = bins
         k = bins.shape[-1]
-        self._symmetric = k % 2 == 1 and bool(torch.equal(bins, -bins.flip(0)))
+        # the default bins are symmetric by construction (symlog_bins); only given bins are checked (a host sync)
+        self._symmetric = k % 2 == 1 and (default_bins or bool(torch.equal(bins, -bins.flip(0))))
+        self._logp: torch.Tensor | None = None
         super().__init__(batch_shape=logits.shape[:-1], validate_args=False)
 
     @property
+    def log_probs(self) -> torch.Tensor:
+        """``log_softmax(logits)`` ``(..., K)``, computed once and shared by ``mean``, ``log_prob``, ``entropy``."""
+        if self._logp is None:
+            self._logp = F.log_softmax(self.logits, -1)
+        return self._logp
+
+    @property
     def probs(self) -> torch.Tensor:
-        return torch.softmax(self.logits, -1)
+        # softmax for a distribution only read by its mean (one exp); exp of the shared log_softmax otherwise
+        return torch.softmax(self.logits, -1) if self._logp is None else self._logp.exp()
 
     @property
     def mean(self) -> torch.Tensor:
@@ -87,13 +109,13 @@ class TwoHotSymlog(td.Distribution):
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         below, above, w_below, w_above = two_hot_indices(symlog(value.float()), self.bins)
-        logp = F.log_softmax(self.logits, -1)
+        logp = self.log_probs
         lp_below = logp.gather(-1, below.unsqueeze(-1)).squeeze(-1)
         lp_above = logp.gather(-1, above.unsqueeze(-1)).squeeze(-1)
         return w_below * lp_below + w_above * lp_above
 
     def entropy(self) -> torch.Tensor:
-        logp = F.log_softmax(self.logits, -1)
+        logp = self.log_probs
         return -(logp.exp() * logp).sum(-1)
 
 

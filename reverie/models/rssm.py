@@ -23,8 +23,13 @@ from torch import nn
 
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
 from reverie.models.networks import MLP, trunc_normal_init_
+from reverie.models.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
 
 State = dict[str, torch.Tensor]
+
+# The cell's input layer takes the one-hot latent by row gathers from this many rows on (imagination: T*B); below,
+# in the observe scan (B rows per step), the dense product is cheaper than the gather's extra small ops.
+_GATHER_MIN_ROWS = 256
 
 
 class GRUCell(nn.Module):
@@ -65,6 +70,9 @@ class RSSM(nn.Module):
         unimix: uniform mix of the latent distributions (categorical; reference ``unimix: 0.01``).
         latent: ``"categorical"`` or ``"gaussian"``.
         min_std: lower bound of the Gaussian std (gaussian only; PlaNet ``min_stddev: 0.1``).
+        onehot_gather: categorical only: the one-hot latent enters linear layers by row gathers (the cell's
+            input layer here, and :meth:`features` hands the heads a :class:`SplitFeat`), same values as the
+            dense product up to float rounding (:mod:`reverie.models.onehot_linear`); False: dense features.
 
     State entries (:attr:`state_keys`): categorical ``deter (..., D)``, ``stoch (..., S, K)``,
     ``logits (..., S, K)``; gaussian ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``.
@@ -74,7 +82,8 @@ class RSSM(nn.Module):
     """
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
-                 units: int = 512, unimix: float = 0.01, latent: str = "categorical", min_std: float = 0.1):
+                 units: int = 512, unimix: float = 0.01, latent: str = "categorical", min_std: float = 0.1,
+                 onehot_gather: bool = True):
         super().__init__()
         if latent not in ("categorical", "gaussian"):
             raise ValueError(f"RSSM latent={latent!r} is not supported; use latent='categorical' (DreamerV3) "
@@ -82,12 +91,13 @@ class RSSM(nn.Module):
         self.latent = latent
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.action_dim = action_dim
+        self.onehot_gather = bool(onehot_gather) and latent == "categorical"
         if latent == "gaussian":
             self._build_gaussian(embed_dim, units, min_std)
             return
         self.feat_dim = deter + stoch * classes
         # img_in: Linear(cat(z, a)) split in two bias-free parts so the action part is precomputed per sequence.
-        self.in_z = nn.Linear(stoch * classes, units, bias=False)
+        self.in_z = FeatLinear(stoch * classes, units, bias=False)  # one-hot input: row gathers (onehot_gather)
         self.in_a = nn.Linear(action_dim, units, bias=False)
         self.in_norm = nn.Sequential(nn.LayerNorm(units, eps=1e-3), nn.SiLU())
         trunc_normal_init_(self.in_z.weight)
@@ -144,6 +154,18 @@ class RSSM(nn.Module):
         stoch = state["stoch"].flatten(-2)  # (..., S, K) -> (..., S*K)
         return torch.cat([state["deter"], stoch], -1)
 
+    def features(self, state: State) -> torch.Tensor | SplitFeat:
+        """The features the heads read: :meth:`feat` ``(..., F)``, or with ``onehot_gather`` the same features as
+        a :class:`SplitFeat` (``deter (..., D)``, ``stoch (..., S, K)``, ``index (..., S)``: ``state["index"]``
+        where the state carries it, else the argmax of the exact one-hot ``stoch``; a state with ``index`` may
+        leave out ``stoch`` when no gradient has to reach it)."""
+        if not self.onehot_gather:
+            return self.feat(state)
+        index = state.get("index")
+        if index is None:
+            return SplitFeat.from_state(state["deter"], state["stoch"])
+        return SplitFeat(state["deter"], state.get("stoch"), index, self.classes)  # stoch: only where needed
+
     def dist(self, logits: torch.Tensor | State) -> torch.distributions.Independent:
         """Latent distribution of a state (or, categorical only, of ``logits`` ``(..., S, K)``).
 
@@ -184,7 +206,13 @@ class RSSM(nn.Module):
         if self.latent == "gaussian":
             x = F.elu(self.in_z(state["stoch"]) + action_proj)
             return self.gru(x, state["deter"])
-        x = self.in_norm(self.in_z(state["stoch"].flatten(-2)) + action_proj)
+        stoch = state["stoch"]
+        if self.onehot_gather and stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS:  # S rows of in_z's weight summed
+            index = state.get("index")
+            z = SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.classes)
+        else:
+            z = state["stoch"].flatten(-2)  # (..., S, K) -> (..., S*K)
+        x = self.in_norm(self.in_z(z) + action_proj)
         return self.gru(x, state["deter"])
 
     # ----------------------------------------------------------------------------------------------- observe
@@ -268,21 +296,58 @@ class RSSM(nn.Module):
         """Roll the prior forward from ``start`` with actions from ``policy`` (DreamerV3 section 4).
 
         Args:
-            policy: maps a state ``(N, ...)`` to an action ``(N, A)``.
+            policy: maps a state ``(N, ...)`` to an action ``(N, A)``. With ``onehot_gather`` the states it sees
+                also hold ``index (N, S)``, the class of each latent group (for :meth:`features`).
             start: start states ``(N, ...)`` (e.g. every posterior state of a batch, ``N = T*B``).
             horizon: ``H`` imagined steps.
-            keys: which state entries to stack and return (skip ``logits`` when only features are needed);
-                None: all of :attr:`state_keys`.
+            keys: which state entries to stack and return (skip ``logits`` when only features are needed;
+                ``index`` with ``onehot_gather``); None: all of :attr:`state_keys`.
 
         Returns:
             ``(states, actions)``: states ``(H+1, N, ...)`` with ``start`` at index 0; ``actions (H+1, N, A)``
-            where ``actions[t]`` was chosen at ``states[t]`` (the last one is never executed).
+            where ``actions[t]`` was chosen at ``states[t]`` (the last one is never executed). Without autograd
+            each step is written into preallocated ``(H+1, N, ...)`` buffers; with it, stacked once at the end.
+
+        Raises:
+            KeyError: ``keys`` names an entry the states do not have.
         """
-        states = [start]
-        actions = [policy(start)]
-        for _ in range(horizon):
-            states.append(self.img_step(states[-1], actions[-1]))
-            actions.append(policy(states[-1]))
         keys = self.state_keys if keys is None else keys
-        stacked = {k: torch.stack([s[k] for s in states]) for k in keys}
-        return stacked, torch.stack(actions)
+        steps = {k: _Steps(horizon + 1) for k in keys}
+        action_steps = _Steps(horizon + 1)
+        state = self._with_index(start)
+        for t in range(horizon + 1):
+            if t > 0:
+                state = self._with_index(self.img_step(state, action))
+            action = policy(state)
+            for k, buf in steps.items():
+                buf.put(t, state[k])
+            action_steps.put(t, action)
+        return {k: buf.result() for k, buf in steps.items()}, action_steps.result()
+
+    def _with_index(self, state: State) -> State:
+        """``state`` plus ``index (..., S)`` (argmax of the exact one-hot ``stoch``) when ``onehot_gather``."""
+        if not self.onehot_gather or "index" in state:
+            return state
+        return {**state, "index": one_hot_argmax(state["stoch"])}
+
+
+class _Steps:
+    """Per-step tensors ``(N, ...)`` gathered into one ``(steps, N, ...)`` tensor: written into a preallocated
+    buffer when autograd is off at the first :meth:`put` (no list, no ``torch.stack`` copy), else kept in a list
+    and stacked once (autograd cannot record in-place writes into a shared buffer)."""
+
+    def __init__(self, steps: int):
+        self.steps, self.buffer, self.items = steps, None, []
+
+    def put(self, t: int, x: torch.Tensor) -> None:
+        if self.buffer is None and not self.items and not torch.is_grad_enabled():
+            self.buffer = x.new_empty((self.steps, *x.shape))
+        if self.buffer is not None:
+            self.buffer[t].copy_(x)
+        else:
+            self.items.append(x)
+
+    def result(self) -> torch.Tensor:
+        if self.buffer is not None:
+            return self.buffer
+        return torch.stack(self.items)  # steps x (N, ...) -> (steps, N, ...)

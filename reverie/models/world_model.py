@@ -19,6 +19,7 @@ from reverie.models.distributions import (Bernoulli, FixedNormal, GaussianImage,
                                          reduce_bits, symlog, unimix_logits)
 from reverie.models.conv import ConvDecoder, ConvEncoder, ImageMSE
 from reverie.models.networks import MLP
+from reverie.models.onehot_linear import SplitFeat
 from reverie.models.rssm import RSSM, State
 
 
@@ -127,6 +128,8 @@ class WorldModel(nn.Module):
         min_std: Gaussian latent std floor (PlaNet 0.1). decoder_std: fixed std of the Gaussian observation
             and reward likelihoods (PlaNet 1.0). image_bits: bit depth of images for the Gaussian model
             (PlaNet 5; 8 keeps the pixels). overshooting: latent overshooting distance ``D`` (0: off).
+        onehot_gather: categorical latents enter the heads' and the RSSM cell's first layers by row gathers
+            (:mod:`reverie.models.onehot_linear`; same values up to float rounding). False: dense features.
         cnn_depth: channel multiplier of the conv stacks (size preset ``cnn_depth``; reference s=32).
         cnn: further :class:`ConvEncoder`/:class:`ConvDecoder` keyword arguments (``channels``, ``kernel``,
             ``stride``, ``padding``, ``min_res``, ``norm``, ``act``); defaults are the reference's.
@@ -139,7 +142,8 @@ class WorldModel(nn.Module):
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, deter: int = 512, stoch: int = 32,
                  classes: int = 32, units: int = 512, layers: int = 2, unimix: float = 0.01, free_nats: float = 1.0,
                  reward_bins: int = 255, cnn_depth: int = 32, cnn: dict | None = None, latent: str = "categorical",
-                 min_std: float = 0.1, decoder_std: float = 1.0, image_bits: int = 8, overshooting: int = 0):
+                 min_std: float = 0.1, decoder_std: float = 1.0, image_bits: int = 8, overshooting: int = 0,
+                 onehot_gather: bool = True):
         super().__init__()
         if latent == "gaussian" and (decoder_std <= 0 or not 1 <= image_bits <= 8 or overshooting < 0):
             raise ValueError(f"WorldModel(latent='gaussian'): need decoder_std > 0, image_bits in 1..8 and "
@@ -171,7 +175,7 @@ class WorldModel(nn.Module):
         if embed == 0:
             raise ValueError("WorldModel: no observation keys to encode")
         self.rssm = RSSM(action_dim, embed, deter=deter, stoch=stoch, classes=classes, units=units, unimix=unimix,
-                         latent=latent, min_std=min_std)
+                         latent=latent, min_std=min_std, onehot_gather=onehot_gather)
         feat = self.rssm.feat_dim
         if self.image_keys:
             self.image_decoder = ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {}))
@@ -224,18 +228,18 @@ class WorldModel(nn.Module):
             parts.append(self.encoder(symlog(x)))  # (..., units)
         return torch.cat(parts, -1)
 
-    def reward(self, feat: torch.Tensor) -> TwoHotSymlog | FixedNormal:
-        """Reward distribution ``(...)`` from features ``(..., F)``: two-hot symlog (categorical) or a unit-std
+    def reward(self, feat: torch.Tensor | SplitFeat) -> TwoHotSymlog | FixedNormal:
+        """Reward distribution ``(...)`` from features ``(..., F)`` (or a :class:`SplitFeat`, as every head here): two-hot symlog (categorical) or a unit-std
         normal (gaussian, PlaNet); ``.mean`` is the predicted reward either way."""
         if self.latent == "gaussian":
             return FixedNormal(self.reward_head(feat).squeeze(-1), self.decoder_std, event_dims=0)
         return TwoHotSymlog(self.reward_head(feat))
 
-    def cont(self, feat: torch.Tensor) -> Bernoulli:
+    def cont(self, feat: torch.Tensor | SplitFeat) -> Bernoulli:
         """Continue (``1 - is_terminal``) distribution ``(...)`` from features ``(..., D + S*K)``."""
         return Bernoulli(self.cont_head(feat).squeeze(-1))
 
-    def decode(self, feat: torch.Tensor) -> dict[str, SymlogMSE | ImageMSE]:
+    def decode(self, feat: torch.Tensor | SplitFeat) -> dict[str, SymlogMSE | ImageMSE]:
         """Reconstruction distributions per observation key from features ``(..., D + S*K)``.
 
         Vector keys: :class:`SymlogMSE` with events ``(F_k,)``. Image keys: :class:`ImageMSE` with events
@@ -278,10 +282,10 @@ class WorldModel(nn.Module):
             return self._loss_gaussian(batch, state)
         embed = self.encode(batch)  # (T, B, E)
         post, prior = self.rssm.observe(embed, batch["prev_action"], batch["is_first"], state)
-        feat = self.rssm.feat(post)  # (T, B, D + S*K)
+        feat = self.rssm.features(post)  # (T, B, D + S*K), or split (onehot_gather)
         losses = {k: -dist.log_prob(batch[k]) for k, dist in self.decode(feat).items()}
         losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
-        losses["cont"] = -self.cont(feat).log_prob(1.0 - batch["is_terminal"].to(feat.dtype))
+        losses["cont"] = -self.cont(feat).log_prob(1.0 - batch["is_terminal"].to(post["deter"].dtype))
         kl = kl_losses(post["logits"], prior["logits"], self.free_nats, self.rssm.unimix)
         losses["dyn"], losses["rep"] = kl["dyn"], kl["rep"]
         with torch.no_grad():

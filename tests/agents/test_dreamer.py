@@ -76,7 +76,7 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
     (here always the opposite action) would lower it instead.
     """
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), actor_lr=1e-2, actor_entropy=0.0,
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), actor_lr=1e-2, actor_entropy=0.0, onehot_gather=False,
                       **(TINY | {"horizon": 1}))
     rssm = agent.wm.rssm
     start = {k: v.expand(64, *v.shape[1:]).clone() for k, v in rssm.initial(1).items()}

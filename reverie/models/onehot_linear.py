@@ -1,0 +1,214 @@
+"""Linear layers on ``cat(deter, one-hot stoch)`` features computed as row gathers (docs/speed.md "Hot path").
+
+DreamerV3's model features are ``cat(h, z)`` with ``z`` ``S`` one-hot vectors of ``K`` classes (section 3), so
+1,024 of the 1,280 inputs of every head's first layer at size xs are zeros and ones. For a first layer
+``y = cat(h, z) @ W^T + b`` with ``W = [W_h | W_z]``::
+
+    y = h @ W_h^T + sum_s W_z[:, s*K + index_s] + b          index_s = argmax of group s of z
+
+so the one-hot part costs ``S`` row reads instead of an ``S*K``-wide product. :func:`onehot_linear` does that
+with a custom autograd function whose backward gives
+
+- the weight gradient of the ``W_z`` part by ``index_add`` (``S`` rows per sample, not a dense product);
+- the input gradient of ``h`` densely (``g @ W_h``);
+- the input gradient of ``z`` (``g @ W_z``, dense) only when ``z`` requires grad (the straight-through
+  world-model path); imagination for discrete actions never computes it.
+
+Values equal the dense ``F.linear(cat(h, z), W, b)`` up to float rounding (``tests/models/test_onehot_linear.py``
+checks forward and both gradients in float64). :class:`SplitFeat` carries the features in split form, and
+:class:`FeatLinear` (a drop-in ``nn.Linear``, same parameters and ``state_dict`` keys) takes either form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
+    """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``: ``stoch @ [0, 1, .., K-1]``, a matrix-vector
+    product (about 10x faster on CPU than ``argmax`` over the short last dim; exact: one nonzero, small integers)."""
+    classes = torch.arange(stoch.shape[-1], device=stoch.device, dtype=torch.float32)
+    with torch.autocast(stoch.device.type, enabled=False):  # float32: autocast would cast both to 16 bits
+        return (stoch.detach().float() @ classes).long()
+
+
+@dataclass
+class SplitFeat:
+    """Model features ``cat(deter, flat stoch)`` kept in split form, for :class:`FeatLinear`.
+
+    Fields (leading dims ``(...)`` shared, e.g. ``(T, B)`` or ``(H+1, N)``):
+        deter: ``(..., D)`` float, or None when the features are the one-hot latent alone (``D = 0``).
+        stoch: ``(..., S, K)`` exact one-hot (maybe straight-through: value one-hot, gradient of the
+            probabilities), or None when no gradient to it is needed (then only ``index`` is used).
+        index: ``(..., S)`` int64 class index of each group: ``stoch.argmax(-1)``.
+        classes: ``K``.
+    """
+
+    deter: torch.Tensor | None
+    stoch: torch.Tensor | None
+    index: torch.Tensor
+    classes: int
+
+    @classmethod
+    def from_state(cls, deter: torch.Tensor | None, stoch: torch.Tensor) -> "SplitFeat":
+        """From ``deter (..., D)`` (or None) and an exact one-hot ``stoch (..., S, K)``; the index is its argmax."""
+        return cls(deter, stoch, one_hot_argmax(stoch), stoch.shape[-1])
+
+    @property
+    def lead(self) -> torch.Size:
+        """Leading dims ``(...)``."""
+        return self.index.shape[:-1]
+
+    @property
+    def dim(self) -> int:
+        """Width of the dense features ``D + S*K``."""
+        return (0 if self.deter is None else self.deter.shape[-1]) + self.index.shape[-1] * self.classes
+
+    def _map(self, fn) -> "SplitFeat":
+        return SplitFeat(None if self.deter is None else fn(self.deter), None if self.stoch is None else fn(self.stoch),
+                         fn(self.index), self.classes)
+
+    def __getitem__(self, item) -> "SplitFeat":
+        """Index the leading dims, e.g. ``feat[1:]`` on ``(H+1, N)`` features."""
+        return self._map(lambda t: t[item])
+
+    def flatten(self, start: int, end: int) -> "SplitFeat":
+        """Flatten leading dims ``start..end`` (non-negative, within the leading dims)."""
+        return self._map(lambda t: t.flatten(start, end))
+
+    def detach(self) -> "SplitFeat":
+        return self._map(lambda t: t.detach())
+
+    def to(self, dtype: torch.dtype) -> "SplitFeat":
+        """Cast ``deter`` and ``stoch`` (one-hot values are exact in every float dtype); ``index`` stays int64."""
+        return SplitFeat(None if self.deter is None else self.deter.to(dtype),
+                         None if self.stoch is None else self.stoch.to(dtype), self.index, self.classes)
+
+    def dense(self) -> torch.Tensor:
+        """``cat(deter, flat one-hot)`` ``(..., D + S*K)``, rebuilt from ``index`` when ``stoch`` is None."""
+        stoch = self.stoch
+        if stoch is None:
+            dtype = torch.float32 if self.deter is None else self.deter.dtype
+            stoch = torch.zeros(*self.index.shape, self.classes, dtype=dtype, device=self.index.device)
+            stoch.scatter_(-1, self.index.unsqueeze(-1), 1.0)
+        stoch = stoch.flatten(-2)
+        return stoch if self.deter is None else torch.cat([self.deter, stoch.to(self.deter.dtype)], -1)
+
+
+_ONE_CALL_ELEMENTS = 1 << 21  # up to this many (M * S * O) the W_z gradient is one index_add on a repeated g
+_BLOCK_ROWS = 2048  # rows of g per block of index_add calls (2 MB at O = 256 in float32: stays in L2)
+
+
+class _OneHotLinear(torch.autograd.Function):
+    """``deter (M, D) or None, stoch (M, S, K) or None, flat (M, S) rows of W_z, weight (O, D + S*K), bias (O,)
+    or None -> (M, O)`` in ``deter``'s dtype (the compute dtype); see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, deter, stoch, flat, weight, bias, dtype, table):
+        d = 0 if deter is None else deter.shape[-1]
+        out = F.embedding_bag(flat, table, mode="sum")  # (M, S) -> (M, O), float32 sum of S rows of W_z^T
+        if bias is not None:
+            out = out + bias
+        out = out.to(dtype)
+        if deter is not None:
+            out = torch.addmm(out, deter, weight[:, :d].t().to(dtype))  # + h @ W_h^T
+        ctx.save_for_backward(deter, flat, weight)
+        ctx.d, ctx.dtype, ctx.has_bias = d, dtype, bias is not None
+        ctx.stoch_meta = None if stoch is None else (stoch.shape, stoch.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        deter, flat, weight = ctx.saved_tensors
+        d, dtype = ctx.d, ctx.dtype
+        grad_deter = grad_stoch = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_deter = grad @ weight[:, :d].to(dtype)  # (M, O) @ (O, D) -> (M, D)
+        if ctx.needs_input_grad[1]:
+            shape, stoch_dtype = ctx.stoch_meta
+            grad_stoch = (grad @ weight[:, d:].to(dtype)).view(shape).to(stoch_dtype)  # dense: (M, O) @ (O, S*K)
+        if ctx.needs_input_grad[3]:
+            g32 = grad.to(weight.dtype)
+            grad_z = weight.new_zeros(weight.shape[1] - d, weight.shape[0])  # (S*K, O)
+            m, groups = flat.shape
+            if m * groups * weight.shape[0] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
+                grad_z.index_add_(0, flat.reshape(-1), g32.repeat_interleave(groups, 0))  # (M*S, O)
+            else:  # large batch: S sparse row updates per block of rows (the block of g stays in cache)
+                for start in range(0, m, _BLOCK_ROWS):
+                    g_block, flat_block = g32[start:start + _BLOCK_ROWS], flat[start:start + _BLOCK_ROWS]
+                    for s in range(groups):  # rows flat[:, s] += g, without an (M*S, O) copy
+                        grad_z.index_add_(0, flat_block[:, s], g_block)
+            grad_weight = torch.empty_like(weight)
+            grad_weight[:, d:] = grad_z.t()
+            if deter is not None:
+                grad_weight[:, :d] = (grad.t() @ deter).to(weight.dtype)  # (O, M) @ (M, D)
+        if ctx.has_bias and ctx.needs_input_grad[4]:
+            grad_bias = grad.sum(0).to(weight.dtype)
+        return grad_deter, grad_stoch, None, grad_weight, grad_bias, None, None
+
+
+def gather_table(weight: torch.Tensor, stoch_dim: int) -> torch.Tensor:
+    """``W_z^T`` ``(S*K, O)`` contiguous, no gradient: the rows :func:`onehot_linear` sums (last ``stoch_dim``
+    input columns of ``weight (O, D + S*K)``)."""
+    return weight.detach()[:, weight.shape[1] - stoch_dim:].t().contiguous()
+
+
+def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  table: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(feat.dense(), weight, bias)`` computed as ``deter @ W_h^T + sum of S rows of W_z + bias``.
+
+    Args:
+        feat: :class:`SplitFeat` with leading dims ``(...)``.
+        weight: ``(O, D + S*K)`` (the ``nn.Linear`` weight over ``cat(deter, flat stoch)``).
+        bias: ``(O,)`` or None.
+        table: :func:`gather_table` of ``weight`` when the caller keeps one (:class:`FeatLinear` does, per
+            weight version); None builds it.
+
+    Returns:
+        ``(..., O)``, in the autocast dtype when autocast is on (as ``nn.Linear`` would), else ``deter``'s dtype.
+
+    Raises:
+        ValueError: ``weight``'s input width differs from ``feat.dim``.
+    """
+    if weight.shape[1] != feat.dim:
+        raise ValueError(f"onehot_linear: weight takes {weight.shape[1]} inputs but the features have {feat.dim} "
+                         f"(deter + stoch * classes); build the layer with the RSSM's feat_dim")
+    device = weight.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+    else:
+        dtype = weight.dtype if feat.deter is None else feat.deter.dtype
+    lead = feat.lead
+    s, k = feat.index.shape[-1], feat.classes
+    offsets = torch.arange(0, s * k, k, device=feat.index.device)  # (S,) first row of each group
+    flat = (feat.index.reshape(-1, s) + offsets)  # (..., S) -> (M, S) rows of W_z
+    deter = None if feat.deter is None else feat.deter.reshape(-1, feat.deter.shape[-1]).to(dtype)
+    stoch = None if feat.stoch is None else feat.stoch.reshape(-1, s, k)
+    if table is None:
+        table = gather_table(weight, s * k)
+    with torch.autocast(device, enabled=False):
+        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype, table)
+    return out.reshape(*lead, out.shape[-1])
+
+
+class FeatLinear(nn.Linear):
+    """``nn.Linear`` that also takes :class:`SplitFeat` inputs (then :func:`onehot_linear`), for the first layer
+    of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``.
+
+    Keeps the :func:`gather_table` of its weight between calls while the weight is unchanged (its version
+    counter: optimiser steps and ``load_state_dict`` bump it), so a rollout's steps share one copy."""
+
+    _table: tuple[tuple, torch.Tensor] | None = None
+
+    def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
+        if not isinstance(x, SplitFeat):
+            return super().forward(x)
+        stoch_dim = x.index.shape[-1] * x.classes
+        key = (self.weight._version, self.weight.data_ptr(), self.weight.device, stoch_dim)
+        if self._table is None or self._table[0] != key:
+            self._table = (key, gather_table(self.weight, stoch_dim))
+        return onehot_linear(x, self.weight, self.bias, self._table[1])
