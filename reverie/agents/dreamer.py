@@ -312,7 +312,9 @@ class DreamerV3(nn.Module):
             "grad_norm/actor": actor_norm, "grad_norm/critic": critic_norm,
             "actor/entropy": entropy.detach().mean(), "return/mean": ret.detach().mean(),
             "return/scale": scale.detach(), "advantage/mean": adv.detach().mean(), "advantage/std": adv.detach().std(),
-            "value/mean": value.detach().mean(), "imagine/reward_mean": reward.detach().mean(),
+            "value/mean": value.detach().mean(), "value/std": value.detach().std(),
+            "return/low": self.retnorm.low.detach().clone(), "return/high": self.retnorm.high.detach().clone(),
+            "imagine/reward_mean": reward.detach().mean(),
             "guard/nonfinite": skipped,
         }
 

@@ -104,3 +104,14 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
     for _ in range(5):
         agent._behavior(start, torch.ones(64))
     assert prob_action_1() > before + 0.05
+
+
+def test_return_normaliser_range_metrics_match_its_state():
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    metrics = agent.update(batch())
+    low, high = agent.retnorm.low.item(), agent.retnorm.high.item()
+    assert (metrics["return/low"], metrics["return/high"]) == pytest.approx((low, high), abs=1e-7)
+    assert low < high  # one update moves the EMAs 1% of the way from 0 towards the 5th / 95th percentiles
+    assert metrics["return/scale"] == pytest.approx(max(1.0, high - low))
+    assert metrics["value/std"] >= 0.0
