@@ -12,14 +12,14 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
-from gymnasium import spaces
 
 from reverie.checkpoint import list_checkpoints, load_checkpoint
 from reverie.cli import load_config, main
-from reverie.envs import VectorStepper, make_env
-from reverie.replay import Replay
 from reverie.collector import check_async_collect
+from reverie.envs import VectorStepper, make_env
+from reverie.envs.testing import FlakyEnv
+from reverie.replay import Replay
+from state_compare import assert_same
 
 TIMING = {"wall_s", "fps/env_steps", "fps/updates"}
 ASYNC = ["exp=debug", "env.vector_mode=async", "env.num_envs=2", "replay.capacity=400", "seed=11",
@@ -32,24 +32,6 @@ def counting(lengths, mode):
            for i, n in enumerate(lengths)]
     cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
     return cls(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-
-
-def assert_same(a, b, path="state"):
-    """Exact equality of nested dicts/lists of tensors, arrays and plain values."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            assert_same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, f"{path}: {a!r} != {b!r}"
 
 
 # ------------------------------------------------------------------------------------------- the split step
@@ -97,31 +79,10 @@ def test_one_step_in_flight_at_a_time_and_no_state_while_one_is():
     stepper.close()
 
 
-class Flaky(gym.Env):
-    """obs {"vector": [offset + step]}; raises on step ``fail_at`` (counted over its life) when set."""
-
-    def __init__(self, fail_at=None, offset=0):
-        self.observation_space = spaces.Dict({"vector": spaces.Box(-np.inf, np.inf, (1,), np.float32)})
-        self.action_space = spaces.Discrete(2)
-        self.fail_at, self.offset, self.calls, self.t = fail_at, offset, 0, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return {"vector": np.array([self.offset], np.float32)}, {}
-
-    def step(self, action):
-        self.calls += 1
-        if self.fail_at is not None and self.calls >= self.fail_at:
-            raise RuntimeError("simulator crashed")
-        self.t += 1
-        return {"vector": np.array([self.offset + self.t], np.float32)}, 1.0, False, False, {}
-
-
 def test_a_worker_that_raises_during_an_overlapped_step_is_restarted():
     """The error surfaces in step_wait: the episodes close (is_last), then the rebuilt envs' reset row."""
     def vec(fail_at=None, offset=0):
-        return gym.vector.AsyncVectorEnv([lambda: Flaky(fail_at, offset)] * 2,
+        return gym.vector.AsyncVectorEnv([lambda: FlakyEnv(fail_at, offset)] * 2,
                                          autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
 
     made = []

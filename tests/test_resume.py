@@ -9,6 +9,7 @@ import torch
 from reverie.checkpoint import list_checkpoints, load_checkpoint
 from reverie.cli import main
 from reverie.envs.stepper import VectorStepper
+from state_compare import assert_same
 
 TIMING = {"wall_s", "fps/env_steps", "fps/updates"}
 N = 48  # env steps per half (4 envs: 12 rows); 0.5 updates per env step after a 16-step prefill
@@ -28,24 +29,6 @@ def final_state(run_dir):
     meta = json.loads((list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json").read_text())
     counters = {k: v for k, v in payload["counters"].items() if k != "wall_s"}
     return payload, replay, meta, counters
-
-
-def assert_same(a, b, path="state"):
-    """Recursive exact equality of nested dicts/lists of tensors, arrays and plain values."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            assert_same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, f"{path}: {a!r} != {b!r}"
 
 
 def compare_runs(straight, resumed):

@@ -174,7 +174,7 @@ class DreamerV3(nn.Module):
             raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
         n = len(obs["is_first"])
         rssm_state, prev_action = state if state is not None else self.initial_state(n)
-        data = self._tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        data = self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
         with autocast(self.device, self.compute_dtype):
             return self._act(data, rssm_state, prev_action, mode)
 
@@ -189,15 +189,6 @@ class DreamerV3(nn.Module):
         return action.cpu().numpy().astype(np.float32), (post, action)
 
     # ----------------------------------------------------------------------------------------------- learning
-    def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """numpy -> tensors on the device, for both ``act`` and ``update``: bool flags and image keys keep their
-        dtype (uint8 pixels, scaled only inside the image encoder and the image loss), the rest become float32."""
-        out = {}
-        for k, v in batch.items():
-            t = torch.as_tensor(np.asarray(v), device=self.device)
-            out[k] = t if t.dtype == torch.bool or k in self.wm.image_keys else t.float()
-        return out
-
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One DreamerV3 update: world model, then actor and critic on imagined trajectories.
 
@@ -209,7 +200,7 @@ class DreamerV3(nn.Module):
             metrics: world-model losses (``loss/<key>``), ``kl``, entropies, actor/critic losses, return and
             advantage statistics, gradient norms.
         """
-        data = self._tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        data = self.wm.tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
         with autocast(self.device, self.compute_dtype):
             metrics = self._update(data)
         values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics

@@ -105,7 +105,7 @@ class PlaNet(nn.Module):
             raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
         n = len(obs["is_first"])
         rssm_state, prev_action = state if state is not None else self.initial_state(n)
-        data = self._tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        data = self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
         with autocast(self.device, self.compute_dtype):
             embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
             post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
@@ -114,14 +114,6 @@ class PlaNet(nn.Module):
         return action.cpu().numpy().astype(np.float32), (post, action)
 
     # ----------------------------------------------------------------------------------------------- learning
-    def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """numpy -> tensors on the device; flags and image keys keep their dtype, the rest become float32."""
-        out = {}
-        for k, v in batch.items():
-            t = torch.as_tensor(np.asarray(v), device=self.device)
-            out[k] = t if t.dtype == torch.bool or k in self.wm.image_keys else t.float()
-        return out
-
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One world-model update (PlaNet has no actor or critic).
 
@@ -133,7 +125,7 @@ class PlaNet(nn.Module):
             metrics: ``loss/<key>`` per loss of :attr:`loss_scales`, ``loss/model``, ``kl`` (unclipped),
             entropies, ``prior_std``, ``grad_norm/model``.
         """
-        data = self._tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        data = self.wm.tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
         with autocast(self.device, self.compute_dtype):
             losses, _, info = self.wm.loss(data)
             model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())

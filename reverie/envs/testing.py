@@ -218,3 +218,26 @@ class Sleep(gym.Wrapper):
     def step(self, action):
         time.sleep(self.seconds)
         return self.env.step(action)
+
+
+class FlakyEnv(gym.Env):
+    """A simulator that crashes: obs ``{"vector": [offset + step]}``, reward 1, never ends; ``step`` raises
+    ``RuntimeError`` from its ``fail_at``-th call on (counted over the env's life) when ``fail_at`` is set.
+    For env-restart tests (``train.env_retries``)."""
+
+    def __init__(self, fail_at=None, offset=0):
+        self.observation_space = spaces.Dict({"vector": spaces.Box(-np.inf, np.inf, (1,), np.float32)})
+        self.action_space = spaces.Discrete(2)
+        self.fail_at, self.offset, self.calls, self.t = fail_at, offset, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"vector": np.array([self.offset], np.float32)}, {}
+
+    def step(self, action):
+        self.calls += 1
+        if self.fail_at is not None and self.calls >= self.fail_at:
+            raise RuntimeError("simulator crashed")
+        self.t += 1
+        return {"vector": np.array([self.offset + self.t], np.float32)}, 1.0, False, False, {}

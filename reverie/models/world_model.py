@@ -11,6 +11,7 @@ and, with ``overshooting > 0``, ``overshooting`` (latent overshooting, PlaNet se
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -207,6 +208,17 @@ class WorldModel(nn.Module):
         if self.image_bits >= 8 or not self.image_keys:
             return obs
         return {**obs, **{k: reduce_bits(obs[k], self.image_bits, noise) for k in self.image_keys}}
+
+    def tensors(self, batch: dict) -> dict[str, torch.Tensor]:
+        """numpy arrays (or tensors) -> tensors on this model's device, for acting, updates and visualisation: bool
+        flags and image keys keep their dtype (uint8 pixels are scaled only inside the image encoder and loss), the
+        rest become float32. Shapes are unchanged."""
+        device = next(self.parameters()).device
+        out = {}
+        for k, v in batch.items():
+            t = torch.as_tensor(v if torch.is_tensor(v) else np.asarray(v), device=device)
+            out[k] = t if t.dtype == torch.bool or k in self.image_keys else t.float()
+        return out
 
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Observations -> embedding ``(..., E)``, ``E = cnn out + mlp units``.

@@ -82,15 +82,8 @@ def find_world_model(agent: Any) -> Any:
 
 
 def to_tensors(wm: Any, batch: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """numpy/tensor batch -> tensors on the world model's device: bool flags and image keys keep their dtype
-    (uint8 pixels are scaled inside the encoder), the rest become float32."""
-    device = next(wm.parameters()).device
-    image_keys = set(getattr(wm, "image_keys", ()))
-    out = {}
-    for k in keys:
-        t = torch.as_tensor(np.asarray(batch[k]) if not torch.is_tensor(batch[k]) else batch[k], device=device)
-        out[k] = t if t.dtype == torch.bool or k in image_keys else t.float()
-    return out
+    """``keys`` of a numpy/tensor batch as tensors on the world model's device (:meth:`WorldModel.tensors`)."""
+    return wm.tensors({k: batch[k] for k in keys})
 
 
 def decode_mode(wm: Any, feat: torch.Tensor) -> dict[str, np.ndarray]:

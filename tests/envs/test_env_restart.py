@@ -3,34 +3,13 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces
 
 from reverie.envs.stepper import VectorStepper
-
-
-class Flaky(gym.Env):
-    """obs {"vector": [episode*100 + step]}; raises on step ``fail_at`` (counted over its life) when set."""
-
-    def __init__(self, fail_at=None, offset=0):
-        self.observation_space = spaces.Dict({"vector": spaces.Box(-np.inf, np.inf, (1,), np.float32)})
-        self.action_space = spaces.Discrete(2)
-        self.fail_at, self.offset, self.calls, self.t = fail_at, offset, 0, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return {"vector": np.array([self.offset], np.float32)}, {}
-
-    def step(self, action):
-        self.calls += 1
-        if self.fail_at is not None and self.calls >= self.fail_at:
-            raise RuntimeError("simulator crashed")
-        self.t += 1
-        return {"vector": np.array([self.offset + self.t], np.float32)}, 1.0, False, False, {}
+from reverie.envs.testing import FlakyEnv
 
 
 def vec(fail_at=None, offset=0, n=2):
-    return gym.vector.SyncVectorEnv([lambda: Flaky(fail_at, offset)] * n,
+    return gym.vector.SyncVectorEnv([lambda: FlakyEnv(fail_at, offset)] * n,
                                     autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
 
 

@@ -12,7 +12,7 @@ def posterior_reconstruction(agent, batch):
     """The closed-loop path computed directly with the world model API (mode latents)."""
     wm = agent.wm
     with torch.no_grad():
-        data = agent._tensors({k: batch[k] for k in (*agent.obs_keys, "prev_action", "is_first")})
+        data = agent.wm.tensors({k: batch[k] for k in (*agent.obs_keys, "prev_action", "is_first")})
         post, _ = wm.rssm.observe(wm.encode({k: data[k] for k in agent.obs_keys}), data["prev_action"],
                                   data["is_first"], None, sample=False)
         feat = wm.rssm.feat(post)
