@@ -179,9 +179,7 @@ class DreamerV3(nn.Module):
             return self._act(data, rssm_state, prev_action, mode)
 
     def _act(self, data, rssm_state, prev_action, mode):
-        embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
-        post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
-        post = {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
+        post = self.wm.posterior_step(data, prev_action, rssm_state)
         dist = self.actor(self.wm.rssm.features(post))
         action = dist.mode if mode == "eval" else dist.sample()
         if not self.spec.discrete:

@@ -107,9 +107,7 @@ class PlaNet(nn.Module):
         rssm_state, prev_action = state if state is not None else self.initial_state(n)
         data = self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
         with autocast(self.device, self.compute_dtype):
-            embed = self.wm.encode({k: data[k][None] for k in self.obs_keys})  # (N, ...) -> (1, N, E)
-            post, _ = self.wm.rssm.observe(embed, prev_action[None], data["is_first"][None], rssm_state)
-            post = {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
+            post = self.wm.posterior_step(data, prev_action, rssm_state)
             action = self.planner.act(self.dynamics, post, mode, self.action_noise).float()
         return action.cpu().numpy().astype(np.float32), (post, action)
 

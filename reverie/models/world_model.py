@@ -220,6 +220,14 @@ class WorldModel(nn.Module):
             out[k] = t if t.dtype == torch.bool or k in self.image_keys else t.float()
         return out
 
+    def posterior_step(self, data: dict[str, torch.Tensor], prev_action: torch.Tensor,
+                       state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One filtering step for acting: observations ``(N, ...)`` with ``is_first (N,)``, the previous action
+        ``(N, A)`` and the previous state ``(N, ...)`` -> the posterior state ``(N, ...)`` (``observe`` with T = 1)."""
+        embed = self.encode({k: data[k][None] for k in self.obs_shapes})  # (N, ...) -> (1, N, E)
+        post, _ = self.rssm.observe(embed, prev_action[None], data["is_first"][None], state)
+        return {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
+
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Observations -> embedding ``(..., E)``, ``E = cnn out + mlp units``.
 
