@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
+import torch
+from torch import nn
 
 
 class Agent(Protocol):
@@ -38,3 +40,45 @@ class Agent(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> Any: ...
+
+
+class WorldModelAgent(nn.Module):
+    """What DreamerV3 and PlaNet share around their world model ``self.wm``: the acting state, the filtering inputs
+    of ``act`` and the checkpoint state. Subclasses set ``self.wm``, ``self.spec``, ``self.device``,
+    ``self.obs_keys`` and one optimiser attribute per name in :attr:`optimizers`."""
+
+    #: attribute names of the optimisers saved next to the module state (``state_dict``)
+    optimizers: tuple[str, ...] = ("model_opt",)
+
+    def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(rssm_state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
+        with torch.inference_mode():
+            return self.wm.rssm.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
+
+    def _act_inputs(self, obs: dict[str, np.ndarray], state: Any,
+                    mode: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+        """``act``'s common start: check ``mode``, start fresh where ``state`` is None and move the observation
+        ``(N, ...)`` (with ``is_first (N,)``) to tensors. Returns ``(data, rssm_state, prev_action)``.
+
+        Raises:
+            ValueError: ``mode`` is not ``"explore"``, ``"eval"`` or ``"sample"``.
+        """
+        if mode not in ("explore", "eval", "sample"):
+            raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
+        rssm_state, prev_action = state if state is not None else self.initial_state(len(obs["is_first"]))
+        return self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")}), rssm_state, prev_action
+
+    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
+        """``{"modules": nn.Module state, <optimiser name>: its state, ...}``; with arguments, plain ``nn.Module``."""
+        if args or kwargs:
+            return super().state_dict(*args, **kwargs)
+        return {"modules": super().state_dict(), **{name: getattr(self, name).state_dict() for name in self.optimizers}}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> Any:  # type: ignore[override]
+        """Inverse of :meth:`state_dict` (a plain module state dict loads as ``nn.Module`` does)."""
+        if "modules" not in state:
+            return super().load_state_dict(state, strict)
+        super().load_state_dict(state["modules"], strict)
+        for name in self.optimizers:
+            getattr(self, name).load_state_dict(state[name])
+        return None

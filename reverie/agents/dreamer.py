@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from reverie.agents.base import WorldModelAgent
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.compiling import compile_callables
 from reverie.distributed import all_finite, all_gather_cat, average_gradients
@@ -66,7 +67,7 @@ class Actor(nn.Module):
         return BoundedNormal(mean, std, self.min_std, self.max_std)
 
 
-class DreamerV3(nn.Module):
+class DreamerV3(WorldModelAgent):
     """DreamerV3 agent implementing the :class:`reverie.agents.base.Agent` protocol.
 
     Args:
@@ -98,6 +99,8 @@ class DreamerV3(nn.Module):
     Raises:
         ValueError: ``loss_scales`` keys that differ from the world model's losses.
     """
+
+    optimizers = ("model_opt", "actor_opt", "critic_opt")  # saved with the module state (WorldModelAgent)
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *, deter: int = 512,
                  stoch: int = 32, classes: int = 32, units: int = 512, layers: int = 2, cnn_depth: int = 32,
@@ -150,11 +153,6 @@ class DreamerV3(nn.Module):
         return compile_callables({"rssm cell": (rssm, "_step_deter"), **targets}, self.device.type)
 
     # ----------------------------------------------------------------------------------------------- acting
-    def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """``(rssm_state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
-        with torch.inference_mode():
-            return self.wm.rssm.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
-
     @torch.inference_mode()
     def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
         """One policy step for ``N`` envs (Agent protocol).
@@ -170,11 +168,7 @@ class DreamerV3(nn.Module):
         Raises:
             ValueError: unknown ``mode``.
         """
-        if mode not in ("explore", "eval", "sample"):
-            raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
-        n = len(obs["is_first"])
-        rssm_state, prev_action = state if state is not None else self.initial_state(n)
-        data = self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        data, rssm_state, prev_action = self._act_inputs(obs, state, mode)
         with autocast(self.device, self.compute_dtype):
             return self._act(data, rssm_state, prev_action, mode)
 
@@ -307,18 +301,3 @@ class DreamerV3(nn.Module):
             "guard/nonfinite": skipped,
         }
 
-    # ----------------------------------------------------------------------------------------------- state
-    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
-        """Parameters, slow critic and normaliser (``nn.Module`` state) plus the three optimisers."""
-        if args or kwargs:
-            return super().state_dict(*args, **kwargs)
-        return {"modules": super().state_dict(), "model_opt": self.model_opt.state_dict(),
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict()}
-
-    def load_state_dict(self, state: dict, strict: bool = True) -> Any:  # type: ignore[override]
-        if "modules" not in state:
-            return super().load_state_dict(state, strict)
-        super().load_state_dict(state["modules"], strict)
-        for name in ("model_opt", "actor_opt", "critic_opt"):
-            getattr(self, name).load_state_dict(state[name])
-        return None

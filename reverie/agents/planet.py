@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from reverie.agents.base import WorldModelAgent
 from reverie.agents.planning import WorldModelDynamics, make_planner
 from reverie.distributed import average_gradients
 from reverie.models.world_model import WorldModel
@@ -21,7 +22,7 @@ from reverie.precision import autocast, resolve_precision
 from reverie.types import ActionSpec
 
 
-class PlaNet(nn.Module):
+class PlaNet(WorldModelAgent):
     """PlaNet agent implementing the :class:`reverie.agents.base.Agent` protocol.
 
     Args:
@@ -80,11 +81,6 @@ class PlaNet(nn.Module):
         self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
 
     # ----------------------------------------------------------------------------------------------- acting
-    def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """``(rssm_state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
-        with torch.inference_mode():
-            return self.wm.rssm.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
-
     @torch.inference_mode()
     def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
         """Filter the observation into the posterior, then plan with CEM from it (Agent protocol).
@@ -101,11 +97,7 @@ class PlaNet(nn.Module):
         Raises:
             ValueError: unknown ``mode``.
         """
-        if mode not in ("explore", "eval", "sample"):
-            raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
-        n = len(obs["is_first"])
-        rssm_state, prev_action = state if state is not None else self.initial_state(n)
-        data = self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")})
+        data, rssm_state, prev_action = self._act_inputs(obs, state, mode)
         with autocast(self.device, self.compute_dtype):
             post = self.wm.posterior_step(data, prev_action, rssm_state)
             action = self.planner.act(self.dynamics, post, mode, self.action_noise).float()
@@ -137,16 +129,3 @@ class PlaNet(nn.Module):
         values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
         return dict(zip(metrics.keys(), values))
 
-    # ----------------------------------------------------------------------------------------------- state
-    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
-        """Parameters (``nn.Module`` state) plus the optimiser."""
-        if args or kwargs:
-            return super().state_dict(*args, **kwargs)
-        return {"modules": super().state_dict(), "model_opt": self.model_opt.state_dict()}
-
-    def load_state_dict(self, state: dict, strict: bool = True) -> Any:  # type: ignore[override]
-        if "modules" not in state:
-            return super().load_state_dict(state, strict)
-        super().load_state_dict(state["modules"], strict)
-        self.model_opt.load_state_dict(state["model_opt"])
-        return None
