@@ -18,7 +18,8 @@ from typing import Any
 SAFE_KEYS = (
     "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
     "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
-    "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "logger", "exp_name",
+    "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
+    "logger", "exp_name",
     "run_dir",
     "train.async_collect",  # wall time only: the run is the same with it on or off (tests/test_async_collect.py)
     "replay.preflight", "trainer.timeout_min",

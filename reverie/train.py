@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from reverie import distributed
 from reverie.checkpoint import save_checkpoint
 from reverie.collector import Collector, check_async_collect, make_policy_copy, sync_policy
+from reverie.cpu_memory import keep_freed_memory
 from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
@@ -142,6 +143,8 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     seed_everything(seed)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
+    if str(cfg.device).startswith("cpu") and cfg.get("cpu_keep_freed_memory", True):
+        keep_freed_memory()  # no page faults on every big tensor (reverie/cpu_memory.py)
     rng = np.random.default_rng(seed)
 
     # --- envs, agent, replay ---

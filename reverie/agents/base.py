@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
+from torch.autograd.graph import increment_version
 
 
 class Agent(Protocol):
@@ -40,6 +42,27 @@ class Agent(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> Any: ...
+
+
+def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """Step post-hook of a fused optimiser: its kernel updates the parameters in place without bumping their
+    version counters, which autograd's saved-tensor checks and :class:`reverie.models.onehot_linear.FeatLinear`'s
+    weight caches read; bump them as any in-place op would."""
+    increment_version([p for group in opt.param_groups for p in group["params"]])
+
+
+def adam(params: Iterable[nn.Parameter], lr: float, eps: float) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, lr, eps=eps)`` with the fused implementation (one kernel over all parameters
+    instead of a loop of small ops per parameter: 4 ms instead of 12 ms per world-model step at size s on the
+    2-core CPU, docs/speed.md), falling back to the default where this torch has no fused Adam for the device.
+    The same update rule (Kingma and Ba 2015, Algorithm 1, with ``eps`` added to the root of the second moment)."""
+    params = list(params)
+    try:
+        opt = torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    except (RuntimeError, ValueError):  # no fused kernel for this device or dtype
+        return torch.optim.Adam(params, lr=lr, eps=eps)
+    opt.register_step_post_hook(_bump_versions)
+    return opt
 
 
 class WorldModelAgent(nn.Module):

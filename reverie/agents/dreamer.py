@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reverie.agents.base import WorldModelAgent
+from reverie.agents.base import WorldModelAgent, adam
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.compiling import compile_callables
 from reverie.distributed import all_finite, all_gather_cat, average_gradients
@@ -132,9 +132,9 @@ class DreamerV3(WorldModelAgent):
         self.device = torch.device(device)
         self.compute_dtype = resolve_precision(precision, self.device)
         self.to(self.device)
-        self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
+        self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
+        self.actor_opt = adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
+        self.critic_opt = adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
         self.compiled = bool(compile) and self._compile()
 
     def _compile(self) -> bool:
@@ -280,7 +280,7 @@ class DreamerV3(WorldModelAgent):
         critic_dist = TwoHotSymlog(critic_out[:-1] if discrete else self.critic(critic_feat))
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean
-        critic_loss = -critic_dist.log_prob(ret.detach()) - self.slow_reg * critic_dist.log_prob(slow_target)
+        critic_loss = -critic_dist.log_prob_mix([ret.detach(), slow_target], [1.0, self.slow_reg])  # (H, N)
         critic_loss = (weight * critic_loss).mean()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward(inputs=list(self.critic.parameters()))

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reverie.agents.base import WorldModelAgent
+from reverie.agents.base import WorldModelAgent, adam
 from reverie.agents.planning import WorldModelDynamics, make_planner
 from reverie.distributed import average_gradients
 from reverie.models.world_model import WorldModel
@@ -78,7 +78,7 @@ class PlaNet(WorldModelAgent):
         self.device = torch.device(device)
         self.compute_dtype = resolve_precision(precision, self.device)
         self.to(self.device)
-        self.model_opt = torch.optim.Adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
+        self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
 
     # ----------------------------------------------------------------------------------------------- acting
     @torch.inference_mode()

@@ -48,29 +48,54 @@ def _default_bins(num_bins: int, device: torch.device) -> torch.Tensor:
     return _BINS[key]
 
 
+class _SparseTargetLogProb(torch.autograd.Function):
+    """``sum_j weight[..., j] * log_softmax(logits)[..., index[..., j]]``: the log-likelihood of a target
+    distribution with ``J`` nonzero entries, ``logits (..., K)``, ``index``/``weight (..., J)`` -> ``(...)``.
+
+    The same numbers as gathering from ``log_softmax`` (in float32), with a backward that never builds a dense
+    ``(..., K)`` target or gather gradient: ``d/dlogits = scatter(weight) - softmax * sum_j weight_j`` (one pass
+    over ``(..., K)`` plus ``J`` scattered entries per row). ``weight`` gets no gradient (targets are constants).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, index, weight):
+        logp = F.log_softmax(logits, -1, dtype=torch.float32)  # (..., K)
+        ctx.save_for_backward(logp, index, weight)
+        ctx.dtype = logits.dtype
+        return (logp.gather(-1, index) * weight).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        logp, index, weight = ctx.saved_tensors
+        g = grad.unsqueeze(-1)  # (..., 1)
+        grad_logits = logp.exp().mul_(-(g * weight.sum(-1, keepdim=True)))  # - softmax * sum_j g w_j
+        grad_logits.scatter_add_(-1, index, g * weight)  # + g w_j at index_j
+        return grad_logits.to(ctx.dtype), None, None
+
+
 class TwoHotSymlog(td.Distribution):
     """Categorical over fixed bins in symlog space, trained with two-hot targets (DreamerV3 eq. 10-11).
 
     Args:
-        logits: ``(..., K)`` with ``K = bins.numel()`` (255 by default).
+        logits: ``(..., K)`` with ``K = bins.numel()`` (255 by default), any float dtype (16-bit under autocast).
         bins: ``(K,)`` bin centres in symlog space; default :func:`symlog_bins`.
 
-    ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits, which is
-    why the reward and critic output layers are zero-initialised. ``log_prob(x)``: ``(...)``, the
+    Every quantity is computed in float32 (softmax and log_softmax read 16-bit logits directly, without a
+    float32 copy). ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits,
+    which is why the reward and critic output layers are zero-initialised. ``log_prob(x)``: ``(...)``, the
     cross-entropy of the two-hot encoding of ``symlog(x)`` against the predicted probabilities, computed by
     gathering the two neighbouring bins (the same number as summing over a dense two-hot vector, without
-    materialising one).
+    materialising one, in the forward or the backward pass). ``log_prob_mix`` adds several targets in one pass.
     """
 
     arg_constraints: dict = {}
     has_rsample = False
 
     def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None):
-        logits = logits.float()  # distributions always compute in float32 (also under autocast)
         default_bins = bins is None
         if default_bins:
             bins = _default_bins(logits.shape[-1], logits.device)
-        bins = bins.to(device=logits.device, dtype=logits.dtype)
+        bins = bins.to(device=logits.device, dtype=torch.float32)
         if bins.shape[-1] != logits.shape[-1]:
             raise ValueError(f"TwoHotSymlog: logits have {logits.shape[-1]} bins, bins tensor has {bins.shape[-1]}")
         self.logits = logits
@@ -83,15 +108,17 @@ class TwoHotSymlog(td.Distribution):
 
     @property
     def log_probs(self) -> torch.Tensor:
-        """``log_softmax(logits)`` ``(..., K)``, computed once and shared by ``mean``, ``log_prob``, ``entropy``."""
+        """``log_softmax(logits)`` ``(..., K)`` float32, computed once and shared by ``mean`` and ``entropy``."""
         if self._logp is None:
-            self._logp = F.log_softmax(self.logits, -1)
+            self._logp = F.log_softmax(self.logits, -1, dtype=torch.float32)
         return self._logp
 
     @property
     def probs(self) -> torch.Tensor:
         # softmax for a distribution only read by its mean (one exp); exp of the shared log_softmax otherwise
-        return torch.softmax(self.logits, -1) if self._logp is None else self._logp.exp()
+        if self._logp is None:
+            return torch.softmax(self.logits, -1, dtype=torch.float32)
+        return self._logp.exp()
 
     @property
     def mean(self) -> torch.Tensor:
@@ -108,11 +135,17 @@ class TwoHotSymlog(td.Distribution):
         return self.mean
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        below, above, w_below, w_above = two_hot_indices(symlog(value.float()), self.bins)
-        logp = self.log_probs
-        lp_below = logp.gather(-1, below.unsqueeze(-1)).squeeze(-1)
-        lp_above = logp.gather(-1, above.unsqueeze(-1)).squeeze(-1)
-        return w_below * lp_below + w_above * lp_above
+        return self.log_prob_mix([value], [1.0])
+
+    def log_prob_mix(self, values: list[torch.Tensor], scales: list[float]) -> torch.Tensor:
+        """``sum_i scales[i] * log_prob(values[i])`` ``(...)`` in one pass over the bins (``values[i]`` ``(...)``;
+        e.g. DreamerV3's critic loss: the return target plus ``slow_reg`` times the slow critic's mean)."""
+        index, weight = [], []
+        for value, scale in zip(values, scales):
+            below, above, w_below, w_above = two_hot_indices(symlog(value.float()), self.bins)
+            index += [below, above]
+            weight += [scale * w_below, scale * w_above]
+        return _SparseTargetLogProb.apply(self.logits, torch.stack(index, -1), torch.stack(weight, -1))
 
     def entropy(self) -> torch.Tensor:
         logp = self.log_probs
@@ -169,11 +202,35 @@ def one_hot_index(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.
 @torch.no_grad()
 def one_hot_sample(probs: torch.Tensor) -> torch.Tensor:
     """One-hot sample ``(..., K)`` of categorical ``probs`` ``(..., K)`` by inverting the CDF with one uniform draw
-    per distribution (no multinomial kernel; the hot path of the RSSM and the actor)."""
+    per distribution (no multinomial kernel)."""
     cdf = probs.cumsum(-1)
     u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
     index = (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
     return one_hot_index(index, probs.shape[-1], probs.dtype)
+
+
+@torch.no_grad()
+def _unimix_index(probs: torch.Tensor, unimix: float) -> torch.Tensor:
+    """Class index ``(...)`` int64 of one draw from ``(1 - unimix) * probs + unimix / K`` (``probs (..., K)``, rows
+    summing to 1), as the mixture it is: one uniform ``u`` per distribution; ``u < unimix`` picks class
+    ``floor(u / unimix * K)`` (uniform), otherwise the inverse CDF of ``probs`` at ``(u - unimix) / (1 - unimix)``
+    (uniform on ``[0, 1)`` given ``u >= unimix``). Two passes over ``(..., K)`` (cumsum, binary search) instead of
+    building the mixed probabilities and comparing every class (the sampler is memory-bound on CPU)."""
+    k = probs.shape[-1]
+    u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
+    cdf = probs.cumsum(-1)  # (..., K)
+    target = (u - unimix) / (1.0 - unimix) * cdf[..., -1:] if unimix > 0.0 else u * cdf[..., -1:]
+    index = torch.searchsorted(cdf, target.to(cdf.dtype)).clamp_(max=k - 1)  # classes with cdf < target
+    if unimix > 0.0:
+        index = torch.where(u < unimix, (u * (k / unimix)).long().clamp_(max=k - 1), index)
+    return index.squeeze(-1)
+
+
+def unimix_sample_index(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
+    """Class index ``(...)`` int64 of a sample of :class:`UnimixCategorical` ``(logits (..., K), unimix)``: the
+    same draw :func:`unimix_sample` makes from the same random state, without the one-hot (imagination for
+    discrete actions needs no gradient through the latent; the heads read the index, docs/speed.md)."""
+    return _unimix_index(torch.softmax(logits, -1, dtype=torch.float32), unimix)
 
 
 def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
@@ -181,12 +238,14 @@ def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
 
     The hot path of the RSSM (one call per latent step): ``logits (..., K)`` -> one-hot ``(..., K)`` whose
     value is a sample and whose gradient is that of the unimix probabilities. Same law as
-    ``UnimixCategorical(logits, unimix).rsample()``.
+    ``UnimixCategorical(logits, unimix).rsample()``; the class is :func:`unimix_sample_index`'s draw.
     """
-    probs = unimix_probs(logits.float(), unimix)
-    sample = one_hot_sample(probs)
-    if not probs.requires_grad:
+    probs = torch.softmax(logits, -1, dtype=torch.float32)
+    sample = one_hot_index(_unimix_index(probs, unimix), logits.shape[-1])
+    if not logits.requires_grad:
         return sample
+    if unimix > 0.0:
+        probs = (1.0 - unimix) * probs + unimix / logits.shape[-1]
     return sample + (probs - probs.detach())
 
 

@@ -105,71 +105,88 @@ _BLOCK_ROWS = 2048  # rows of g per block of index_add calls (2 MB at O = 256 in
 
 class _OneHotLinear(torch.autograd.Function):
     """``deter (M, D) or None, stoch (M, S, K) or None, flat (M, S) rows of W_z, weight (O, D + S*K), bias (O,)
-    or None -> (M, O)`` in ``deter``'s dtype (the compute dtype); see the module docstring."""
+    or None -> (M, O)`` in the compute dtype ``dtype``; ``table`` is :func:`gather_table` ``(S*K, O)`` and ``w_h``
+    the ``W_h`` part ``(O, D)`` (or None), both in ``dtype``; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, deter, stoch, flat, weight, bias, dtype, table):
+    def forward(ctx, deter, stoch, flat, weight, bias, dtype, table, w_h):
         d = 0 if deter is None else deter.shape[-1]
-        out = F.embedding_bag(flat, table, mode="sum")  # (M, S) -> (M, O), float32 sum of S rows of W_z^T
+        out = F.embedding_bag(flat, table, mode="sum")  # (M, S) -> (M, O): sum of S rows of W_z^T, in table's dtype
         if bias is not None:
-            out = out + bias
+            out = out + bias.to(out.dtype)
         out = out.to(dtype)
         if deter is not None:
-            out = torch.addmm(out, deter, weight[:, :d].t().to(dtype))  # + h @ W_h^T
-        ctx.save_for_backward(deter, flat, weight)
+            out = torch.addmm(out, deter, w_h.t())  # + h @ W_h^T
+        ctx.save_for_backward(deter, flat, weight, w_h)
         ctx.d, ctx.dtype, ctx.has_bias = d, dtype, bias is not None
         ctx.stoch_meta = None if stoch is None else (stoch.shape, stoch.dtype)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        deter, flat, weight = ctx.saved_tensors
+        deter, flat, weight, w_h = ctx.saved_tensors
         d, dtype = ctx.d, ctx.dtype
         grad_deter = grad_stoch = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_deter = grad @ weight[:, :d].to(dtype)  # (M, O) @ (O, D) -> (M, D)
+            grad_deter = grad @ w_h  # (M, O) @ (O, D) -> (M, D)
         if ctx.needs_input_grad[1]:
             shape, stoch_dtype = ctx.stoch_meta
             grad_stoch = (grad @ weight[:, d:].to(dtype)).view(shape).to(stoch_dtype)  # dense: (M, O) @ (O, S*K)
         if ctx.needs_input_grad[3]:
-            g32 = grad.to(weight.dtype)
-            grad_z = weight.new_zeros(weight.shape[1] - d, weight.shape[0])  # (S*K, O)
-            m, groups = flat.shape
-            if m * groups * weight.shape[0] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
-                grad_z.index_add_(0, flat.reshape(-1), g32.repeat_interleave(groups, 0))  # (M*S, O)
-            else:  # large batch: S sparse row updates per block of rows (the block of g stays in cache)
-                for start in range(0, m, _BLOCK_ROWS):
-                    g_block, flat_block = g32[start:start + _BLOCK_ROWS], flat[start:start + _BLOCK_ROWS]
-                    for s in range(groups):  # rows flat[:, s] += g, without an (M*S, O) copy
-                        grad_z.index_add_(0, flat_block[:, s], g_block)
             grad_weight = torch.empty_like(weight)
-            grad_weight[:, d:] = grad_z.t()
+            grad_weight[:, d:] = _index_grad(grad, flat, weight.shape[1] - d, weight.dtype).t()
             if deter is not None:
                 grad_weight[:, :d] = (grad.t() @ deter).to(weight.dtype)  # (O, M) @ (M, D)
         if ctx.has_bias and ctx.needs_input_grad[4]:
             grad_bias = grad.sum(0).to(weight.dtype)
-        return grad_deter, grad_stoch, None, grad_weight, grad_bias, None, None
+        return grad_deter, grad_stoch, None, grad_weight, grad_bias, None, None, None
 
 
-def gather_table(weight: torch.Tensor, stoch_dim: int) -> torch.Tensor:
-    """``W_z^T`` ``(S*K, O)`` contiguous, no gradient: the rows :func:`onehot_linear` sums (last ``stoch_dim``
-    input columns of ``weight (O, D + S*K)``)."""
-    return weight.detach()[:, weight.shape[1] - stoch_dim:].t().contiguous()
+def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """Gradient of ``W_z^T`` ``(S*K, O)`` in ``dtype`` (float32: the sums run over up to ``M`` rows): row
+    ``flat[m, s]`` receives ``grad[m]`` for every ``m``, ``s``, by ``index_add``."""
+    grad_z = grad.new_zeros(rows, grad.shape[1], dtype=dtype)  # (S*K, O)
+    m, groups = flat.shape
+    if m * groups * grad.shape[1] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
+        grad_z.index_add_(0, flat.reshape(-1), grad.to(dtype).repeat_interleave(groups, 0))  # (M*S, O)
+        return grad_z
+    for start in range(0, m, _BLOCK_ROWS):  # large batch: S sparse row updates per block (it stays in cache)
+        g_block, flat_block = grad[start:start + _BLOCK_ROWS].to(dtype), flat[start:start + _BLOCK_ROWS]
+        for s in range(groups):  # rows flat[:, s] += g, without an (M*S, O) copy
+            grad_z.index_add_(0, flat_block[:, s], g_block)
+    return grad_z
+
+
+def gather_table(weight: torch.Tensor, stoch_dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``W_z^T`` ``(S*K, O)`` contiguous, no gradient, in ``dtype`` (default the weight's): the rows
+    :func:`onehot_linear` sums (last ``stoch_dim`` input columns of ``weight (O, D + S*K)``). In a 16-bit compute
+    dtype each row is rounded as autocast rounds the dense weight; ``F.embedding_bag`` accumulates in float32."""
+    table = weight.detach()[:, weight.shape[1] - stoch_dim:].t()
+    return table.to(dtype or weight.dtype).contiguous()
+
+
+def _compute_dtype(weight: torch.Tensor, feat: "SplitFeat") -> torch.dtype:
+    device = weight.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return weight.dtype if feat.deter is None else feat.deter.dtype
 
 
 def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  table: torch.Tensor | None = None) -> torch.Tensor:
+                  table: torch.Tensor | None = None, w_h: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(feat.dense(), weight, bias)`` computed as ``deter @ W_h^T + sum of S rows of W_z + bias``.
 
     Args:
         feat: :class:`SplitFeat` with leading dims ``(...)``.
         weight: ``(O, D + S*K)`` (the ``nn.Linear`` weight over ``cat(deter, flat stoch)``).
         bias: ``(O,)`` or None.
-        table: :func:`gather_table` of ``weight`` when the caller keeps one (:class:`FeatLinear` does, per
-            weight version); None builds it.
+        table: :func:`gather_table` of ``weight`` in the compute dtype when the caller keeps one
+            (:class:`FeatLinear` does, per weight version); None builds it.
+        w_h: ``weight[:, :D]`` in the compute dtype when the caller keeps it; None casts it.
 
     Returns:
-        ``(..., O)``, in the autocast dtype when autocast is on (as ``nn.Linear`` would), else ``deter``'s dtype.
+        ``(..., O)``, in the autocast dtype when autocast is on (as ``nn.Linear`` would: the one-hot rows and
+        ``W_h`` rounded to it, sums in float32), else ``deter``'s dtype.
 
     Raises:
         ValueError: ``weight``'s input width differs from ``feat.dim``.
@@ -177,11 +194,7 @@ def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | No
     if weight.shape[1] != feat.dim:
         raise ValueError(f"onehot_linear: weight takes {weight.shape[1]} inputs but the features have {feat.dim} "
                          f"(deter + stoch * classes); build the layer with the RSSM's feat_dim")
-    device = weight.device.type
-    if torch.is_autocast_enabled(device):
-        dtype = torch.get_autocast_dtype(device)
-    else:
-        dtype = weight.dtype if feat.deter is None else feat.deter.dtype
+    dtype = _compute_dtype(weight, feat)
     lead = feat.lead
     s, k = feat.index.shape[-1], feat.classes
     offsets = torch.arange(0, s * k, k, device=feat.index.device)  # (S,) first row of each group
@@ -189,9 +202,11 @@ def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | No
     deter = None if feat.deter is None else feat.deter.reshape(-1, feat.deter.shape[-1]).to(dtype)
     stoch = None if feat.stoch is None else feat.stoch.reshape(-1, s, k)
     if table is None:
-        table = gather_table(weight, s * k)
-    with torch.autocast(device, enabled=False):
-        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype, table)
+        table = gather_table(weight, s * k, dtype)
+    if w_h is None and deter is not None:
+        w_h = weight[:, :deter.shape[-1]].to(dtype)
+    with torch.autocast(weight.device.type, enabled=False):
+        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype, table, w_h)
     return out.reshape(*lead, out.shape[-1])
 
 
@@ -199,16 +214,20 @@ class FeatLinear(nn.Linear):
     """``nn.Linear`` that also takes :class:`SplitFeat` inputs (then :func:`onehot_linear`), for the first layer
     of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``.
 
-    Keeps the :func:`gather_table` of its weight between calls while the weight is unchanged (its version
-    counter: optimiser steps and ``load_state_dict`` bump it), so a rollout's steps share one copy."""
+    Keeps the :func:`gather_table` of its weight and its ``W_h`` part, in the compute dtype, between calls while
+    the weight is unchanged (its version counter: optimiser steps and ``load_state_dict`` bump it), so a
+    rollout's steps share one copy."""
 
-    _table: tuple[tuple, torch.Tensor] | None = None
+    _table: tuple[tuple, torch.Tensor, torch.Tensor | None] | None = None
 
     def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
         if not isinstance(x, SplitFeat):
             return super().forward(x)
         stoch_dim = x.index.shape[-1] * x.classes
-        key = (self.weight._version, self.weight.data_ptr(), self.weight.device, stoch_dim)
+        dtype = _compute_dtype(self.weight, x)
+        w = self.weight
+        key = (w._version, w.data_ptr(), w.device, stoch_dim, dtype)
         if self._table is None or self._table[0] != key:
-            self._table = (key, gather_table(self.weight, stoch_dim))
-        return onehot_linear(x, self.weight, self.bias, self._table[1])
+            d = w.shape[1] - stoch_dim
+            self._table = (key, gather_table(w, stoch_dim, dtype), w.detach()[:, :d].to(dtype) if d else None)
+        return onehot_linear(x, w, self.bias, self._table[1], self._table[2])

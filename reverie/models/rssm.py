@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
+from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample, unimix_sample_index
 from reverie.models.networks import MLP, trunc_normal_init_
 from reverie.models.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
 
@@ -206,12 +206,11 @@ class RSSM(nn.Module):
         if self.latent == "gaussian":
             x = F.elu(self.in_z(state["stoch"]) + action_proj)
             return self.gru(x, state["deter"])
-        stoch = state["stoch"]
-        if self.onehot_gather and stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS:  # S rows of in_z's weight summed
-            index = state.get("index")
-            z = SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.classes)
+        stoch, index = state.get("stoch"), state.get("index")  # a state from _img_step_index has no one-hot
+        if self.onehot_gather and (stoch is None or stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS):
+            z = SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.classes)  # S rows
         else:
-            z = state["stoch"].flatten(-2)  # (..., S, K) -> (..., S*K)
+            z = stoch.flatten(-2)  # (..., S, K) -> (..., S*K)
         x = self.in_norm(self.in_z(z) + action_proj)
         return self.gru(x, state["deter"])
 
@@ -291,13 +290,23 @@ class RSSM(nn.Module):
         logits = self._prior_logits(deter)
         return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits}
 
+    def _img_step_index(self, state: State, action: torch.Tensor) -> State:
+        """:meth:`img_step` (sampled, no autograd) returning ``deter``, ``index (B, S)`` and ``logits``, without the
+        one-hot ``stoch``: the same values and random draws as ``img_step`` (whose ``stoch`` is the one-hot of
+        this ``index``), for rollouts whose readers take the class index (``onehot_gather``)."""
+        deter = self._step_deter(state, self.in_a(action))
+        logits = self._prior_logits(deter)
+        return {"deter": deter, "index": unimix_sample_index(logits, self.unimix), "logits": logits}
+
     def imagine(self, policy: Callable[[State], torch.Tensor], start: State, horizon: int,
                 keys: tuple[str, ...] | None = None) -> tuple[State, torch.Tensor]:
         """Roll the prior forward from ``start`` with actions from ``policy`` (DreamerV3 section 4).
 
         Args:
             policy: maps a state ``(N, ...)`` to an action ``(N, A)``. With ``onehot_gather`` the states it sees
-                also hold ``index (N, S)``, the class of each latent group (for :meth:`features`).
+                also hold ``index (N, S)``, the class of each latent group (for :meth:`features`); without
+                autograd and with ``stoch`` not in ``keys``, the imagined states hold ``index`` instead of the
+                one-hot ``stoch`` (the same draws: ``stoch`` would be its one-hot).
             start: start states ``(N, ...)`` (e.g. every posterior state of a batch, ``N = T*B``).
             horizon: ``H`` imagined steps.
             keys: which state entries to stack and return (skip ``logits`` when only features are needed;
@@ -315,9 +324,12 @@ class RSSM(nn.Module):
         steps = {k: _Steps(horizon + 1) for k in keys}
         action_steps = _Steps(horizon + 1)
         state = self._with_index(start)
+        # Without autograd and with readers of the class index only, the rollout never builds the one-hot latent.
+        by_index = self.onehot_gather and not torch.is_grad_enabled() and "stoch" not in keys
         for t in range(horizon + 1):
             if t > 0:
-                state = self._with_index(self.img_step(state, action))
+                state = (self._img_step_index(state, action) if by_index
+                         else self._with_index(self.img_step(state, action)))
             action = policy(state)
             for k, buf in steps.items():
                 buf.put(t, state[k])

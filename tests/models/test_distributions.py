@@ -98,3 +98,35 @@ def test_two_hot_log_prob_equals_dense_two_hot_cross_entropy():
     dense = (two_hot(symlog(value), dist.bins) * torch.log_softmax(logits, -1)).sum(-1)
     torch.testing.assert_close(dist.log_prob(value), dense)
     torch.testing.assert_close(dist.mean, symexp((torch.softmax(logits, -1) * dist.bins).sum(-1)))
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4)])
+def test_two_hot_log_prob_gradient_equals_the_dense_cross_entropy_gradient(shape):
+    """The fused backward (softmax * sum of weights - scattered weights) is autograd's gradient of the dense
+    two-hot cross-entropy, for one target and for a weighted mix of two (the critic loss)."""
+    torch.manual_seed(0)
+    logits = torch.randn(*shape, 255, dtype=torch.float64, requires_grad=True)
+    ret, slow = torch.randn(*shape) * 30, torch.randn(*shape)
+    upstream = torch.randn(*shape, dtype=torch.float64)
+    mixed = TwoHotSymlog(logits).log_prob_mix([ret, slow], [1.0, 0.7])
+    (grad,) = torch.autograd.grad((mixed * upstream).sum(), logits)
+    dense_logits = logits.detach().clone().requires_grad_(True)
+    bins = symlog_bins(255).double()
+    logp = torch.log_softmax(dense_logits, -1)
+    target = two_hot(symlog(ret.double()), bins) + 0.7 * two_hot(symlog(slow.double()), bins)
+    dense = (target * logp).sum(-1)
+    (expected,) = torch.autograd.grad((dense * upstream).sum(), dense_logits)
+    torch.testing.assert_close(mixed.double(), dense, rtol=1e-6, atol=1e-6)  # forward in float32
+    torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)  # float32 inside
+    single = TwoHotSymlog(logits.detach()).log_prob(ret)
+    torch.testing.assert_close(single.double(), (two_hot(symlog(ret.double()), bins) * logp.detach()).sum(-1),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_two_hot_reads_bfloat16_logits_and_returns_their_gradient_dtype():
+    logits = torch.randn(5, 255).bfloat16().requires_grad_(True)
+    dist = TwoHotSymlog(logits)
+    assert dist.mean.dtype == torch.float32
+    torch.testing.assert_close(dist.mean, TwoHotSymlog(logits.detach().float()).mean)
+    dist.log_prob(torch.tensor([0.0, 1.0, -5.0, 100.0, 3.0])).sum().backward()
+    assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad.float()).all()

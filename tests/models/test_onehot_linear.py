@@ -124,3 +124,23 @@ def test_one_hot_argmax_is_the_class_index():
     index = torch.randint(0, 32, (64, 32))
     for dtype in (torch.float32, torch.bfloat16):
         assert torch.equal(one_hot_argmax(F.one_hot(index, 32).to(dtype)), index)
+
+
+def test_cached_table_follows_fused_adam_steps():
+    """The fused Adam kernel writes parameters without bumping their version; reverie's adam() bumps it, so the
+    gather tables (and autograd's saved-tensor checks) see the new weights."""
+    from reverie.agents.base import adam
+
+    h, z, index = _features(lead=(8,), dtype=torch.float32)
+    layer = FeatLinear(6 + 12, 3, bias=False)
+    feat = SplitFeat(h, None, index, 3)
+    opt = adam(layer.parameters(), lr=0.1, eps=1e-8)
+    layer(feat).sum().backward()
+    opt.step()
+    torch.testing.assert_close(layer(feat), layer(feat.dense()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the compute-dtype table is cached and refreshed too
+        first = layer(feat)
+        layer(feat).float().sum().backward()
+        opt.step()
+        torch.testing.assert_close(layer(feat).float(), layer(feat.dense()).float(), rtol=2e-2, atol=2e-2)
+    assert not torch.equal(first, layer(feat).bfloat16())

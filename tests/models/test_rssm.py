@@ -61,3 +61,24 @@ def test_initial_state_is_learned():
     assert torch.all(init["stoch"].sum(-1) == 1.0)
     init["deter"].sum().backward()
     assert rssm.initial_deter.grad is not None
+
+
+def test_imagination_by_class_index_equals_the_one_hot_rollout():
+    """Without autograd and with readers of the class index only, imagine() never builds the one-hot latent; the
+    rollout (deter, classes, actions) is the one-hot rollout's, draw for draw."""
+    torch.manual_seed(0)
+    rssm = RSSM(2, 6, deter=16, stoch=4, classes=5, units=16, onehot_gather=True)
+    post, _ = rssm.observe(torch.randn(3, 2, 6), torch.zeros(3, 2, 2), torch.zeros(3, 2, dtype=torch.bool))
+    start = {k: v.flatten(0, 1) for k, v in post.items()}
+
+    def policy(state):  # reads the class index, as DreamerV3's actor does through rssm.features
+        return torch.nn.functional.one_hot(state["index"][:, 0] % 2, 2).float() + 0.01 * state["deter"][:, :2]
+
+    with torch.no_grad():
+        torch.manual_seed(5)
+        by_index, a1 = rssm.imagine(policy, start, horizon=6, keys=("deter", "index"))
+        torch.manual_seed(5)
+        one_hot, a2 = rssm.imagine(policy, start, horizon=6, keys=("deter", "stoch", "index"))
+    assert torch.equal(by_index["index"], one_hot["index"]) and torch.equal(a1, a2)
+    assert torch.equal(by_index["deter"], one_hot["deter"])
+    assert torch.equal(one_hot["stoch"].argmax(-1), one_hot["index"])
