@@ -215,12 +215,11 @@ def _unimix_index(probs: torch.Tensor, unimix: float) -> torch.Tensor:
     summing to 1), as the mixture it is: one uniform ``u`` per distribution; ``u < unimix`` picks class
     ``floor(u / unimix * K)`` (uniform), otherwise the inverse CDF of ``probs`` at ``(u - unimix) / (1 - unimix)``
     (uniform on ``[0, 1)`` given ``u >= unimix``). Two passes over ``(..., K)`` (cumsum, binary search) instead of
-    building the mixed probabilities and comparing every class (the sampler is memory-bound on CPU)."""
+    building the mixed probabilities and comparing every class."""
     k = probs.shape[-1]
     u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
-    cdf = probs.cumsum(-1)  # (..., K)
-    target = (u - unimix) / (1.0 - unimix) * cdf[..., -1:] if unimix > 0.0 else u * cdf[..., -1:]
-    index = torch.searchsorted(cdf, target.to(cdf.dtype)).clamp_(max=k - 1)  # classes with cdf < target
+    cdf = probs.cumsum(-1)  # (..., K); cdf[..., -1] is 1 up to rounding: a target above it lands on class K-1
+    index = torch.searchsorted(cdf, (u - unimix) * (1.0 / (1.0 - unimix))).clamp_(max=k - 1)  # count of cdf < target
     if unimix > 0.0:
         index = torch.where(u < unimix, (u * (k / unimix)).long().clamp_(max=k - 1), index)
     return index.squeeze(-1)
@@ -233,20 +232,39 @@ def unimix_sample_index(logits: torch.Tensor, unimix: float = 0.01) -> torch.Ten
     return _unimix_index(torch.softmax(logits, -1, dtype=torch.float32), unimix)
 
 
+class _StraightThrough(torch.autograd.Function):
+    """The one-hot of ``index`` ``(...) -> (..., K)`` float32 as the value, the gradient of the unimix
+    probabilities ``(1 - unimix) * softmax(logits) + unimix / K`` as the gradient (Bengio et al. 2013; DreamerV3
+    section 3): ``d/dlogits = (1 - unimix) * p * (g - sum(g * p))`` with ``p = softmax(logits)`` (given, float32).
+    One autograd node instead of the ``sample + probs - probs.detach()`` graph (mix, subtract, add, softmax)."""
+
+    @staticmethod
+    def forward(ctx, logits, probs, index, unimix):
+        ctx.save_for_backward(probs)
+        ctx.scale, ctx.dtype = 1.0 - unimix, logits.dtype
+        return one_hot_index(index, probs.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (p,) = ctx.saved_tensors
+        grad_logits = (grad - (grad * p).sum(-1, keepdim=True)).mul_(p)
+        if ctx.scale != 1.0:
+            grad_logits.mul_(ctx.scale)
+        return grad_logits.to(ctx.dtype), None, None, None
+
+
 def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     """Straight-through one-hot sample of :class:`UnimixCategorical` without building the distribution.
 
-    The hot path of the RSSM (one call per latent step): ``logits (..., K)`` -> one-hot ``(..., K)`` whose
+    The hot path of the RSSM (one call per latent step): ``logits (..., K)`` -> one-hot ``(..., K)`` float32 whose
     value is a sample and whose gradient is that of the unimix probabilities. Same law as
     ``UnimixCategorical(logits, unimix).rsample()``; the class is :func:`unimix_sample_index`'s draw.
     """
-    probs = torch.softmax(logits, -1, dtype=torch.float32)
-    sample = one_hot_index(_unimix_index(probs, unimix), logits.shape[-1])
-    if not logits.requires_grad:
-        return sample
-    if unimix > 0.0:
-        probs = (1.0 - unimix) * probs + unimix / logits.shape[-1]
-    return sample + (probs - probs.detach())
+    probs = torch.softmax(logits.detach(), -1, dtype=torch.float32)
+    index = _unimix_index(probs, unimix)
+    if not (logits.requires_grad and torch.is_grad_enabled()):
+        return one_hot_index(index, logits.shape[-1])
+    return _StraightThrough.apply(logits, probs, index, unimix)
 
 
 class UnimixCategorical(td.OneHotCategorical):

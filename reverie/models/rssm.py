@@ -236,17 +236,22 @@ class RSSM(nn.Module):
             return self._observe_gaussian(embed, prev_action, is_first, state, sample)
         T, B = is_first.shape
         init = self.initial(B)  # what is_first resets to
-        if state is None:
+        given = state is not None
+        if not given:
             state = init
         first = is_first.to(embed.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
         action_proj = self.in_a(prev_action) * (1.0 - first)  # (T, B, units); zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
         deters, stochs, logits_all = [], [], []
         deter, stoch = state["deter"], state["stoch"]
+        resets = _reset_steps(is_first)  # steps without any is_first skip the reset arithmetic
+        if given and not any(resets):  # the learned initial state keeps its (zero) gradient, as with the arithmetic
+            deter = deter + 0.0 * init["deter"]
         for t in range(T):
-            keep = 1.0 - first[t]  # (B, 1)
-            deter = deter * keep + init["deter"] * first[t]
-            stoch = stoch * keep.unsqueeze(-1) + init["stoch"] * first[t].unsqueeze(-1)
+            if resets[t]:
+                keep = 1.0 - first[t]  # (B, 1)
+                deter = deter * keep + init["deter"] * first[t]
+                stoch = stoch * keep.unsqueeze(-1) + init["stoch"] * first[t].unsqueeze(-1)
             deter = self._step_deter({"deter": deter, "stoch": stoch}, action_proj[t])
             logits = self.post_out(self.post_norm(self.post_h(deter) + embed_proj[t]))
             logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
@@ -341,6 +346,15 @@ class RSSM(nn.Module):
         if not self.onehot_gather or "index" in state:
             return state
         return {**state, "index": one_hot_argmax(state["stoch"])}
+
+
+def _reset_steps(is_first: torch.Tensor) -> list[bool]:
+    """Which steps of ``is_first (T, B)`` reset any row. The others skip ``x * keep + init * first`` (``x * 1 +
+    init * 0`` is ``x`` exactly). Reading the flags is free on CPU; on an accelerator it would be a host sync in
+    the update, so there every step resets."""
+    if is_first.device.type != "cpu":
+        return [True] * is_first.shape[0]
+    return is_first.any(1).tolist()
 
 
 class _Steps:

@@ -82,3 +82,35 @@ def test_imagination_by_class_index_equals_the_one_hot_rollout():
     assert torch.equal(by_index["index"], one_hot["index"]) and torch.equal(a1, a2)
     assert torch.equal(by_index["deter"], one_hot["deter"])
     assert torch.equal(one_hot["stoch"].argmax(-1), one_hot["index"])
+
+
+@pytest.mark.parametrize("given_state", [False, True])
+@pytest.mark.parametrize("firsts", [[], [0], [0, 3], [2]])
+def test_skipping_the_reset_arithmetic_on_steps_without_is_first_changes_nothing(firsts, given_state, monkeypatch):
+    """observe() skips `x * keep + init * first` where no row starts an episode: the same states and gradients
+    as resetting on every step (the accelerator path), the learned initial state's included (zero, not None)."""
+    import reverie.models.rssm as rssm_module
+
+    results = []
+    for always in (False, True):
+        if always:
+            monkeypatch.setattr(rssm_module, "_reset_steps", lambda is_first: [True] * is_first.shape[0])
+        rssm = make()
+        embed = torch.randn(5, 3, 6, generator=torch.Generator().manual_seed(1))
+        is_first = torch.zeros(5, 3, dtype=torch.bool)
+        for t in firsts:
+            is_first[t, t % 3] = True
+        state = {"deter": torch.full((3, 16), 0.5), "stoch": torch.eye(5)[torch.zeros(3, 4, dtype=torch.long)]}
+        torch.manual_seed(2)
+        post, _ = rssm.observe(embed, torch.zeros(5, 3, 2), is_first, state if given_state else None)
+        (post["deter"].sum() + (post["stoch"] * torch.arange(5.0)).sum()).backward()
+        results.append((post, {k: v.grad for k, v in rssm.named_parameters()}))
+    (post_a, grads_a), (post_b, grads_b) = results
+    for key in ("deter", "stoch", "logits"):
+        assert torch.equal(post_a[key], post_b[key]), key
+    assert grads_a.keys() == grads_b.keys()
+    for key in grads_a:
+        assert (grads_a[key] is None) == (grads_b[key] is None), key
+        if grads_a[key] is not None:
+            torch.testing.assert_close(grads_a[key], grads_b[key], rtol=1e-5, atol=1e-5, msg=key)  # summation order
+    assert grads_a["initial_deter"] is not None
