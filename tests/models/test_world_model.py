@@ -124,3 +124,28 @@ def test_bad_observation_shapes_fail_with_a_clear_error():
         WorldModel({"grid": (4, 4)}, 2)
     with pytest.raises(ValueError, match="image side 48"):
         small_image_model({"image": (3, 48, 48)})
+
+
+def test_kl_losses_values_and_entropies_equal_the_distributions():
+    """kl_losses writes the KL out on the unimix log-probabilities: the same numbers as categorical_kl and
+    torch.distributions on UnimixCategorical (entropies summed over the S groups)."""
+    from reverie.models.distributions import UnimixCategorical, unimix_logits
+
+    torch.manual_seed(0)
+    post, prior = torch.randn(3, 2, 4, 5) * 3, torch.randn(3, 2, 4, 5)
+    out = kl_losses(post, prior, free_nats=0.0, unimix=0.01)
+    expected = categorical_kl(unimix_logits(post, 0.01), unimix_logits(prior, 0.01))
+    torch.testing.assert_close(out["dyn"], expected)
+    torch.testing.assert_close(out["kl"], expected)
+    for key, logits in (("post_entropy", post), ("prior_entropy", prior)):
+        dist = torch.distributions.Independent(UnimixCategorical(logits, 0.01), 1)
+        torch.testing.assert_close(out[key], dist.entropy())
+    assert kl_losses(post, prior, free_nats=1.0)["dyn"].min() >= 1.0
+
+
+def test_kl_losses_compute_in_float32_from_bfloat16_logits():
+    torch.manual_seed(0)
+    post, prior = torch.randn(3, 2, 4, 5).bfloat16(), torch.randn(3, 2, 4, 5).bfloat16()
+    out = kl_losses(post, prior, free_nats=0.0)
+    assert all(v.dtype == torch.float32 for v in out.values())
+    torch.testing.assert_close(out["dyn"], kl_losses(post.float(), prior.float(), free_nats=0.0)["dyn"])
