@@ -145,6 +145,7 @@ class DreamerV3(WorldModelAgent):
         site (B for the scan, T*B for imagination, N envs for acting), each compiled once.
         """
         wm, rssm = self.wm, self.wm.rssm
+        rssm.defer_weight_grads = False  # compile traces the cell on plain tensors (no ScanLinears objects)
         modules = {"actor": self.actor.net, "critic": self.critic, "slow critic": self.slow_critic,
                    "reward head": wm.reward_head, "continue head": wm.cont_head, "prior net": rssm.prior_net,
                    "vector encoder": wm.encoder, "vector decoder": wm.decoder,

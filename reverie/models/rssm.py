@@ -15,6 +15,7 @@ action by zero, so a row's states from an ``is_first`` step on do not depend on 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
@@ -24,6 +25,7 @@ from torch import nn
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample, unimix_sample_index
 from reverie.models.networks import MLP, trunc_normal_init_
 from reverie.models.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
+from reverie.models.scan_linear import ScanLinears
 
 State = dict[str, torch.Tensor]
 
@@ -44,8 +46,9 @@ class GRUCell(nn.Module):
         self.norm = nn.LayerNorm(3 * deter, eps=eps)
         trunc_normal_init_(self.linear.weight)
 
-    def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        parts = self.norm(self.linear(torch.cat([x, h], -1)))
+    def forward(self, x: torch.Tensor, h: torch.Tensor, linear: Callable | None = None) -> torch.Tensor:
+        """``linear``: applies ``self.linear`` instead of calling it (a scan's :class:`ScanLinears`)."""
+        parts = self.norm((linear or self.linear)(torch.cat([x, h], -1)))
         reset, cand, update = parts.chunk(3, -1)
         reset = torch.sigmoid(reset)
         cand = torch.tanh(reset * cand)
@@ -92,6 +95,7 @@ class RSSM(nn.Module):
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.action_dim = action_dim
         self.onehot_gather = bool(onehot_gather) and latent == "categorical"
+        self.defer_weight_grads = latent == "categorical"  # observe scan: see _scan_linears (off to compile)
         if latent == "gaussian":
             self._build_gaussian(embed_dim, units, min_std)
             return
@@ -202,17 +206,21 @@ class RSSM(nn.Module):
             return unimix_sample(logits, self.unimix)  # straight-through one-hot (..., S, K)
         return one_hot_index(logits.argmax(-1), self.classes)  # the mode (unimix keeps the argmax)
 
-    def _step_deter(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
+    def _step_deter(self, state: State, action_proj: torch.Tensor, scan: ScanLinears | None = None) -> torch.Tensor:
+        """``h_t`` from the state at ``t-1`` and the projected action; ``scan`` (observe) applies ``in_z`` and the
+        GRU's linear layer with deferred weight gradients."""
         if self.latent == "gaussian":
             x = F.elu(self.in_z(state["stoch"]) + action_proj)
             return self.gru(x, state["deter"])
         stoch, index = state.get("stoch"), state.get("index")  # a state from _img_step_index has no one-hot
         if self.onehot_gather and (stoch is None or stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS):
             z = SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.classes)  # S rows
+            x = self.in_z(z)
         else:
             z = stoch.flatten(-2)  # (..., S, K) -> (..., S*K)
-        x = self.in_norm(self.in_z(z) + action_proj)
-        return self.gru(x, state["deter"])
+            x = self.in_z(z) if scan is None else scan("in_z", z)
+        x = self.in_norm(x + action_proj)
+        return self.gru(x, state["deter"], None if scan is None else partial(scan, "gru"))
 
     # ----------------------------------------------------------------------------------------------- observe
     def observe(self, embed: torch.Tensor, prev_action: torch.Tensor, is_first: torch.Tensor,
@@ -244,6 +252,7 @@ class RSSM(nn.Module):
         embed_proj = self.post_e(embed)  # (T, B, units)
         deters, stochs, logits_all = [], [], []
         deter, stoch = state["deter"], state["stoch"]
+        scan = self._scan_linears()
         resets = _reset_steps(is_first)  # steps without any is_first skip the reset arithmetic
         if given and not any(resets):  # the learned initial state keeps its (zero) gradient, as with the arithmetic
             deter = deter + 0.0 * init["deter"]
@@ -252,8 +261,11 @@ class RSSM(nn.Module):
                 keep = 1.0 - first[t]  # (B, 1)
                 deter = deter * keep + init["deter"] * first[t]
                 stoch = stoch * keep.unsqueeze(-1) + init["stoch"] * first[t].unsqueeze(-1)
-            deter = self._step_deter({"deter": deter, "stoch": stoch}, action_proj[t])
-            logits = self.post_out(self.post_norm(self.post_h(deter) + embed_proj[t]))
+            deter = self._step_deter({"deter": deter, "stoch": stoch}, action_proj[t], scan)
+            if scan is None:
+                logits = self.post_out(self.post_norm(self.post_h(deter) + embed_proj[t]))
+            else:
+                logits = scan("post_out", self.post_norm(scan("post_h", deter) + embed_proj[t]))
             logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
             stoch = self._draw(logits, sample)
             deters.append(deter)
@@ -264,6 +276,16 @@ class RSSM(nn.Module):
         prior_logits = self._prior_logits(deter_seq)  # all steps at once: (T, B, D) -> (T, B, S, K)
         prior = {"deter": deter_seq, "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
         return post, prior
+
+    def _scan_linears(self) -> ScanLinears | None:
+        """The observe scan's per-step linear layers with deferred weight gradients (:mod:`.scan_linear`: one
+        product per weight instead of one per step), or None with ``defer_weight_grads`` off (``compile``)."""
+        if not self.defer_weight_grads:
+            return None
+        device = self.in_a.weight.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        return ScanLinears({"in_z": self.in_z, "gru": self.gru.linear, "post_h": self.post_h,
+                            "post_out": self.post_out}, dtype)
 
     def _observe_gaussian(self, embed, prev_action, is_first, state, sample):
         T, B = is_first.shape
