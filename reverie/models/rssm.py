@@ -253,6 +253,9 @@ class RSSM(nn.Module):
         deters, stochs, logits_all = [], [], []
         deter, stoch = state["deter"], state["stoch"]
         scan = self._scan_linears()
+        # one unbind per sequence tensor, not a select per step: the backward of T selects would build T
+        # zero-filled (T, B, units) gradients and add them up; unbind's stacks the T step gradients once
+        action_steps, embed_steps = action_proj.unbind(0), embed_proj.unbind(0)  # T x (B, units)
         resets = _reset_steps(is_first)  # steps without any is_first skip the reset arithmetic
         if given and not any(resets):  # the learned initial state keeps its (zero) gradient, as with the arithmetic
             deter = deter + 0.0 * init["deter"]
@@ -261,11 +264,11 @@ class RSSM(nn.Module):
                 keep = 1.0 - first[t]  # (B, 1)
                 deter = deter * keep + init["deter"] * first[t]
                 stoch = stoch * keep.unsqueeze(-1) + init["stoch"] * first[t].unsqueeze(-1)
-            deter = self._step_deter({"deter": deter, "stoch": stoch}, action_proj[t], scan)
+            deter = self._step_deter({"deter": deter, "stoch": stoch}, action_steps[t], scan)
             if scan is None:
-                logits = self.post_out(self.post_norm(self.post_h(deter) + embed_proj[t]))
+                logits = self.post_out(self.post_norm(self.post_h(deter) + embed_steps[t]))
             else:
-                logits = scan("post_out", self.post_norm(scan("post_h", deter) + embed_proj[t]))
+                logits = scan("post_out", self.post_norm(scan("post_h", deter) + embed_steps[t]))
             logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
             stoch = self._draw(logits, sample)
             deters.append(deter)
