@@ -226,7 +226,8 @@ class FeatLinear(nn.Linear):
         stoch_dim = x.index.shape[-1] * x.classes
         dtype = _compute_dtype(self.weight, x)
         w = self.weight
-        key = (w._version, w.data_ptr(), w.device, stoch_dim, dtype)
+        # inference mode is part of the key: tensors made under it (acting) must not be saved for a backward pass
+        key = (w._version, w.data_ptr(), w.device, stoch_dim, dtype, torch.is_inference_mode_enabled())
         if self._table is None or self._table[0] != key:
             d = w.shape[1] - stoch_dim
             self._table = (key, gather_table(w, stoch_dim, dtype), w.detach()[:, :d].to(dtype) if d else None)

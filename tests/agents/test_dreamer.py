@@ -115,3 +115,16 @@ def test_return_normaliser_range_metrics_match_its_state():
     assert low < high  # one update moves the EMAs 1% of the way from 0 towards the 5th / 95th percentiles
     assert metrics["return/scale"] == pytest.approx(max(1.0, high - low))
     assert metrics["value/std"] >= 0.0
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_acting_then_updating_in_each_precision(precision):
+    """act() runs under inference mode; the layers' cached compute-dtype weights from it must not reach the
+    update's backward pass (inference tensors cannot be saved for backward)."""
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **{**TINY, "precision": precision})
+    obs = {"vector": np.zeros((20, 4), np.float32), "is_first": np.ones(20, bool)}
+    for _ in range(2):
+        agent.act(obs, None, "explore")
+        metrics = agent.update(batch(T=8, B=40))  # 320 imagination starts: the gather path
+        assert np.isfinite(metrics["loss/actor"]) and np.isfinite(metrics["loss/model"])
