@@ -35,7 +35,7 @@ class _Sink(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _token_grad):
-        filed, ctx.filed = ctx.filed, None
+        filed = ctx.filed  # kept on ctx and emptied below: a second backward (retain_graph) files its own pairs
         if not filed:
             return None, None, None
         x = torch.cat([x for x, _ in filed])  # (steps * B, I)

@@ -67,3 +67,18 @@ def test_bfloat16_compute_dtype_gives_float32_gradients_close_to_autocast():
             h = torch.tanh(layer(h.float()))
     h.float().sum().backward()
     torch.testing.assert_close(deferred, layer.weight.grad, rtol=3e-2, atol=3e-2)
+
+
+def test_a_retained_graph_gives_the_same_gradient_on_every_backward():
+    torch.manual_seed(0)
+    layers = {"a": nn.Linear(5, 5).double(), "b": nn.Linear(3, 5, bias=False).double()}
+    x0 = torch.randn(4, 5, dtype=torch.float64)
+    inputs = torch.randn(6, 4, 3, dtype=torch.float64)
+    loss = scan(layers, x0, inputs, deferred=True, unused_last=False)
+    first = torch.autograd.grad(loss, [layers["a"].weight, layers["b"].weight], retain_graph=True)
+    second = torch.autograd.grad(loss, [layers["a"].weight, layers["b"].weight])
+    expected = torch.autograd.grad(scan(layers, x0, inputs, deferred=False, unused_last=False),
+                                   [layers["a"].weight, layers["b"].weight])
+    for a, b, e in zip(first, second, expected):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(b, e, rtol=1e-12, atol=1e-12)
