@@ -11,9 +11,11 @@ weight gradient is a sum over steps: ``sum_t g_t^T @ x_t = G^T @ X`` with ``G``,
 token; every step's ``_DeferredLinear`` takes the token as an input, so autograd runs the sink's backward only
 after every step's backward has run. A step's backward returns its input gradient, files ``(x_t, g_t)`` with the
 sink and a zero gradient for the token; the sink's backward stacks what was filed and returns the weight and
-bias gradients. Values: the same sums, in one rounding to the compute dtype instead of one per step (under bf16
-autocast the per-step products are bf16 each); ``tests/models/test_scan_linear.py`` checks them against
-autograd in float64.
+bias gradients, counting only the pairs of its own backward pass (a retained graph may be backpropagated
+again, or partly: ``autograd.grad`` of other inputs). Not supported: ``create_graph=True`` through these layers
+(higher-order gradients; the weights enter the steps detached). Values: the same sums, in one rounding to the
+compute dtype instead of one per step (under bf16 autocast the per-step products are bf16 each);
+``tests/models/test_scan_linear.py`` checks them against autograd in float64.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def _graph_task() -> int:
+    """Id of the backward pass running now (autograd's graph task; what ``torch.utils.checkpoint`` reads), so a
+    sink sums only its own pass's pairs: a pass that does not reach the sink (``autograd.grad`` of other inputs,
+    ``retain_graph``) leaves pairs it must not count."""
+    return torch._C._current_graph_task_id()
 
 
 class _Sink(torch.autograd.Function):
@@ -36,11 +45,13 @@ class _Sink(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _token_grad):
         filed = ctx.filed  # kept on ctx and emptied below: a second backward (retain_graph) files its own pairs
-        if not filed:
-            return None, None, None
-        x = torch.cat([x for x, _ in filed])  # (steps * B, I)
-        g = torch.cat([g for _, g in filed])  # (steps * B, O)
+        task = _graph_task()
+        mine = [(x, g) for pass_id, x, g in filed if pass_id == task]  # not pairs of a pass that skipped the sink
         filed.clear()
+        if not mine:
+            return None, None, None
+        x = torch.cat([x for x, _ in mine])  # (steps * B, I)
+        g = torch.cat([g for _, g in mine])  # (steps * B, O)
         grad_weight = (g.t() @ x).to(ctx.weight_dtype)  # (O, I)
         grad_bias = g.sum(0, dtype=ctx.weight_dtype) if ctx.has_bias else None
         return grad_weight, grad_bias, None
@@ -59,7 +70,7 @@ class _DeferredLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        ctx.filed.append((x, grad))
+        ctx.filed.append((_graph_task(), x, grad))
         grad_x = grad @ weight if ctx.needs_input_grad[0] else None
         return grad_x, None, None, grad.new_zeros(()), None
 

@@ -82,3 +82,20 @@ def test_a_retained_graph_gives_the_same_gradient_on_every_backward():
     for a, b, e in zip(first, second, expected):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(b, e, rtol=1e-12, atol=1e-12)
+
+
+def test_a_partial_backward_does_not_leave_pairs_for_the_next_one():
+    """autograd.grad of the inputs only (the sink is not run) files per-step pairs; the next full backward must
+    count its own pairs only."""
+    torch.manual_seed(0)
+    layers = {"a": nn.Linear(5, 5).double(), "b": nn.Linear(3, 5, bias=False).double()}
+    x0 = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    inputs = torch.randn(6, 4, 3, dtype=torch.float64)
+    loss = scan(layers, x0, inputs, deferred=True, unused_last=False)
+    torch.autograd.grad(loss, [x0], retain_graph=True)
+    loss.backward()
+    weights = [layers["a"].weight, layers["b"].weight, layers["a"].bias]
+    deferred = [w.grad.clone() for w in weights]
+    expected = torch.autograd.grad(scan(layers, x0, inputs, deferred=False, unused_last=False), weights)
+    for d, e in zip(deferred, expected):
+        torch.testing.assert_close(d, e, rtol=1e-12, atol=1e-12)
