@@ -91,6 +91,18 @@ class WorldModelAgent(nn.Module):
         rssm_state, prev_action = state if state is not None else self.initial_state(len(obs["is_first"]))
         return self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")}), rssm_state, prev_action
 
+    def _update_inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """``update``'s common start: the replay sample's observation keys, ``prev_action``, ``reward``,
+        ``is_first`` and ``is_terminal`` ``(T, B, ...)`` as tensors on the device."""
+        keys = (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")
+        return self.wm.tensors({k: batch[k] for k in keys})
+
+    @staticmethod
+    def _metric_floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+        """``update``'s common end: scalar tensors -> floats with one host sync for all of them."""
+        values = torch.stack([v.float() for v in metrics.values()]).tolist()
+        return dict(zip(metrics.keys(), values))
+
     def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
         """``{"modules": nn.Module state, <optimiser name>: its state, ...}``; with arguments, plain ``nn.Module``."""
         if args or kwargs:

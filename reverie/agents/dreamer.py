@@ -193,11 +193,10 @@ class DreamerV3(WorldModelAgent):
             metrics: world-model losses (``loss/<key>``), ``kl``, entropies, actor/critic losses, return and
             advantage statistics, gradient norms.
         """
-        data = self.wm.tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        data = self._update_inputs(batch)
         with autocast(self.device, self.compute_dtype):
             metrics = self._update(data)
-        values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
-        return dict(zip(metrics.keys(), values))
+        return self._metric_floats(metrics)
 
     def _update(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         metrics: dict[str, torch.Tensor] = {}

@@ -115,7 +115,7 @@ class PlaNet(WorldModelAgent):
             metrics: ``loss/<key>`` per loss of :attr:`loss_scales`, ``loss/model``, ``kl`` (unclipped),
             entropies, ``prior_std``, ``grad_norm/model``.
         """
-        data = self.wm.tensors({k: batch[k] for k in (*self.obs_keys, "prev_action", "reward", "is_first", "is_terminal")})
+        data = self._update_inputs(batch)
         with autocast(self.device, self.compute_dtype):
             losses, _, info = self.wm.loss(data)
             model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
@@ -126,6 +126,5 @@ class PlaNet(WorldModelAgent):
         self.model_opt.step()
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
-        values = torch.stack([v.float() for v in metrics.values()]).tolist()  # one host sync for all metrics
-        return dict(zip(metrics.keys(), values))
+        return self._metric_floats(metrics)
 
