@@ -158,21 +158,15 @@ def test_planet_episode_cycle_with_two_ranks(tmp_path):
 @pytest.mark.timeout(600)
 def test_ctrl_c_stops_every_rank_after_the_same_step_with_checkpoints(tmp_path):
     import signal
-    import time
+
+    from train_process import interrupt_training
 
     run_dir = tmp_path / "sigint"
-    proc = subprocess.Popen([sys.executable, "-m", "reverie", "train", *BASE, f"run_dir={run_dir}",
-                             "train.steps=100000", "train.log_every=16"],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    metrics = run_dir / "rank1" / "metrics.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher
-    out, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 130, out.decode()[-3000:]
+    code, out = interrupt_training([*BASE, f"run_dir={run_dir}", "train.steps=100000", "train.log_every=16"],
+                                   run_dir / "rank1" / "metrics.jsonl", rows=3,
+                                   signum=signal.SIGINT, timeout_s=240)  # what Ctrl-C sends the launcher
+    assert code == 130, out[-3000:]
     payload0, payload1 = rank_payloads(run_dir)
     assert 48 <= payload0["counters"]["env_steps"] == payload1["counters"]["env_steps"] < 100000
     assert payload1["agent_digest"] == agent_digest(run_dir) and not (run_dir / "summary.json").exists()
-    assert out.decode().count("[reverie] interrupted at env step") == 2
+    assert out.count("[reverie] interrupted at env step") == 2

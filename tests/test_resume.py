@@ -153,24 +153,14 @@ def test_preflight_numbers():
 
 
 def test_sigterm_writes_a_final_checkpoint(tmp_path):
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
+
+    from train_process import interrupt_training
 
     run_dir = tmp_path / "term"
-    proc = subprocess.Popen([sys.executable, "-m", "reverie", "train", *BASE, f"run_dir={run_dir}",
-                             "train.steps=100000", "train.checkpoint_every=100000"],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out.decode()[-2000:]
+    code, out = interrupt_training([*BASE, f"run_dir={run_dir}", "train.steps=100000", "train.checkpoint_every=100000"],
+                                   run_dir / "metrics.jsonl", rows=2, signum=signal.SIGTERM, timeout_s=120)
+    assert code == 130, out[-2000:]
     payload = load_checkpoint(run_dir)
     assert 32 <= payload["counters"]["env_steps"] < 100000 and not (run_dir / "summary.json").exists()
 
