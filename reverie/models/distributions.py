@@ -199,14 +199,10 @@ def one_hot_index(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.
     return out.scatter_(-1, index.unsqueeze(-1), 1.0)
 
 
-@torch.no_grad()
 def one_hot_sample(probs: torch.Tensor) -> torch.Tensor:
-    """One-hot sample ``(..., K)`` of categorical ``probs`` ``(..., K)`` by inverting the CDF with one uniform draw
-    per distribution (no multinomial kernel)."""
-    cdf = probs.cumsum(-1)
-    u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
-    index = (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
-    return one_hot_index(index, probs.shape[-1], probs.dtype)
+    """One-hot sample ``(..., K)`` in ``probs``' dtype of categorical ``probs`` ``(..., K)`` (rows summing to 1):
+    the inverse CDF at one uniform draw per distribution (:func:`_unimix_index` without a uniform part)."""
+    return one_hot_index(_unimix_index(probs, 0.0), probs.shape[-1], probs.dtype)
 
 
 @torch.no_grad()
@@ -219,7 +215,8 @@ def _unimix_index(probs: torch.Tensor, unimix: float) -> torch.Tensor:
     k = probs.shape[-1]
     u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
     cdf = probs.cumsum(-1)  # (..., K); cdf[..., -1] is 1 up to rounding: a target above it lands on class K-1
-    index = torch.searchsorted(cdf, (u - unimix) * (1.0 / (1.0 - unimix))).clamp_(max=k - 1)  # count of cdf < target
+    target = ((u - unimix) * (1.0 / (1.0 - unimix))).to(cdf.dtype)
+    index = torch.searchsorted(cdf, target).clamp_(max=k - 1)  # the count of classes with cdf < target
     if unimix > 0.0:
         index = torch.where(u < unimix, (u * (k / unimix)).long().clamp_(max=k - 1), index)
     return index.squeeze(-1)
