@@ -51,17 +51,29 @@ def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     increment_version([p for group in opt.param_groups for p in group["params"]])
 
 
+def _clear_autocast_cache(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """Step post-hook: drop autocast's lower-precision copies of the parameters. Autocast casts each float32 leaf
+    parameter once per outermost autocast region and reuses the copy, whatever happens to the parameter in
+    between, so without this a DreamerV3 update (one region) would imagine with the bf16 world-model weights of
+    before its own world-model step (``tests/agents/test_base.py``)."""
+    torch.clear_autocast_cache()
+
+
 def adam(params: Iterable[nn.Parameter], lr: float, eps: float) -> torch.optim.Adam:
     """``torch.optim.Adam(params, lr, eps=eps)`` with the fused implementation (one kernel over all parameters
     instead of a loop of small ops per parameter: 4 ms instead of 12 ms per world-model step at size s on the
     2-core CPU, docs/speed.md), falling back to the default where this torch has no fused Adam for the device.
-    The same update rule (Kingma and Ba 2015, Algorithm 1, with ``eps`` added to the root of the second moment)."""
+    The same update rule (Kingma and Ba 2015, Algorithm 1, with ``eps`` added to the root of the second moment).
+    After each step autocast's cached casts are dropped, so later forward passes in the same autocast region
+    read the new parameters."""
     params = list(params)
     try:
         opt = torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     except (RuntimeError, ValueError):  # no fused kernel for this device or dtype
-        return torch.optim.Adam(params, lr=lr, eps=eps)
-    opt.register_step_post_hook(_bump_versions)
+        opt = torch.optim.Adam(params, lr=lr, eps=eps)
+    else:
+        opt.register_step_post_hook(_bump_versions)
+    opt.register_step_post_hook(_clear_autocast_cache)
     return opt
 
 
