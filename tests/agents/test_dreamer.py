@@ -128,3 +128,43 @@ def test_acting_then_updating_in_each_precision(precision):
         agent.act(obs, None, "explore")
         metrics = agent.update(batch(T=8, B=40))  # 320 imagination starts: the gather path
         assert np.isfinite(metrics["loss/actor"]) and np.isfinite(metrics["loss/model"])
+
+
+def test_critic_gradient_equals_the_one_pass_reference():
+    """The critic's loss (two-hot regression to the lambda-return plus the slow-critic regulariser, weighted by the
+    imagined continuation) written out with one dense critic pass over all H+1 steps and ``log_prob``, on the
+    agent's own rollout: its gradient equals the one the update steps with (which runs the critic with gradients
+    on t < H only and reads the bootstrap value at H without them)."""
+    from reverie.agents.returns import imagination_weights, lambda_return
+    from reverie.models.onehot_linear import SplitFeat
+
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    agent.update(batch())  # move the heads off their zero-initialised outputs
+    rssm, rollout, checked = agent.wm.rssm, {}, {}
+    imagine = rssm.imagine
+    rssm.imagine = lambda *a, **k: rollout.setdefault("out", imagine(*a, **k))
+    step = agent.critic_opt.step
+
+    def reference_then_step(*args, **kwargs):  # critic and slow critic as the update used them (before the step)
+        states, _ = rollout["out"]
+        with torch.no_grad():
+            feat = rssm.features(states)
+            feat = feat.dense() if isinstance(feat, SplitFeat) else feat  # (H+1, N, F), dense
+            reward = torch.cat([torch.zeros_like(feat[:1, :, 0]), agent.wm.reward(feat[1:]).mean])
+            cont = torch.cat([torch.ones_like(feat[:1, :, 0]), agent.wm.cont(feat[1:]).mode])
+            slow = TwoHotSymlog(agent.slow_critic(feat[:-1])).mean
+        out = agent.critic(feat)  # (H+1, N, 255)
+        ret = lambda_return(reward, TwoHotSymlog(out).mean.detach(), cont, agent.gamma, agent.lam)
+        dist = TwoHotSymlog(out[:-1])
+        loss = -(imagination_weights(cont, agent.gamma)[:-1] * (dist.log_prob(ret) + agent.slow_reg
+                                                               * dist.log_prob(slow))).mean()
+        expected = torch.autograd.grad(loss, list(agent.critic.parameters()))
+        for p, g in zip(agent.critic.parameters(), expected):
+            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+        checked["grads"] = sum(float(g.abs().sum()) for g in expected)
+        return step(*args, **kwargs)
+
+    agent.critic_opt.step = reference_then_step
+    agent.update(batch(seed=1))
+    assert checked["grads"] > 0.0
