@@ -37,7 +37,7 @@ _GATHER_MIN_ROWS = 256
 class GRUCell(nn.Module):
     """LayerNorm GRU of the DreamerV3 reference (``rssm.py``: ``update = sigmoid(u - 1)``).
 
-    ``forward(x (B, I), h (B, D)) -> (B, D)``.
+    ``forward(x (B, I), h (B, D)) -> (B, D)`` in the dtype of the gates (under autocast: its compute dtype).
     """
 
     def __init__(self, in_dim: int, deter: int, eps: float = 1e-3):
@@ -53,7 +53,9 @@ class GRUCell(nn.Module):
         reset = torch.sigmoid(reset)
         cand = torch.tanh(reset * cand)
         update = torch.sigmoid(update - 1.0)
-        return update * cand + (1.0 - update) * h
+        # in the compute dtype (bf16 under autocast), as the reference keeps the whole cell: a float32 h would
+        # promote the new state to float32, and every reader under autocast would cast it back (docs/speed.md)
+        return update * cand + (1.0 - update) * h.to(cand.dtype)
 
 
 class RSSM(nn.Module):

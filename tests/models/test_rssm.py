@@ -114,3 +114,21 @@ def test_skipping_the_reset_arithmetic_on_steps_without_is_first_changes_nothing
         if grads_a[key] is not None:
             torch.testing.assert_close(grads_a[key], grads_b[key], rtol=1e-5, atol=1e-5, msg=key)  # summation order
     assert grads_a["initial_deter"] is not None
+
+
+def test_gru_state_is_in_the_compute_dtype_and_mixes_the_rounded_previous_state():
+    """Under bf16 autocast the cell computes in bf16 throughout (reference: the whole RSSM in the compute dtype):
+    from a float32 previous state ``h`` the new state is ``u * c + (1 - u) * bf16(h)``, in bf16."""
+    from reverie.models.rssm import GRUCell
+
+    torch.manual_seed(0)
+    cell = GRUCell(6, 8)
+    x, h = torch.randn(5, 6), torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        new = cell(x, h)
+        parts = cell.norm(cell.linear(torch.cat([x, h], -1)))
+    reset, cand, update = parts.chunk(3, -1)
+    cand, update = torch.tanh(torch.sigmoid(reset) * cand), torch.sigmoid(update - 1.0)
+    assert new.dtype == torch.bfloat16
+    assert torch.equal(new, update * cand + (1.0 - update) * h.bfloat16())
+    assert cell(x, h).dtype == torch.float32  # no autocast: float32 as before
