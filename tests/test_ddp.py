@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import reverie.models.observe_scan as observe_scan_module
 import reverie.models.rssm as rssm_module
 from reverie import distributed
 from reverie.agents.dreamer import DreamerV3
@@ -31,6 +32,18 @@ T, B, WORLD = 8, 8, 2  # global batch 8 x 8; each rank gets B / WORLD = 4 column
 def mode_straight_through(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     probs = unimix_probs(logits, unimix)
     return one_hot_index(logits.argmax(-1), logits.shape[-1]) + probs - probs.detach()
+
+
+def mode_index(probs: torch.Tensor, unimix: float) -> torch.Tensor:
+    """The observe scan's draw (reverie.models.observe_scan) replaced by the mode, as mode_straight_through."""
+    return probs.argmax(-1)
+
+
+def deterministic_latents(set_attr) -> None:
+    """Latents at their mode (straight-through gradients unchanged): each rank's shard draws the same latents
+    as the single process's concatenated batch."""
+    set_attr(rssm_module, "unimix_sample", mode_straight_through)
+    set_attr(observe_scan_module, "_unimix_index", mode_index)
 
 
 def make_batch() -> dict[str, np.ndarray]:
@@ -48,7 +61,7 @@ def world_model_grads(agent: DreamerV3, batch: dict[str, np.ndarray]) -> None:
 
 def worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    rssm_module.unimix_sample = mode_straight_through
+    deterministic_latents(setattr)
     info = distributed.init_process_group("cpu", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
         assert info.backend == "gloo" and info.is_main == (rank == 0)
@@ -95,7 +108,7 @@ def test_averaged_gradient_equals_single_process_gradient_on_the_concatenated_ba
     mp.spawn(worker, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=WORLD, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
 
-    monkeypatch.setattr(rssm_module, "unimix_sample", mode_straight_through)
+    deterministic_latents(monkeypatch.setattr)
     torch.manual_seed(0)  # rank 0's initial weights, which the broadcast gave every rank
     single = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **DEBUG)
     world_model_grads(single, make_batch())

@@ -25,6 +25,7 @@ from torch import nn
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample, unimix_sample_index
 from reverie.models.networks import MLP, trunc_normal_init_
 from reverie.models.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
+from reverie.models.observe_scan import observe_scan
 from reverie.models.scan_linear import ScanLinears
 
 State = dict[str, torch.Tensor]
@@ -98,6 +99,7 @@ class RSSM(nn.Module):
         self.action_dim = action_dim
         self.onehot_gather = bool(onehot_gather) and latent == "categorical"
         self.defer_weight_grads = latent == "categorical"  # observe scan: see _scan_linears (off to compile)
+        self.fused_observe = latent == "categorical"  # observe scan as one autograd node: see _fused_scan
         if latent == "gaussian":
             self._build_gaussian(embed_dim, units, min_std)
             return
@@ -259,6 +261,12 @@ class RSSM(nn.Module):
         # zero-filled (T, B, units) gradients and add them up; unbind's stacks the T step gradients once
         action_steps, embed_steps = action_proj.unbind(0), embed_proj.unbind(0)  # T x (B, units)
         resets = _reset_steps(is_first)  # steps without any is_first skip the reset arithmetic
+        if self._fused_scan(action_proj, embed_proj, sample):  # one autograd node for the whole scan (CPU)
+            deter_seq, logits, stoch = observe_scan(self, action_proj, embed_proj, first, resets, state["deter"],
+                                                    state["stoch"], init, action_proj.dtype)
+            post = {"deter": deter_seq, "stoch": stoch, "logits": logits.unflatten(-1, (self.stoch, self.classes))}
+            prior_logits = self._prior_logits(deter_seq)  # all steps at once: (T, B, D) -> (T, B, S, K)
+            return post, {"deter": deter_seq, "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
         if given and not any(resets):  # the learned initial state keeps its (zero) gradient, as with the arithmetic
             deter = deter + 0.0 * init["deter"]
         for t in range(T):
@@ -282,15 +290,25 @@ class RSSM(nn.Module):
         prior = {"deter": deter_seq, "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
         return post, prior
 
+    def _compute_dtype(self) -> torch.dtype:
+        device = self.in_a.weight.device.type
+        return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else self.in_a.weight.dtype
+
+    def _fused_scan(self, action_proj: torch.Tensor, embed_proj: torch.Tensor, sample: bool) -> bool:
+        """Whether :meth:`observe` runs :func:`reverie.models.observe_scan.observe_scan`: sampled, recording
+        gradients, on CPU (measured there: docs/speed.md), not traced (``compile`` sets ``defer_weight_grads``
+        off and keeps the per-op loop), and both projections in the compute dtype (as an encoder's output is;
+        a float32 ``embed`` under autocast promotes them, and the per-op loop follows those promotions)."""
+        return (sample and self.fused_observe and self.defer_weight_grads and torch.is_grad_enabled()
+                and action_proj.device.type == "cpu" and action_proj.dtype == embed_proj.dtype == self._compute_dtype())
+
     def _scan_linears(self) -> ScanLinears | None:
         """The observe scan's per-step linear layers with deferred weight gradients (:mod:`.scan_linear`: one
         product per weight instead of one per step), or None with ``defer_weight_grads`` off (``compile``)."""
         if not self.defer_weight_grads:
             return None
-        device = self.in_a.weight.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         return ScanLinears({"in_z": self.in_z, "gru": self.gru.linear, "post_h": self.post_h,
-                            "post_out": self.post_out}, dtype)
+                            "post_out": self.post_out}, self._compute_dtype())
 
     def _observe_gaussian(self, embed, prev_action, is_first, state, sample):
         T, B = is_first.shape

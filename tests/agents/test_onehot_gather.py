@@ -35,7 +35,8 @@ def run(gather: bool, spec: ActionSpec, image: bool, updates: int = 3):
 @pytest.mark.parametrize("discrete, image", [(True, False), (False, False), (True, True)])
 def test_gather_path_gives_the_dense_losses(discrete, image):
     """Three updates (world model, imagination, actor, critic): every loss and metric, then every parameter,
-    equal within 1e-5 relative in float32 (the paths differ only in float rounding)."""
+    equal within 1e-5 relative in float32 (the paths differ only in float rounding; parameters also
+    within 5e-6 absolute)."""
     spec = ActionSpec(discrete, 2)
     fast, fast_metrics = run(True, spec, image)
     dense, dense_metrics = run(False, spec, image)
@@ -44,8 +45,8 @@ def test_gather_path_gives_the_dense_losses(discrete, image):
         assert got.keys() == want.keys()
         for key in want:
             assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
-    for (name, p), q in zip(fast.named_parameters(), dense.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    for (name, p), q in zip(fast.named_parameters(), dense.parameters()):  # atol: Adam steps near-zero
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=5e-6, msg=name)  # weights by ~lr whatever their rounding
 
 
 def test_heads_see_split_features_only_on_the_gather_path():

@@ -1,0 +1,124 @@
+"""The observe scan as one autograd node (reverie.models.observe_scan) against the per-op loop it replaces."""
+
+import numpy as np
+import pytest
+import torch
+
+from reverie.models.rssm import RSSM
+
+T, B = 9, 4
+
+
+def make(dtype=torch.float64):
+    torch.manual_seed(0)
+    return RSSM(3, 10, deter=16, stoch=4, classes=5, units=12).to(dtype)
+
+
+def inputs(dtype):
+    torch.manual_seed(3)
+    embed = torch.randn(T, B, 10, dtype=dtype, requires_grad=True)
+    action = torch.randn(T, B, 3, dtype=dtype, requires_grad=True)
+    first = torch.zeros(T, B, dtype=torch.bool)
+    first[0] = True
+    first[4, 1] = True  # one row mid-sequence
+    first[6, :2] = True
+    return embed, action, first
+
+
+def run(rssm, fused, embed, action, first, state=None, autocast=False, passes=1):
+    """Posterior values and the gradients of every parameter and input of a loss that reads every output."""
+    rssm.fused_observe = fused
+    rssm.zero_grad(set_to_none=True)
+    for t in (embed, action, *(state or {}).values()):
+        t.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        torch.manual_seed(1)
+        post, prior = rssm.observe(embed.bfloat16() if autocast else embed, action, first, state)
+        torch.manual_seed(2)
+        loss = sum((post[k].float() * torch.randn(post[k].shape)).sum() for k in post)
+        loss = loss + prior["logits"].float().square().sum() + post["logits"].float().softmax(-1).square().sum()
+    for i in range(passes):
+        loss.backward(retain_graph=i + 1 < passes)
+    grads = {n: p.grad for n, p in rssm.named_parameters()}
+    grads |= {"embed": embed.grad, "action": action.grad}
+    grads |= {f"state/{k}": v.grad for k, v in (state or {}).items()}
+    return {k: v.detach() for k, v in post.items()}, grads
+
+
+def compare(a, b, rtol):
+    values_a, grads_a = a
+    values_b, grads_b = b
+    for key in values_a:
+        assert torch.equal(values_a[key], values_b[key]), key  # same ops in the same order: same draws and values
+    for name in grads_a:
+        assert (grads_a[name] is None) == (grads_b[name] is None), name
+        if grads_a[name] is not None:
+            scale = grads_a[name].abs().max()
+            assert float((grads_a[name] - grads_b[name]).abs().max()) <= rtol * float(scale) + 1e-12, name
+
+
+def test_fused_scan_equals_the_per_op_loop_in_float64():
+    """Values, draws and every gradient (parameters incl. the learned initial state through rows that reset
+    mid-sequence, embeddings, actions). The tolerance is float32's: the straight-through gradient works on the
+    float32 probabilities in both."""
+    rssm = make()
+    embed, action, first = inputs(torch.float64)
+    per_op = run(rssm, False, embed, action, first)
+    assert float(per_op[1]["initial_deter"].abs().max()) > 0  # resets carry gradient to the initial state
+    compare(per_op, run(rssm, True, embed, action, first), rtol=1e-6)
+
+
+def test_fused_scan_from_a_given_state_without_resets():
+    """A state handed in (e.g. a previous chunk's last state) gets its gradient; the learned initial state, not
+    reached, gets a zero gradient (not None: the optimiser still steps it, as with the per-op loop)."""
+    rssm = make()
+    embed, action, _ = inputs(torch.float64)
+    first = torch.zeros(T, B, dtype=torch.bool)
+    torch.manual_seed(5)
+    stoch = torch.nn.functional.one_hot(torch.randint(0, 5, (B, 4)), 5).float().requires_grad_()
+    state = {"deter": torch.randn(B, 16, dtype=torch.float64, requires_grad=True), "stoch": stoch}
+    per_op = run(rssm, False, embed, action, first, state)
+    fused = run(rssm, True, embed, action, first, state)
+    compare(per_op, fused, rtol=1e-6)
+    assert torch.equal(fused[1]["initial_deter"], torch.zeros(16, dtype=torch.float64))
+
+
+def test_fused_scan_in_bfloat16_autocast():
+    rssm = make(torch.float32)
+    embed, action, first = inputs(torch.float32)
+    per_op = run(rssm, False, embed, action, first, autocast=True)
+    fused = run(rssm, True, embed, action, first, autocast=True)
+    assert fused[0]["deter"].dtype == torch.bfloat16
+    compare(per_op, fused, rtol=2e-2)  # bf16: sums rounded in another order
+
+
+def test_fused_scan_backward_twice_on_a_retained_graph():
+    rssm = make()
+    embed, action, first = inputs(torch.float64)
+    once = run(rssm, True, embed, action, first)[1]
+    twice = run(rssm, True, embed, action, first, passes=2)[1]
+    for name, grad in once.items():
+        torch.testing.assert_close(twice[name], 2 * grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_dreamer_update_runs_the_fused_scan(monkeypatch, precision):
+    """The speed path is the one the update takes (its projections are in the compute dtype)."""
+    import reverie.models.rssm as rssm_module
+    from reverie.agents.dreamer import DreamerV3
+    from reverie.types import ActionSpec
+
+    calls = []
+    scan = rssm_module.observe_scan
+    monkeypatch.setattr(rssm_module, "observe_scan", lambda *a, **k: calls.append(1) or scan(*a, **k))
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=16, stoch=4, classes=4, units=16, layers=1,
+                      horizon=3, precision=precision)
+    rng = np.random.default_rng(0)
+    is_first = np.zeros((6, 3), bool)
+    is_first[0] = True
+    metrics = agent.update({"vector": rng.normal(size=(6, 3, 4)).astype(np.float32),
+                            "prev_action": np.eye(2, dtype=np.float32)[rng.integers(2, size=(6, 3))],
+                            "reward": rng.normal(size=(6, 3)).astype(np.float32), "is_first": is_first,
+                            "is_last": np.zeros((6, 3), bool), "is_terminal": np.zeros((6, 3), bool)})
+    assert calls == [1] and np.isfinite(metrics["loss/model"])
