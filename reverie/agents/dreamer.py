@@ -18,6 +18,7 @@ from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda
 from reverie.compiling import compile_callables
 from reverie.distributed import all_finite, all_gather_cat, average_gradients
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
+from reverie.models.mlp_tape import MLPTape
 from reverie.models.networks import MLP
 from reverie.models.onehot_linear import SplitFeat
 from reverie.models.world_model import WorldModel
@@ -60,7 +61,10 @@ class Actor(nn.Module):
         self.net = MLP(feat_dim, spec.dim if spec.discrete else 2 * spec.dim, units=units, layers=layers)
 
     def forward(self, feat: torch.Tensor) -> torch.distributions.Distribution:
-        out = self.net(feat)
+        return self.dist(self.net(feat))
+
+    def dist(self, out: torch.Tensor) -> torch.distributions.Distribution:
+        """The policy distribution from the network's output ``(..., A)`` (discrete) or ``(..., 2A)``."""
         if self.spec.discrete:
             return UnimixCategorical(out, self.unimix)
         mean, std = out.chunk(2, -1)
@@ -224,11 +228,14 @@ class DreamerV3(WorldModelAgent):
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
         rssm, discrete = self.wm.rssm, self.spec.discrete
         dists: list[torch.distributions.Distribution] = []  # continuous: pi(. | s_t), t = 0..H, for the actor loss
+        # discrete: the rollout's actor passes are recorded, and the actor loss differentiates them over all steps
+        # at once (mlp_tape.py) instead of a second forward pass; compiled heads keep the second pass
+        tape = MLPTape(self.actor.net) if discrete and not self.compiled else None
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
             feat = _no_stoch(rssm.features(state)).to(self.compute_dtype)  # (N, F); the actor's input is detached
             if discrete:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
-                return self.actor(feat).sample()
+                return self.actor.dist(self.actor.net(feat) if tape is None else tape(feat)).sample()
             dist = self.actor(feat.detach())
             dists.append(dist)
             return dist.rsample()
@@ -259,8 +266,9 @@ class DreamerV3(WorldModelAgent):
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
         adv = (ret - value[:-1].detach()) / scale  # (H, N)
-        if discrete:  # pi(. | s_t) for t < H in one pass (same weights as in the rollout: the same distribution)
-            policy_dist = self.actor(_no_stoch(feat[:-1]).detach())  # (H, N)
+        if discrete:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
+            policy_dist = self.actor(_no_stoch(feat[:-1]).detach()) if tape is None else \
+                self.actor.dist(tape.replay(self.horizon))  # (H, N)
             objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)
             entropy = policy_dist.entropy()  # (H, N)
         else:

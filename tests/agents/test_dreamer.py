@@ -168,3 +168,43 @@ def test_critic_gradient_equals_the_one_pass_reference():
     agent.critic_opt.step = reference_then_step
     agent.update(batch(seed=1))
     assert checked["grads"] > 0.0
+
+
+def test_actor_gradient_equals_a_fresh_pass_reference():
+    """Discrete actions: the actor's loss (REINFORCE: advantage-weighted log-likelihood of the rollout's actions
+    plus the entropy bonus, weighted by the imagined continuation; eq. 8-9) written out with a fresh actor pass
+    over the imagined states: its gradient equals the one the update steps with (which differentiates the
+    rollout's own actor passes, reverie.models.mlp_tape)."""
+    from reverie.agents.returns import imagination_weights, lambda_return
+    from reverie.models.onehot_linear import SplitFeat
+
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    agent.update(batch())  # move the heads off their zero-initialised outputs
+    rssm, rollout, checked = agent.wm.rssm, {}, {}
+    imagine = rssm.imagine
+    rssm.imagine = lambda *a, **k: rollout.setdefault("out", imagine(*a, **k))
+    step = agent.actor_opt.step
+
+    def reference_then_step(*args, **kwargs):  # actor, critic and normaliser as the update used them
+        states, actions = rollout["out"]
+        with torch.no_grad():
+            feat = rssm.features(states)
+            feat = feat.dense() if isinstance(feat, SplitFeat) else feat  # (H+1, N, F), dense
+            reward = torch.cat([torch.zeros_like(feat[:1, :, 0]), agent.wm.reward(feat[1:]).mean])
+            cont = torch.cat([torch.ones_like(feat[:1, :, 0]), agent.wm.cont(feat[1:]).mode])
+            value = TwoHotSymlog(agent.critic(feat)).mean
+            ret = lambda_return(reward, value, cont, agent.gamma, agent.lam)
+            adv = (ret - value[:-1]) / agent.retnorm.scale()
+        dist = agent.actor(feat[:-1])
+        objective = dist.log_prob(actions[:-1]) * adv + agent.actor_entropy * dist.entropy()
+        loss = -(imagination_weights(cont, agent.gamma)[:-1] * objective).mean()
+        expected = torch.autograd.grad(loss, list(agent.actor.parameters()))
+        for p, g in zip(agent.actor.parameters(), expected):
+            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-7)
+        checked["grads"] = sum(float(g.abs().sum()) for g in expected)
+        return step(*args, **kwargs)
+
+    agent.actor_opt.step = reference_then_step
+    agent.update(batch(seed=1))
+    assert checked["grads"] > 0.0
