@@ -230,7 +230,7 @@ class DreamerV3(WorldModelAgent):
         dists: list[torch.distributions.Distribution] = []  # continuous: pi(. | s_t), t = 0..H, for the actor loss
         # discrete: the rollout's actor passes are recorded, and the actor loss differentiates them over all steps
         # at once (mlp_tape.py) instead of a second forward pass; compiled heads keep the second pass
-        tape = MLPTape(self.actor.net) if discrete and not self.compiled else None
+        tape = MLPTape(self.actor.net, self.horizon) if discrete and not self.compiled else None
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
             feat = _no_stoch(rssm.features(state)).to(self.compute_dtype)  # (N, F); the actor's input is detached
@@ -267,8 +267,8 @@ class DreamerV3(WorldModelAgent):
         scale = self.retnorm.scale()
         adv = (ret - value[:-1].detach()) / scale  # (H, N)
         if discrete:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
-            policy_dist = self.actor(_no_stoch(feat[:-1]).detach()) if tape is None else \
-                self.actor.dist(tape.replay(self.horizon))  # (H, N)
+            actor_feat = _no_stoch(feat[:-1]).detach()
+            policy_dist = self.actor(actor_feat) if tape is None else self.actor.dist(tape.replay(actor_feat))  # (H, N)
             objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)
             entropy = policy_dist.entropy()  # (H, N)
         else:

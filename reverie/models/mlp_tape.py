@@ -5,9 +5,11 @@ step of the rollout to sample the actions (no gradient), and once more on all ``
 ``-log pi(a_t | s_t) * adv_t`` (with gradient). The two passes give the same values (same weights, same inputs),
 so the second one is redundant work: about 5% of an update at size s on the 2-core CPU (docs/speed.md).
 
-:class:`MLPTape` keeps what the rollout's passes computed (inputs, pre-norm activations, LayerNorm statistics,
-normalised activations, outputs), and :meth:`MLPTape.replay` returns the stacked outputs ``(steps, N, out)``
-as a function of the MLP's parameters whose backward is written out over all steps at once, with autograd's
+:class:`MLPTape` keeps what the rollout's passes computed (pre-norm activations, LayerNorm statistics,
+normalised and activated activations, written into ``(steps, N, units)`` buffers as they are computed, and the
+outputs), and :meth:`MLPTape.replay` takes the passes' inputs as the rollout stacked them and returns the stacked
+outputs ``(steps, N, out)`` as a function of the MLP's parameters whose backward is written out over all steps
+at once, with autograd's
 own kernels: ``silu_backward``, ``native_layer_norm_backward``, one ``G^T @ X`` per weight, and the one-hot rows'
 weight gradient of :mod:`reverie.models.onehot_linear` for a :class:`SplitFeat` input. Reusing the 15 per-step
 graphs instead (one backward per step) was measured slower: the small per-step weight gradients cost what the
@@ -33,52 +35,67 @@ class MLPTape:
     """Records forward passes of ``mlp`` made without autograd, one per rollout step; see the module docstring.
 
     ``tape(x)`` for ``x (N, in)`` (a tensor or :class:`SplitFeat`) returns ``mlp(x)`` ``(N, out)`` (same
-    values) and keeps the activations; ``tape.replay(steps)`` returns the outputs of the first ``steps``
-    recorded passes stacked ``(steps, N, out)``, differentiable in ``mlp``'s parameters.
+    values) and, for the first ``steps`` calls, keeps the activations: the normalised and activated ones are
+    written straight into ``(steps, N, units)`` buffers (no copy at replay time). ``tape.replay(inputs)`` with
+    those calls' inputs stacked ``(steps, N, in)`` (as the rollout stacks its states anyway) returns their
+    outputs stacked ``(steps, N, out)``, differentiable in ``mlp``'s parameters.
 
     Raises:
         TypeError: ``mlp`` has a hidden layer that is not linear -> LayerNorm -> SiLU, or no output layer.
     """
 
-    def __init__(self, mlp: nn.Module):
+    def __init__(self, mlp: nn.Module, steps: int):
         for layer in mlp.hidden:
             if len(layer) != 3 or not isinstance(layer[1], nn.LayerNorm) or not isinstance(layer[2], nn.SiLU):
                 raise TypeError(f"MLPTape supports linear -> LayerNorm -> SiLU hidden layers, got {layer}")
         if mlp.out is None:
             raise TypeError("MLPTape needs an MLP with an output layer")
-        self.mlp = mlp
-        self.steps: list[tuple[list[tuple], torch.Tensor, torch.Tensor]] = []
+        self.mlp, self.steps, self.count = mlp, steps, 0
+        self.pre: list[list[torch.Tensor]] = [[] for _ in mlp.hidden]  # per layer, per step: linear output (N, U)
+        self.buffers: list[tuple[torch.Tensor, ...]] = []  # per layer: normalised, mean, rstd, activated
+        self.outs: list[torch.Tensor] = []
 
     def __call__(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
         """``mlp(x)`` computed without autograd, its activations recorded. ``x (N, in)`` -> ``(N, out)``."""
-        hidden = []
+        t, record = self.count, self.count < self.steps
         with torch.no_grad():
-            for linear, norm, _ in self.mlp.hidden:
+            for i, (linear, norm, act) in enumerate(self.mlp.hidden):
                 y = linear(x)  # (N, units), in the compute dtype under autocast
-                n, mean, rstd = torch.native_layer_norm(y, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-                hidden.append((x, y, mean, rstd, n))
-                x = F.silu(n)
+                if not record:
+                    x = act(norm(y))
+                    continue
+                if len(self.buffers) == i:  # first call: (steps, N, units) buffers for this layer
+                    stat_dtype = torch.promote_types(y.dtype, torch.float32)  # LayerNorm's mean/rstd dtype
+                    stat = y.new_empty(self.steps, *y.shape[:-1], 1, dtype=stat_dtype)
+                    self.buffers.append((y.new_empty(self.steps, *y.shape), stat, torch.empty_like(stat),
+                                         y.new_empty(self.steps, *y.shape)))
+                n, mean, rstd, h = self.buffers[i]
+                torch.ops.aten.native_layer_norm.out(y, norm.normalized_shape, norm.weight, norm.bias, norm.eps,
+                                                     out0=n[t], out1=mean[t], out2=rstd[t])
+                torch.ops.aten.silu.out(n[t], out=h[t])
+                self.pre[i].append(y)
+                x = h[t]
             out = self.mlp.out(x)
-        self.steps.append((hidden, x, out))
+        if record:
+            self.outs.append(out)
+        self.count += 1
         return out
 
-    def replay(self, steps: int) -> torch.Tensor:
-        """The first ``steps`` recorded outputs ``(steps, N, out)``; their gradient reaches the MLP's parameters.
+    def replay(self, inputs: torch.Tensor | SplitFeat) -> torch.Tensor:
+        """Outputs of the recorded calls ``(steps, N, out)``, their gradient reaching the MLP's parameters.
+
+        Args:
+            inputs: the recorded calls' inputs stacked ``(steps, N, in)`` (the first layer's weight gradient
+                reads them).
 
         Raises:
-            ValueError: fewer than ``steps`` passes recorded.
+            ValueError: fewer calls recorded than ``steps``, or ``inputs`` of another number of steps.
         """
-        if steps > len(self.steps):
-            raise ValueError(f"MLPTape.replay({steps}): only {len(self.steps)} forward passes were recorded")
-        return _Replay.apply(self, steps, *self.mlp.parameters())
-
-
-def _cat(parts: list[torch.Tensor | SplitFeat]) -> torch.Tensor | SplitFeat:
-    """Concatenate per-step inputs along rows (``SplitFeat``: its deter and index; no one-hot)."""
-    if isinstance(parts[0], SplitFeat):
-        deter = None if parts[0].deter is None else torch.cat([p.deter for p in parts])
-        return SplitFeat(deter, None, torch.cat([p.index for p in parts]), parts[0].classes)
-    return torch.cat(parts)
+        lead = inputs.lead if isinstance(inputs, SplitFeat) else inputs.shape[:-1]
+        if len(self.outs) != self.steps or lead[0] != self.steps:
+            raise ValueError(f"MLPTape.replay: {len(self.outs)} of {self.steps} calls recorded, inputs of "
+                             f"{lead[0]} steps; replay after the rollout, with its first {self.steps} inputs")
+        return _Replay.apply(self, inputs.flatten(0, 1), *self.mlp.parameters())
 
 
 def _linear_grads(linear: nn.Linear, x: torch.Tensor | SplitFeat, dy: torch.Tensor, need_input: bool):
@@ -102,32 +119,33 @@ def _linear_grads(linear: nn.Linear, x: torch.Tensor | SplitFeat, dy: torch.Tens
 
 
 class _Replay(torch.autograd.Function):
-    """``(tape, steps, *mlp parameters) -> (steps, N, out)``: the recorded outputs; backward over all steps."""
+    """``(tape, inputs (steps * N, in), *mlp parameters) -> (steps, N, out)``: the recorded outputs; backward
+    over all steps at once."""
 
     @staticmethod
-    def forward(ctx, tape, steps, *params):
-        ctx.tape, ctx.steps = tape, steps
-        return torch.stack([out for _, _, out in tape.steps[:steps]])
+    def forward(ctx, tape, inputs, *params):
+        ctx.tape, ctx.inputs = tape, inputs
+        return torch.stack(tape.outs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        tape, records = ctx.tape, ctx.tape.steps[:ctx.steps]
-        mlp = tape.mlp
-        dt = records[0][2].dtype  # the compute dtype the passes ran in
+        tape, mlp = ctx.tape, ctx.tape.mlp
+        dt = tape.outs[0].dtype  # the compute dtype the passes ran in
         grads: dict[nn.Parameter, torch.Tensor | None] = {}
         with torch.autocast(grad.device.type, enabled=False):
             dh = grad.reshape(-1, grad.shape[-1]).to(dt)  # (steps * N, out)
-            x = _cat([x for _, x, _ in records])
-            gw, gb, dh = _linear_grads(mlp.out, x, dh, need_input=True)
+            x = tape.buffers[-1][3].flatten(0, 1) if tape.buffers else ctx.inputs
+            gw, gb, dh = _linear_grads(mlp.out, x, dh, need_input=bool(tape.buffers))
             grads[mlp.out.weight], grads[mlp.out.bias] = gw, gb
             for i in reversed(range(len(mlp.hidden))):
                 linear, norm, _ = mlp.hidden[i]
-                x, y, mean, rstd, n = (_cat([hidden[i][j] for hidden, _, _ in records]) for j in range(5))
+                n, mean, rstd, _ = (b.flatten(0, 1) for b in tape.buffers[i])
                 dy, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(
-                    torch.ops.aten.silu_backward(dh, n), y, norm.normalized_shape, mean, rstd, norm.weight,
-                    norm.bias, _LN_GRADS)
+                    torch.ops.aten.silu_backward(dh, n), torch.cat(tape.pre[i]), norm.normalized_shape, mean, rstd,
+                    norm.weight, norm.bias, _LN_GRADS)
                 grads[norm.weight], grads[norm.bias] = dgamma, dbeta
+                x = tape.buffers[i - 1][3].flatten(0, 1) if i > 0 else ctx.inputs
                 gw, gb, dh = _linear_grads(linear, x, dy, need_input=i > 0)
                 grads[linear.weight] = gw
                 if linear.bias is not None:

@@ -18,6 +18,12 @@ def features(dtype, split):
     return [feat[t] if split else feat[t].dense() for t in range(STEPS + 1)]
 
 
+def stacked(steps):
+    if isinstance(steps[0], SplitFeat):
+        return SplitFeat(torch.stack([x.deter for x in steps]), None, torch.stack([x.index for x in steps]), K)
+    return torch.stack(steps)
+
+
 def grads_of(loss, mlp):
     return torch.autograd.grad(loss, list(mlp.parameters()))
 
@@ -31,13 +37,14 @@ def test_replay_equals_a_fresh_forward_pass_and_its_gradients_in_float64(split, 
     for p in mlp.parameters():  # LayerNorm affine off its (1, 0) init, so its gradients matter
         p.data.add_(0.1 * torch.randn_like(p))
     steps = features(torch.float64, split)
-    tape = MLPTape(mlp)
+    tape = MLPTape(mlp, STEPS)
     recorded = [tape(x) for x in steps]  # STEPS + 1 passes, as a rollout of horizon STEPS makes
     for x, out in zip(steps, recorded):
         torch.testing.assert_close(out, mlp(x), rtol=0, atol=0)
     weight = torch.randn(STEPS, N, 3, dtype=torch.float64)
-    replayed = tape.replay(STEPS)  # (STEPS, N, 3), the first STEPS passes
-    fresh = mlp(torch.stack([x.dense() if split else x for x in steps[:STEPS]]))
+    inputs = stacked(steps[:STEPS])
+    replayed = tape.replay(inputs)  # (STEPS, N, 3), the first STEPS passes
+    fresh = mlp(inputs.dense() if split else inputs)
     torch.testing.assert_close(replayed, fresh)
     got = grads_of((replayed.tanh() * weight).sum(), mlp)
     want = grads_of((fresh.tanh() * weight).sum(), mlp)
@@ -51,11 +58,11 @@ def test_replay_in_bfloat16_autocast_matches_autograd():
     mlp = MLP(D + S * K, 3, units=16, layers=2)
     torch.nn.init.normal_(mlp.out.weight)
     steps = features(torch.bfloat16, True)
-    tape = MLPTape(mlp)
+    tape = MLPTape(mlp, STEPS)
     weight = torch.randn(STEPS, N, 3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         recorded = [tape(x) for x in steps]
-        replayed = tape.replay(STEPS)
+        replayed = tape.replay(stacked(steps[:STEPS]))
         fresh = torch.stack([mlp(x) for x in steps[:STEPS]])
         assert replayed.dtype == torch.bfloat16 and torch.equal(replayed, fresh)
         assert torch.equal(replayed, torch.stack(recorded[:STEPS]))
@@ -67,9 +74,12 @@ def test_replay_in_bfloat16_autocast_matches_autograd():
 
 def test_replay_asks_for_recorded_steps_only_and_supported_mlps():
     mlp = MLP(4, 2, units=8, layers=1)
-    tape = MLPTape(mlp)
+    tape = MLPTape(mlp, 2)
     tape(torch.randn(3, 4))
-    with pytest.raises(ValueError, match="only 1 forward passes"):
-        tape.replay(2)
+    with pytest.raises(ValueError, match="1 of 2 calls recorded"):
+        tape.replay(torch.randn(2, 3, 4))
+    tape(torch.randn(3, 4))
+    with pytest.raises(ValueError, match="inputs of 3 steps"):
+        tape.replay(torch.randn(3, 3, 4))
     with pytest.raises(TypeError, match="output layer"):
-        MLPTape(MLP(4, None, units=8, layers=1))
+        MLPTape(MLP(4, None, units=8, layers=1), 2)
