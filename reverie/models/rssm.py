@@ -243,6 +243,9 @@ class RSSM(nn.Module):
             ``(posterior, prior)``: dicts with ``deter (T, B, D)``, ``stoch (T, B, S, K)``, ``logits (T, B, S, K)``
             (gaussian: ``stoch``, ``mean``, ``std`` ``(T, B, Z)``). ``prior['stoch']`` is drawn from the prior
             (used by open-loop summaries).
+
+        Categorical, sampled, with autograd on CPU: the scan runs as one autograd node
+        (:mod:`reverie.models.observe_scan`, the same values and draws); otherwise step by step below.
         """
         if self.latent == "gaussian":
             return self._observe_gaussian(embed, prev_action, is_first, state, sample)

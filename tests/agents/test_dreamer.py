@@ -130,81 +130,69 @@ def test_acting_then_updating_in_each_precision(precision):
         assert np.isfinite(metrics["loss/actor"]) and np.isfinite(metrics["loss/model"])
 
 
-def test_critic_gradient_equals_the_one_pass_reference():
-    """The critic's loss (two-hot regression to the lambda-return plus the slow-critic regulariser, weighted by the
-    imagined continuation) written out with one dense critic pass over all H+1 steps and ``log_prob``, on the
-    agent's own rollout: its gradient equals the one the update steps with (which runs the critic with gradients
-    on t < H only and reads the bootstrap value at H without them)."""
-    from reverie.agents.returns import imagination_weights, lambda_return
+def check_gradient_at_step(name: str, reference_loss, atol: float) -> None:
+    """Two discrete-action updates; at the second one's ``<name>_opt.step`` the gradient it steps with must equal
+    autograd's gradient of ``reference_loss(agent, feat, actions, reward, cont)`` on that update's own rollout
+    (``feat (H+1, N, F)`` dense, ``reward``/``cont (H+1, N)`` as the update builds them), with the networks as
+    the update used them (before the step)."""
     from reverie.models.onehot_linear import SplitFeat
 
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
     agent.update(batch())  # move the heads off their zero-initialised outputs
-    rssm, rollout, checked = agent.wm.rssm, {}, {}
-    imagine = rssm.imagine
+    rssm, module, opt, rollout, checked = agent.wm.rssm, getattr(agent, name), getattr(agent, f"{name}_opt"), {}, {}
+    imagine, step = rssm.imagine, opt.step
     rssm.imagine = lambda *a, **k: rollout.setdefault("out", imagine(*a, **k))
-    step = agent.critic_opt.step
 
-    def reference_then_step(*args, **kwargs):  # critic and slow critic as the update used them (before the step)
-        states, _ = rollout["out"]
-        with torch.no_grad():
-            feat = rssm.features(states)
-            feat = feat.dense() if isinstance(feat, SplitFeat) else feat  # (H+1, N, F), dense
-            reward = torch.cat([torch.zeros_like(feat[:1, :, 0]), agent.wm.reward(feat[1:]).mean])
-            cont = torch.cat([torch.ones_like(feat[:1, :, 0]), agent.wm.cont(feat[1:]).mode])
-            slow = TwoHotSymlog(agent.slow_critic(feat[:-1])).mean
-        out = agent.critic(feat)  # (H+1, N, 255)
-        ret = lambda_return(reward, TwoHotSymlog(out).mean.detach(), cont, agent.gamma, agent.lam)
-        dist = TwoHotSymlog(out[:-1])
-        loss = -(imagination_weights(cont, agent.gamma)[:-1] * (dist.log_prob(ret) + agent.slow_reg
-                                                               * dist.log_prob(slow))).mean()
-        expected = torch.autograd.grad(loss, list(agent.critic.parameters()))
-        for p, g in zip(agent.critic.parameters(), expected):
-            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
-        checked["grads"] = sum(float(g.abs().sum()) for g in expected)
-        return step(*args, **kwargs)
-
-    agent.critic_opt.step = reference_then_step
-    agent.update(batch(seed=1))
-    assert checked["grads"] > 0.0
-
-
-def test_actor_gradient_equals_a_fresh_pass_reference():
-    """Discrete actions: the actor's loss (REINFORCE: advantage-weighted log-likelihood of the rollout's actions
-    plus the entropy bonus, weighted by the imagined continuation; eq. 8-9) written out with a fresh actor pass
-    over the imagined states: its gradient equals the one the update steps with (which differentiates the
-    rollout's own actor passes, reverie.models.mlp_tape)."""
-    from reverie.agents.returns import imagination_weights, lambda_return
-    from reverie.models.onehot_linear import SplitFeat
-
-    torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
-    agent.update(batch())  # move the heads off their zero-initialised outputs
-    rssm, rollout, checked = agent.wm.rssm, {}, {}
-    imagine = rssm.imagine
-    rssm.imagine = lambda *a, **k: rollout.setdefault("out", imagine(*a, **k))
-    step = agent.actor_opt.step
-
-    def reference_then_step(*args, **kwargs):  # actor, critic and normaliser as the update used them
+    def reference_then_step(*args, **kwargs):
         states, actions = rollout["out"]
         with torch.no_grad():
             feat = rssm.features(states)
             feat = feat.dense() if isinstance(feat, SplitFeat) else feat  # (H+1, N, F), dense
             reward = torch.cat([torch.zeros_like(feat[:1, :, 0]), agent.wm.reward(feat[1:]).mean])
             cont = torch.cat([torch.ones_like(feat[:1, :, 0]), agent.wm.cont(feat[1:]).mode])
-            value = TwoHotSymlog(agent.critic(feat)).mean
-            ret = lambda_return(reward, value, cont, agent.gamma, agent.lam)
-            adv = (ret - value[:-1]) / agent.retnorm.scale()
-        dist = agent.actor(feat[:-1])
-        objective = dist.log_prob(actions[:-1]) * adv + agent.actor_entropy * dist.entropy()
-        loss = -(imagination_weights(cont, agent.gamma)[:-1] * objective).mean()
-        expected = torch.autograd.grad(loss, list(agent.actor.parameters()))
-        for p, g in zip(agent.actor.parameters(), expected):
-            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-7)
+        loss = reference_loss(agent, feat, actions, reward, cont)
+        expected = torch.autograd.grad(loss, list(module.parameters()))
+        for p, g in zip(module.parameters(), expected):
+            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=atol)
         checked["grads"] = sum(float(g.abs().sum()) for g in expected)
         return step(*args, **kwargs)
 
-    agent.actor_opt.step = reference_then_step
+    opt.step = reference_then_step
     agent.update(batch(seed=1))
     assert checked["grads"] > 0.0
+
+
+def test_critic_gradient_equals_the_one_pass_reference():
+    """The critic's loss (two-hot regression to the lambda-return plus the slow-critic regulariser, weighted by the
+    imagined continuation) written out with one dense critic pass over all H+1 steps and ``log_prob``."""
+    from reverie.agents.returns import imagination_weights, lambda_return
+
+    def critic_loss(agent, feat, actions, reward, cont):
+        with torch.no_grad():
+            slow = TwoHotSymlog(agent.slow_critic(feat[:-1])).mean
+        out = agent.critic(feat)  # (H+1, N, 255)
+        ret = lambda_return(reward, TwoHotSymlog(out).mean.detach(), cont, agent.gamma, agent.lam)
+        dist = TwoHotSymlog(out[:-1])
+        return -(imagination_weights(cont, agent.gamma)[:-1] * (dist.log_prob(ret) + agent.slow_reg
+                                                                * dist.log_prob(slow))).mean()
+
+    check_gradient_at_step("critic", critic_loss, atol=1e-6)
+
+
+def test_actor_gradient_equals_a_fresh_pass_reference():
+    """Discrete actions: the actor's loss (REINFORCE: advantage-weighted log-likelihood of the rollout's actions
+    plus the entropy bonus, weighted by the imagined continuation; eq. 8-9) written out with a fresh actor pass
+    over the imagined states; the update differentiates the rollout's own passes (reverie.models.mlp_tape)."""
+    from reverie.agents.returns import imagination_weights, lambda_return
+
+    def actor_loss(agent, feat, actions, reward, cont):
+        with torch.no_grad():
+            value = TwoHotSymlog(agent.critic(feat)).mean
+            ret = lambda_return(reward, value, cont, agent.gamma, agent.lam)
+            adv = (ret - value[:-1]) / agent.retnorm.scale()  # the normaliser as updated by this batch
+        dist = agent.actor(feat[:-1])
+        objective = dist.log_prob(actions[:-1]) * adv + agent.actor_entropy * dist.entropy()
+        return -(imagination_weights(cont, agent.gamma)[:-1] * objective).mean()
+
+    check_gradient_at_step("actor", actor_loss, atol=1e-7)
