@@ -229,8 +229,10 @@ class DreamerV3(WorldModelAgent):
         rssm, discrete = self.wm.rssm, self.spec.discrete
         dists: list[torch.distributions.Distribution] = []  # continuous: pi(. | s_t), t = 0..H, for the actor loss
         # discrete: the rollout's actor passes are recorded, and the actor loss differentiates them over all steps
-        # at once (mlp_tape.py) instead of a second forward pass; compiled heads keep the second pass
-        tape = MLPTape(self.actor.net, self.horizon) if discrete and not self.compiled else None
+        # at once (mlp_tape.py) instead of a second forward pass. CPU (measured and tested there; CUDA autocast
+        # runs LayerNorm in float32, which the tape's kernels do not follow); compiled heads keep the second pass.
+        tape = MLPTape(self.actor.net, self.horizon) if discrete and not self.compiled and \
+            self.device.type == "cpu" else None
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
             feat = _no_stoch(rssm.features(state)).to(self.compute_dtype)  # (N, F); the actor's input is detached
