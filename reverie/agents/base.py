@@ -55,7 +55,7 @@ def _clear_autocast_cache(opt: torch.optim.Optimizer, args: Any, kwargs: Any) ->
     """Step post-hook: drop autocast's lower-precision copies of the parameters. Autocast casts each float32 leaf
     parameter once per outermost autocast region and reuses the copy, whatever happens to the parameter in
     between, so without this a DreamerV3 update (one region) would imagine with the bf16 world-model weights of
-    before its own world-model step (``tests/agents/test_base.py``)."""
+    before its own world-model step (``tests/agents/test_adam.py``)."""
     torch.clear_autocast_cache()
 
 

@@ -281,6 +281,8 @@ class DreamerV3(WorldModelAgent):
         # inputs=: through the world model and critic only the activation gradients are needed on the way to
         # the actions, not their weight gradients (those matmuls are skipped).
         actor_loss.backward(inputs=list(self.actor.parameters()))
+        if tape is not None:
+            tape.clear()  # its activations are not needed after this backward pass
         average_gradients(self.actor.parameters())
         actor_norm = nn.utils.clip_grad_norm_(self.actor.parameters(), self.ac_clip)
         skipped = _finite_step(self.actor_opt, actor_loss, actor_norm, finite_ret and all_finite(actor_loss))

@@ -54,10 +54,13 @@ class MLPTape:
         self.pre: list[list[torch.Tensor]] = [[] for _ in mlp.hidden]  # per layer, per step: linear output (N, U)
         self.buffers: list[tuple[torch.Tensor, ...]] = []  # per layer: normalised, mean, rstd, activated
         self.outs: list[torch.Tensor] = []
+        self.versions: list[int] = []
 
     def __call__(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
         """``mlp(x)`` computed without autograd, its activations recorded. ``x (N, in)`` -> ``(N, out)``."""
         t, record = self.count, self.count < self.steps
+        if t == 0:  # what autograd's saved-tensor check would compare at backward time
+            self.versions = [p._version for p in self.mlp.parameters()]
         with torch.no_grad():
             for i, (linear, norm, act) in enumerate(self.mlp.hidden):
                 y = linear(x)  # (N, units), in the compute dtype under autocast
@@ -97,6 +100,11 @@ class MLPTape:
                              f"{lead[0]} steps; replay after the rollout, with its first {self.steps} inputs")
         return _Replay.apply(self, inputs.flatten(0, 1), *self.mlp.parameters())
 
+    def clear(self) -> None:
+        """Drop the recorded activations (``(steps, N, units)`` buffers per layer) once the replay's backward ran:
+        they are not saved through autograd, so they live as long as the tape does."""
+        self.pre, self.buffers, self.outs = [[] for _ in self.mlp.hidden], [], []
+
 
 def _linear_grads(linear: nn.Linear, x: torch.Tensor | SplitFeat, dy: torch.Tensor, need_input: bool):
     """Weight (and bias) gradient of ``linear`` at input ``x (M, in)`` for output gradient ``dy (M, out)`` in the
@@ -131,6 +139,11 @@ class _Replay(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         tape, mlp = ctx.tape, ctx.tape.mlp
+        if not tape.outs:
+            raise RuntimeError("MLPTape: backward after clear(); the recorded activations are gone")
+        if [p._version for p in mlp.parameters()] != tape.versions:
+            raise RuntimeError("MLPTape: a parameter of the taped MLP was modified in place after the rollout "
+                               "recorded it (an optimiser step?); run the backward pass before changing them")
         dt = tape.outs[0].dtype  # the compute dtype the passes ran in
         grads: dict[nn.Parameter, torch.Tensor | None] = {}
         with torch.autocast(grad.device.type, enabled=False):

@@ -18,8 +18,9 @@ One step (DreamerV3 2023 reference ``rssm.py``, ``obs_step`` with ``img_step`` i
     post:     logits = silu(LN_post(h' @ W_h^T + e_t)) @ W_out^T + b_out  e_t = post_e(embed_t), precomputed
     sample:   s' = one_hot(unimix draw from logits)    value one-hot, gradient of the unimix probabilities
 
-Values and random draws are those of the per-op loop in :meth:`reverie.models.rssm.RSSM.observe`; gradients agree
-up to the order of float additions (``tests/models/test_observe_scan.py`` checks every input and parameter
+Values and random draws are those of the per-op loop in :meth:`reverie.models.rssm.RSSM.observe` (except with
+``B >= 256`` rows in bf16, where that loop reads the latent by row gathers: one rounding apart, so a draw can
+differ); gradients agree up to the order of float additions (``tests/models/test_observe_scan.py`` checks every input and parameter
 gradient against autograd in float64, and bf16 against the per-op path). Not differentiable twice.
 """
 
@@ -103,20 +104,22 @@ class _ObserveScan(torch.autograd.Function):
                 deters[t], logits_out[t], stochs[t] = h, logits, s
                 steps.append((z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, h, q1, m3, r3,
                               q2, q3, probs))
-        ctx.steps, ctx.spec = steps, spec
-        ctx.weights = (wz, wg, wh, wo)
-        ctx.ln = (ln_in_w, ln_in_b, ln_gru_w, ln_gru_b, ln_post_w, ln_post_b)
+        # saved through autograd (not as ctx attributes): freed after the backward pass, and a parameter changed
+        # in place before it raises autograd's usual error instead of silently entering the gradient
+        ctx.save_for_backward(*[x for step in steps for x in step], wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w,
+                              ln_gru_b, ln_post_w, ln_post_b)
+        ctx.spec, ctx.per_step = spec, len(steps[0])
         ctx.dtypes = (deter0.dtype, stoch0.dtype, init_deter.dtype, w_z.dtype, b_out.dtype)
         return deters, logits_out, stochs
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_deter, g_logits, g_stoch):
-        spec, steps = ctx.spec, ctx.steps
-        wz, wg, wh, wo = ctx.weights
-        ln_in_w, ln_in_b, ln_gru_w, ln_gru_b, ln_post_w, ln_post_b = ctx.ln
+        spec, k, saved = ctx.spec, ctx.per_step, ctx.saved_tensors
+        T = len(spec.resets)
+        steps = [saved[t * k:(t + 1) * k] for t in range(T)]
+        wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w, ln_gru_b, ln_post_w, ln_post_b = saved[T * k:]
         deter_dtype, stoch_dtype, init_dtype, w_dtype, b_dtype = ctx.dtypes
-        T = len(steps)
         B, U = steps[0][1].shape
         S, K = spec.stoch, spec.classes
         D = steps[0][13].shape[-1]  # hp
@@ -126,7 +129,7 @@ class _ObserveScan(torch.autograd.Function):
             g_embed = wz.new_empty(T, B, U)
             filed = {"z": [], "gru": [], "h": [], "out": []}  # per step (input, output gradient) of each weight
             ln_grads = [[] for _ in range(6)]
-            g_init = torch.zeros(B, D, dtype=torch.float32, device=wz.device)
+            g_init = torch.zeros(B, D, dtype=init_dtype, device=wz.device)
             dh_next = ds_next = None  # gradients reaching step t's state from step t+1
             for t in reversed(range(T)):
                 (z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, h, q1, m3, r3, q2, q3,
@@ -181,7 +184,7 @@ class _ObserveScan(torch.autograd.Function):
                 ds = (dx1 @ wz).view(B, S, K).float()
                 if spec.resets[t]:  # h = h * keep + h0 * first (and s alike): split the gradient
                     first = spec.first[t]
-                    g_init += (d_hp * first).float()
+                    g_init += d_hp * first
                     d_hp = d_hp * (1.0 - first)
                     ds = ds * (1.0 - first).unsqueeze(-1)
                 dh_next, ds_next = d_hp, ds
@@ -189,7 +192,7 @@ class _ObserveScan(torch.autograd.Function):
             g_bias = torch.cat([g for _, g in filed["out"]]).sum(0, dtype=b_dtype)
         need = ctx.needs_input_grad
         return (g_action, g_embed, dh_next.to(deter_dtype) if need[2] else None,
-                ds_next.to(stoch_dtype) if need[3] else None, g_init.to(init_dtype) if need[4] else None, None, None,
+                ds_next.to(stoch_dtype) if need[3] else None, g_init if need[4] else None, None, None,
                 grads["z"], grads["gru"], grads["h"], grads["out"], g_bias,
                 *[torch.stack(g).sum(0) for g in ln_grads])
 

@@ -254,12 +254,12 @@ class RSSM(nn.Module):
         given = state is not None
         if not given:
             state = init
-        first = is_first.to(embed.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
-        action_proj = self.in_a(prev_action) * (1.0 - first)  # (T, B, units); zero action where is_first
+        action = self.in_a(prev_action)  # (T, B, units), in the compute dtype under autocast
+        first = is_first.to(action.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
+        action_proj = action * (1.0 - first)  # zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
         deters, stochs, logits_all = [], [], []
         deter, stoch = state["deter"], state["stoch"]
-        scan = self._scan_linears()
         # one unbind per sequence tensor, not a select per step: the backward of T selects would build T
         # zero-filled (T, B, units) gradients and add them up; unbind's stacks the T step gradients once
         action_steps, embed_steps = action_proj.unbind(0), embed_proj.unbind(0)  # T x (B, units)
@@ -272,6 +272,7 @@ class RSSM(nn.Module):
             return post, {"deter": deter_seq, "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
         if given and not any(resets):  # the learned initial state keeps its (zero) gradient, as with the arithmetic
             deter = deter + 0.0 * init["deter"]
+        scan = self._scan_linears()
         for t in range(T):
             if resets[t]:
                 keep = 1.0 - first[t]  # (B, 1)
@@ -300,8 +301,8 @@ class RSSM(nn.Module):
     def _fused_scan(self, action_proj: torch.Tensor, embed_proj: torch.Tensor, sample: bool) -> bool:
         """Whether :meth:`observe` runs :func:`reverie.models.observe_scan.observe_scan`: sampled, recording
         gradients, on CPU (measured there: docs/speed.md), not traced (``compile`` sets ``defer_weight_grads``
-        off and keeps the per-op loop), and both projections in the compute dtype (as an encoder's output is;
-        a float32 ``embed`` under autocast promotes them, and the per-op loop follows those promotions)."""
+        off and keeps the per-op loop), and both projections in the compute dtype (they come out of linear
+        layers, so under autocast they are in its dtype whatever the encoder's)."""
         return (sample and self.fused_observe and self.defer_weight_grads and torch.is_grad_enabled()
                 and action_proj.device.type == "cpu" and action_proj.dtype == embed_proj.dtype == self._compute_dtype())
 

@@ -83,3 +83,22 @@ def test_replay_asks_for_recorded_steps_only_and_supported_mlps():
         tape.replay(torch.randn(3, 3, 4))
     with pytest.raises(TypeError, match="output layer"):
         MLPTape(MLP(4, None, units=8, layers=1), 2)
+
+
+def test_replay_refuses_parameters_changed_in_place_and_a_cleared_tape():
+    """As autograd's saved-tensor check: an optimiser step between the rollout and the backward pass would
+    otherwise mix the old activations with the new weights without a word."""
+    mlp = MLP(4, 2, units=8, layers=1)
+    tape = MLPTape(mlp, 1)
+    tape(torch.randn(3, 4))
+    out = tape.replay(torch.randn(1, 3, 4))
+    with torch.no_grad():
+        mlp.out.weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        out.sum().backward()
+    tape = MLPTape(mlp, 1)
+    tape(torch.randn(3, 4))
+    out = tape.replay(torch.randn(1, 3, 4))
+    tape.clear()
+    with pytest.raises(RuntimeError, match="after clear"):
+        out.sum().backward()

@@ -102,8 +102,10 @@ def test_fused_scan_backward_twice_on_a_retained_graph():
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_dreamer_update_runs_the_fused_scan(monkeypatch, precision):
-    """The speed path is the one the update takes (its projections are in the compute dtype)."""
+@pytest.mark.parametrize("image", [False, True])
+def test_dreamer_update_runs_the_fused_scan(monkeypatch, precision, image):
+    """The speed path is the one the update takes, also with images (whose float32 conv embedding once kept the
+    action projection in float32 under bf16 autocast, and the update on the per-op loop)."""
     import reverie.models.rssm as rssm_module
     from reverie.agents.dreamer import DreamerV3
     from reverie.types import ActionSpec
@@ -112,13 +114,46 @@ def test_dreamer_update_runs_the_fused_scan(monkeypatch, precision):
     scan = rssm_module.observe_scan
     monkeypatch.setattr(rssm_module, "observe_scan", lambda *a, **k: calls.append(1) or scan(*a, **k))
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=16, stoch=4, classes=4, units=16, layers=1,
-                      horizon=3, precision=precision)
+    shapes = {"vector": (4,)} | ({"image": (3, 16, 16)} if image else {})
+    agent = DreamerV3(shapes, ActionSpec(True, 2), deter=16, stoch=4, classes=4, units=16, layers=1, horizon=3,
+                      precision=precision, cnn_depth=2)
     rng = np.random.default_rng(0)
     is_first = np.zeros((6, 3), bool)
     is_first[0] = True
-    metrics = agent.update({"vector": rng.normal(size=(6, 3, 4)).astype(np.float32),
-                            "prev_action": np.eye(2, dtype=np.float32)[rng.integers(2, size=(6, 3))],
-                            "reward": rng.normal(size=(6, 3)).astype(np.float32), "is_first": is_first,
-                            "is_last": np.zeros((6, 3), bool), "is_terminal": np.zeros((6, 3), bool)})
+    data = {"vector": rng.normal(size=(6, 3, 4)).astype(np.float32),
+            "prev_action": np.eye(2, dtype=np.float32)[rng.integers(2, size=(6, 3))],
+            "reward": rng.normal(size=(6, 3)).astype(np.float32), "is_first": is_first,
+            "is_last": np.zeros((6, 3), bool), "is_terminal": np.zeros((6, 3), bool)}
+    if image:
+        data["image"] = rng.integers(0, 256, (6, 3, 3, 16, 16), dtype=np.uint8)
+    metrics = agent.update(data)
     assert calls == [1] and np.isfinite(metrics["loss/model"])
+
+
+def test_fused_scan_frees_its_activations_and_checks_parameter_versions():
+    """Saved through autograd: released by the backward pass (not held while the outputs live on), and a
+    parameter changed in place before the backward pass raises autograd's error, as the per-op loop does."""
+    rssm = make()
+    embed, action, first = inputs(torch.float64)
+    post, _ = rssm.observe(embed, action, first)
+    node = post["deter"].grad_fn
+    assert type(node).__name__ == "_ObserveScanBackward"
+    post["deter"].sum().backward()
+    with pytest.raises(RuntimeError, match="freed"):
+        node.saved_tensors
+    post, _ = rssm.observe(embed, action, first)
+    with torch.no_grad():
+        rssm.post_norm[0].weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        post["deter"].sum().backward()
+
+
+def test_initial_state_gradient_in_float64():
+    """The learned initial state's gradient is summed in its own dtype (float64 here), as the per-op loop does."""
+    rssm = make()
+    embed, action, _ = inputs(torch.float64)
+    embed, action = (x[:1].detach().requires_grad_() for x in (embed, action))  # T = 1
+    first = torch.ones(1, B, dtype=torch.bool)  # the reset is the only path to the initial state
+    per_op = run(rssm, False, embed, action, first)[1]["initial_deter"]
+    fused = run(rssm, True, embed, action, first)[1]["initial_deter"]
+    torch.testing.assert_close(fused, per_op, rtol=1e-12, atol=1e-14)
