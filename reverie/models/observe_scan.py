@@ -71,9 +71,14 @@ class _ObserveScan(torch.autograd.Function):
         T, B, U = action_proj.shape
         S, K = spec.stoch, spec.classes
         D = deter0.shape[-1]
+        # the state's dtype: the GRU mixes the previous state as it is (float32 under bf16 autocast), as the
+        # per-op cell does; a reset brings in the initial state's dtype
+        sd = torch.promote_types(dt, deter0.dtype)
+        if any(spec.resets):
+            sd = torch.promote_types(sd, init_deter.dtype)
         with torch.autocast(action_proj.device.type, enabled=False):
             wz, wg, wh, wo, bo = (w.to(dt) for w in (w_z, w_gru, w_h, w_out, b_out))
-            deters = action_proj.new_empty(T, B, D, dtype=dt)
+            deters = action_proj.new_empty(T, B, D, dtype=sd)
             logits_out = action_proj.new_empty(T, B, S * K, dtype=dt)
             stochs = action_proj.new_empty(T, B, S, K, dtype=torch.float32)
             steps = []
@@ -83,33 +88,34 @@ class _ObserveScan(torch.autograd.Function):
                     keep, first = 1.0 - spec.first[t], spec.first[t]  # (B, 1)
                     h = h * keep + init_deter * first
                     s = s * keep.unsqueeze(-1) + init_stoch * first.unsqueeze(-1)
-                hp = h.to(dt)  # the previous state as the cell reads it
+                hp = h.to(sd)  # the previous state
                 z = s.flatten(-2).to(dt)  # (B, S*K)
                 x1 = F.linear(z, wz) + action_proj[t]
                 n1, m1, r1 = torch.native_layer_norm(x1, (U,), ln_in_w, ln_in_b, spec.eps[0])
-                c = torch.cat([F.silu(n1), hp], -1)  # (B, U + D)
+                c = torch.cat([F.silu(n1), hp.to(dt)], -1)  # (B, U + D)
                 p0 = F.linear(c, wg)
                 p1, m2, r2 = torch.native_layer_norm(p0, (3 * D,), ln_gru_w, ln_gru_b, spec.eps[1])
                 reset, cand, update = p1.chunk(3, -1)
                 reset = torch.sigmoid(reset)
                 cand_t = torch.tanh(reset * cand)
                 update = torch.sigmoid(update - 1.0)
-                h = update * cand_t + (1.0 - update) * hp  # (B, D)
-                q1 = F.linear(h, wh) + embed_proj[t]
+                h = update * cand_t + (1.0 - update) * hp  # (B, D) in the state's dtype
+                hd = h.to(dt)
+                q1 = F.linear(hd, wh) + embed_proj[t]
                 q2, m3, r3 = torch.native_layer_norm(q1, (U,), ln_post_w, ln_post_b, spec.eps[2])
                 q3 = F.silu(q2)
                 logits = F.linear(q3, wo, bo)  # (B, S*K)
                 probs = torch.softmax(logits.view(B, S, K), -1, dtype=torch.float32)
                 s = one_hot_index(_unimix_index(probs, spec.unimix), K)  # (B, S, K) float32
                 deters[t], logits_out[t], stochs[t] = h, logits, s
-                steps.append((z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, h, q1, m3, r3,
+                steps.append((z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, hd, q1, m3, r3,
                               q2, q3, probs))
         # saved through autograd (not as ctx attributes): freed after the backward pass, and a parameter changed
         # in place before it raises autograd's usual error instead of silently entering the gradient
         ctx.save_for_backward(*[x for step in steps for x in step], wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w,
                               ln_gru_b, ln_post_w, ln_post_b)
         ctx.spec, ctx.per_step = spec, len(steps[0])
-        ctx.dtypes = (deter0.dtype, stoch0.dtype, init_deter.dtype, w_z.dtype, b_out.dtype)
+        ctx.dtypes = (deter0.dtype, stoch0.dtype, init_deter.dtype, w_z.dtype, b_out.dtype, sd)
         return deters, logits_out, stochs
 
     @staticmethod
@@ -119,7 +125,8 @@ class _ObserveScan(torch.autograd.Function):
         T = len(spec.resets)
         steps = [saved[t * k:(t + 1) * k] for t in range(T)]
         wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w, ln_gru_b, ln_post_w, ln_post_b = saved[T * k:]
-        deter_dtype, stoch_dtype, init_dtype, w_dtype, b_dtype = ctx.dtypes
+        deter_dtype, stoch_dtype, init_dtype, w_dtype, b_dtype, sd = ctx.dtypes
+        dt = spec.dtype
         B, U = steps[0][1].shape
         S, K = spec.stoch, spec.classes
         D = steps[0][13].shape[-1]  # hp
@@ -132,7 +139,7 @@ class _ObserveScan(torch.autograd.Function):
             g_init = torch.zeros(B, D, dtype=init_dtype, device=wz.device)
             dh_next = ds_next = None  # gradients reaching step t's state from step t+1
             for t in reversed(range(T)):
-                (z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, h, q1, m3, r3, q2, q3,
+                (z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, hd, q1, m3, r3, q2, q3,
                  probs) = steps[t]
                 # sample: straight-through, the gradient of (1 - unimix) * softmax(logits) + unimix / K
                 gs = g_stoch[t] if g_stoch is not None else None
@@ -155,16 +162,17 @@ class _ObserveScan(torch.autograd.Function):
                 ln_grads[4].append(dw)
                 ln_grads[5].append(db)
                 g_embed[t] = dq1
-                filed["h"].append((h, dq1))
-                dh = dq1 @ wh
+                filed["h"].append((hd, dq1))
+                dh = (dq1 @ wh).to(sd)
                 if g_deter is not None:
                     dh = dh + g_deter[t]
                 if dh_next is not None:
                     dh = dh + dh_next
-                # GRU: h = update * cand_t + (1 - update) * hp
-                d_update = dh * cand_t - dh * hp
+                # GRU: h = update * cand_t + (1 - update) * hp, the gates in the compute dtype, hp in the state's
+                da = dh.to(dt)
+                d_update = da * cand_t - (dh * hp).to(dt)
                 d_hp = dh * (1.0 - update)
-                d_pre = torch.ops.aten.tanh_backward(dh * update, cand_t)
+                d_pre = torch.ops.aten.tanh_backward(da * update, cand_t)
                 d_reset = torch.ops.aten.sigmoid_backward(d_pre * cand, reset)
                 d_p1 = torch.cat([d_reset, d_pre * reset, torch.ops.aten.sigmoid_backward(d_update, update)], -1)
                 dp0, dw, db = torch.ops.aten.native_layer_norm_backward(d_p1, p0, (3 * D,), m2, r2, ln_gru_w,
@@ -173,7 +181,7 @@ class _ObserveScan(torch.autograd.Function):
                 ln_grads[3].append(db)
                 filed["gru"].append((c, dp0))
                 dx, dh_c = (dp0 @ wg).split([U, D], -1)
-                d_hp = d_hp + dh_c
+                d_hp = d_hp + dh_c.to(sd)
                 # input: x = silu(LN(z @ W_z^T + a))
                 dx1, dw, db = torch.ops.aten.native_layer_norm_backward(torch.ops.aten.silu_backward(dx, n1), x1,
                                                                        (U,), m1, r1, ln_in_w, ln_in_b, _LN_GRADS)

@@ -116,9 +116,9 @@ def test_skipping_the_reset_arithmetic_on_steps_without_is_first_changes_nothing
     assert grads_a["initial_deter"] is not None
 
 
-def test_gru_state_is_in_the_compute_dtype_and_mixes_the_rounded_previous_state():
-    """Under bf16 autocast the cell computes in bf16 throughout (reference: the whole RSSM in the compute dtype):
-    from a float32 previous state ``h`` the new state is ``u * c + (1 - u) * bf16(h)``, in bf16."""
+def test_gru_keeps_a_float32_state_under_bf16_autocast():
+    """Under bf16 autocast the gates are bf16 but the state is mixed as it is: ``u * c + (1 - u) * h`` with a
+    float32 ``h`` gives a float32 state (not rounded to bf16: measured to learn CartPole worse, docs/speed.md)."""
     from reverie.models.rssm import GRUCell
 
     torch.manual_seed(0)
@@ -129,6 +129,5 @@ def test_gru_state_is_in_the_compute_dtype_and_mixes_the_rounded_previous_state(
         parts = cell.norm(cell.linear(torch.cat([x, h], -1)))
     reset, cand, update = parts.chunk(3, -1)
     cand, update = torch.tanh(torch.sigmoid(reset) * cand), torch.sigmoid(update - 1.0)
-    assert new.dtype == torch.bfloat16
-    assert torch.equal(new, update * cand + (1.0 - update) * h.bfloat16())
-    assert cell(x, h).dtype == torch.float32  # no autocast: float32 as before
+    assert parts.dtype == torch.bfloat16 and new.dtype == torch.float32
+    assert torch.equal(new, update * cand + (1.0 - update) * h)
