@@ -229,6 +229,14 @@ def unimix_sample_index(logits: torch.Tensor, unimix: float = 0.01) -> torch.Ten
     return _unimix_index(torch.softmax(logits, -1, dtype=torch.float32), unimix)
 
 
+def straight_through_grad(grad: torch.Tensor, probs: torch.Tensor, unimix: float) -> torch.Tensor:
+    """Gradient w.r.t. the logits ``(..., K)`` float32 of the unimix probabilities ``(1 - unimix) * softmax(logits) +
+    unimix / K`` for an upstream gradient ``grad (..., K)`` on them: ``(1 - unimix) * p * (g - sum(g * p))`` with
+    ``p = softmax(logits)`` ``(..., K)`` float32 (the straight-through estimator's backward, Bengio et al. 2013)."""
+    grad_logits = (grad - (grad * probs).sum(-1, keepdim=True)).mul_(probs)
+    return grad_logits.mul_(1.0 - unimix) if unimix else grad_logits
+
+
 class _StraightThrough(torch.autograd.Function):
     """The one-hot of ``index`` ``(...) -> (..., K)`` float32 as the value, the gradient of the unimix
     probabilities ``(1 - unimix) * softmax(logits) + unimix / K`` as the gradient (Bengio et al. 2013; DreamerV3
@@ -238,16 +246,13 @@ class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, probs, index, unimix):
         ctx.save_for_backward(probs)
-        ctx.scale, ctx.dtype = 1.0 - unimix, logits.dtype
+        ctx.unimix, ctx.dtype = unimix, logits.dtype
         return one_hot_index(index, probs.shape[-1])
 
     @staticmethod
     def backward(ctx, grad):
         (p,) = ctx.saved_tensors
-        grad_logits = (grad - (grad * p).sum(-1, keepdim=True)).mul_(p)
-        if ctx.scale != 1.0:
-            grad_logits.mul_(ctx.scale)
-        return grad_logits.to(ctx.dtype), None, None, None
+        return straight_through_grad(grad, p, ctx.unimix).to(ctx.dtype), None, None, None
 
 
 def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:

@@ -9,8 +9,7 @@ so the second one is redundant work: about 5% of an update at size s on the 2-co
 normalised and activated activations, written into ``(steps, N, units)`` buffers as they are computed, and the
 outputs), and :meth:`MLPTape.replay` takes the passes' inputs as the rollout stacked them and returns the stacked
 outputs ``(steps, N, out)`` as a function of the MLP's parameters whose backward is written out over all steps
-at once, with autograd's
-own kernels: ``silu_backward``, ``native_layer_norm_backward``, one ``G^T @ X`` per weight, and the one-hot rows'
+at once, with autograd's own kernels: ``silu_backward``, ``native_layer_norm_backward``, one ``G^T @ X`` per weight, and the one-hot rows'
 weight gradient of :mod:`reverie.models.onehot_linear` for a :class:`SplitFeat` input. Reusing the 15 per-step
 graphs instead (one backward per step) was measured slower: the small per-step weight gradients cost what the
 second forward pass saves. ``tests/models/test_mlp_tape.py`` checks values and every parameter gradient against
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reverie.models.onehot_linear import SplitFeat, _index_grad
+from reverie.models.onehot_linear import SplitFeat, flat_rows, onehot_weight_grad
 
 _LN_GRADS = [True, True, True]  # native_layer_norm_backward: input, weight and bias gradients
 
@@ -111,13 +110,7 @@ def _linear_grads(linear: nn.Linear, x: torch.Tensor | SplitFeat, dy: torch.Tens
     compute dtype, and the input gradient when ``need_input`` (dense inputs only)."""
     weight = linear.weight
     if isinstance(x, SplitFeat):  # FeatLinear on (deter, index): dense W_h part, one-hot rows by index_add
-        s, k = x.index.shape[-1], x.classes
-        d = weight.shape[1] - s * k
-        grad_weight = torch.empty_like(weight)
-        flat = x.index + torch.arange(0, s * k, k, device=x.index.device)  # (M, S) rows of W_z
-        grad_weight[:, d:] = _index_grad(dy, flat, s * k, weight.dtype).t()
-        if x.deter is not None:
-            grad_weight[:, :d] = (dy.t() @ x.deter.to(dy.dtype)).to(weight.dtype)
+        grad_weight = onehot_weight_grad(dy, x.deter, flat_rows(x.index, x.classes), weight)
         grad_x = None
     else:
         grad_weight = (dy.t() @ x.to(dy.dtype)).to(weight.dtype)

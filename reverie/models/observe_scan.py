@@ -20,8 +20,9 @@ One step (DreamerV3 2023 reference ``rssm.py``, ``obs_step`` with ``img_step`` i
 
 Values and random draws are those of the per-op loop in :meth:`reverie.models.rssm.RSSM.observe` (except with
 ``B >= 256`` rows in bf16, where that loop reads the latent by row gathers: one rounding apart, so a draw can
-differ); gradients agree up to the order of float additions (``tests/models/test_observe_scan.py`` checks every input and parameter
-gradient against autograd in float64, and bf16 against the per-op path). Not differentiable twice.
+differ); gradients agree up to the order of float additions (``tests/models/test_observe_scan.py`` checks every
+input and parameter gradient against autograd in float64, and bf16 against the per-op path). Not differentiable
+twice.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from reverie.models.distributions import _unimix_index, one_hot_index
+from reverie.models.distributions import _unimix_index, one_hot_index, straight_through_grad
+from reverie.models.scan_linear import stacked_weight_grad
 
 _LN_GRADS = [True, True, True]  # native_layer_norm_backward: input, weight and bias gradients
 
@@ -115,7 +117,7 @@ class _ObserveScan(torch.autograd.Function):
         ctx.save_for_backward(*[x for step in steps for x in step], wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w,
                               ln_gru_b, ln_post_w, ln_post_b)
         ctx.spec, ctx.per_step = spec, len(steps[0])
-        ctx.dtypes = (deter0.dtype, stoch0.dtype, init_deter.dtype, w_z.dtype, b_out.dtype, sd)
+        ctx.dtypes = (deter0.dtype, stoch0.dtype, init_deter.dtype, w_z.dtype, sd)
         return deters, logits_out, stochs
 
     @staticmethod
@@ -125,12 +127,11 @@ class _ObserveScan(torch.autograd.Function):
         T = len(spec.resets)
         steps = [saved[t * k:(t + 1) * k] for t in range(T)]
         wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w, ln_gru_b, ln_post_w, ln_post_b = saved[T * k:]
-        deter_dtype, stoch_dtype, init_dtype, w_dtype, b_dtype, sd = ctx.dtypes
+        deter_dtype, stoch_dtype, init_dtype, w_dtype, sd = ctx.dtypes
         dt = spec.dtype
         B, U = steps[0][1].shape
         S, K = spec.stoch, spec.classes
         D = steps[0][13].shape[-1]  # hp
-        scale = 1.0 - spec.unimix
         with torch.autocast(wz.device.type, enabled=False):
             g_action = wz.new_empty(T, B, U)
             g_embed = wz.new_empty(T, B, U)
@@ -147,10 +148,7 @@ class _ObserveScan(torch.autograd.Function):
                     gs = ds_next if gs is None else gs + ds_next
                 gl = g_logits[t] if g_logits is not None else None
                 if gs is not None:
-                    st = (gs - (gs * probs).sum(-1, keepdim=True)).mul_(probs)
-                    if scale != 1.0:
-                        st.mul_(scale)
-                    st = st.flatten(-2).to(wz.dtype)
+                    st = straight_through_grad(gs, probs, spec.unimix).flatten(-2).to(wz.dtype)
                     gl = st if gl is None else gl + st
                 if gl is None:
                     gl = wz.new_zeros(B, S * K)
@@ -196,20 +194,13 @@ class _ObserveScan(torch.autograd.Function):
                     d_hp = d_hp * (1.0 - first)
                     ds = ds * (1.0 - first).unsqueeze(-1)
                 dh_next, ds_next = d_hp, ds
-            grads = {name: _weight_grad(pairs, w_dtype) for name, pairs in filed.items()}
-            g_bias = torch.cat([g for _, g in filed["out"]]).sum(0, dtype=b_dtype)
+            grads = {name: stacked_weight_grad(pairs, w_dtype)[0] for name, pairs in filed.items() if name != "out"}
+            grads["out"], g_bias = stacked_weight_grad(filed["out"], w_dtype, bias=True)
         need = ctx.needs_input_grad
         return (g_action, g_embed, dh_next.to(deter_dtype) if need[2] else None,
                 ds_next.to(stoch_dtype) if need[3] else None, g_init if need[4] else None, None, None,
                 grads["z"], grads["gru"], grads["h"], grads["out"], g_bias,
                 *[torch.stack(g).sum(0) for g in ln_grads])
-
-
-def _weight_grad(pairs: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype) -> torch.Tensor:
-    """``sum_t g_t^T @ x_t`` over the filed ``(x_t (B, I), g_t (B, O))`` as one ``(O, I)`` product, in ``dtype``."""
-    x = torch.cat([x for x, _ in pairs])
-    g = torch.cat([g for _, g in pairs])
-    return (g.t() @ x).to(dtype)
 
 
 def observe_scan(rssm, action_proj: torch.Tensor, embed_proj: torch.Tensor, first: torch.Tensor, resets: list[bool],

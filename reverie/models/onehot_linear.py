@@ -133,13 +133,28 @@ class _OneHotLinear(torch.autograd.Function):
             shape, stoch_dtype = ctx.stoch_meta
             grad_stoch = (grad @ weight[:, d:].to(dtype)).view(shape).to(stoch_dtype)  # dense: (M, O) @ (O, S*K)
         if ctx.needs_input_grad[3]:
-            grad_weight = torch.empty_like(weight)
-            grad_weight[:, d:] = _index_grad(grad, flat, weight.shape[1] - d, weight.dtype).t()
-            if deter is not None:
-                grad_weight[:, :d] = (grad.t() @ deter).to(weight.dtype)  # (O, M) @ (M, D)
+            grad_weight = onehot_weight_grad(grad, deter, flat, weight)
         if ctx.has_bias and ctx.needs_input_grad[4]:
             grad_bias = grad.sum(0).to(weight.dtype)
         return grad_deter, grad_stoch, None, grad_weight, grad_bias, None, None, None
+
+
+def flat_rows(index: torch.Tensor, classes: int) -> torch.Tensor:
+    """Rows of ``W_z^T`` ``(S*K, O)`` to sum: ``index (..., S)`` -> ``(M, S)`` with ``s * K + index_s``."""
+    s = index.shape[-1]
+    return index.reshape(-1, s) + torch.arange(0, s * classes, classes, device=index.device)
+
+
+def onehot_weight_grad(grad: torch.Tensor, deter: torch.Tensor | None, flat: torch.Tensor,
+                       weight: torch.Tensor) -> torch.Tensor:
+    """Gradient of ``weight (O, D + S*K)`` for the output gradient ``grad (M, O)`` at the input ``(deter (M, D) or
+    None, rows flat (M, S))``: ``grad^T @ deter`` for ``W_h``, :func:`_index_grad` for ``W_z``; in weight's dtype."""
+    d = 0 if deter is None else deter.shape[-1]
+    grad_weight = torch.empty_like(weight)
+    grad_weight[:, d:] = _index_grad(grad, flat, weight.shape[1] - d, weight.dtype).t()
+    if deter is not None:
+        grad_weight[:, :d] = (grad.t() @ deter.to(grad.dtype)).to(weight.dtype)  # (O, M) @ (M, D)
+    return grad_weight
 
 
 def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
@@ -197,8 +212,7 @@ def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | No
     dtype = _compute_dtype(weight, feat)
     lead = feat.lead
     s, k = feat.index.shape[-1], feat.classes
-    offsets = torch.arange(0, s * k, k, device=feat.index.device)  # (S,) first row of each group
-    flat = (feat.index.reshape(-1, s) + offsets)  # (..., S) -> (M, S) rows of W_z
+    flat = flat_rows(feat.index, k)  # (..., S) -> (M, S) rows of W_z
     deter = None if feat.deter is None else feat.deter.reshape(-1, feat.deter.shape[-1]).to(dtype)
     stoch = None if feat.stoch is None else feat.stoch.reshape(-1, s, k)
     if table is None:

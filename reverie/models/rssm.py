@@ -259,11 +259,6 @@ class RSSM(nn.Module):
         first = is_first.to(action.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
         action_proj = action * (1.0 - first)  # zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
-        deters, stochs, logits_all = [], [], []
-        deter, stoch = state["deter"], state["stoch"]
-        # one unbind per sequence tensor, not a select per step: the backward of T selects would build T
-        # zero-filled (T, B, units) gradients and add them up; unbind's stacks the T step gradients once
-        action_steps, embed_steps = action_proj.unbind(0), embed_proj.unbind(0)  # T x (B, units)
         resets = _reset_steps(is_first)  # steps without any is_first skip the reset arithmetic
         if self._fused_scan(action_proj, embed_proj, sample):  # one autograd node for the whole scan (CPU)
             deter_seq, logits, stoch = observe_scan(self, action_proj, embed_proj, first, resets, state["deter"],
@@ -271,6 +266,11 @@ class RSSM(nn.Module):
             post = {"deter": deter_seq, "stoch": stoch, "logits": logits.unflatten(-1, (self.stoch, self.classes))}
             prior_logits = self._prior_logits(deter_seq)  # all steps at once: (T, B, D) -> (T, B, S, K)
             return post, {"deter": deter_seq, "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
+        deters, stochs, logits_all = [], [], []
+        deter, stoch = state["deter"], state["stoch"]
+        # one unbind per sequence tensor, not a select per step: the backward of T selects would build T
+        # zero-filled (T, B, units) gradients and add them up; unbind's stacks the T step gradients once
+        action_steps, embed_steps = action_proj.unbind(0), embed_proj.unbind(0)  # T x (B, units)
         if given and not any(resets):  # the learned initial state keeps its (zero) gradient, as with the arithmetic
             deter = deter + 0.0 * init["deter"]
         scan = self._scan_linears()

@@ -32,6 +32,15 @@ def _graph_task() -> int:
     return torch._C._current_graph_task_id()
 
 
+def stacked_weight_grad(pairs: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype,
+                        bias: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``sum_t g_t^T @ x_t`` ``(O, I)`` over the steps' ``(x_t (B, I), g_t (B, O))`` pairs as one product on the
+    stacked steps, in ``dtype``, and with ``bias`` also ``sum_t g_t.sum(0)`` ``(O,)`` (else None)."""
+    x = torch.cat([x for x, _ in pairs])  # (steps * B, I)
+    g = torch.cat([g for _, g in pairs])  # (steps * B, O)
+    return (g.t() @ x).to(dtype), g.sum(0, dtype=dtype) if bias else None
+
+
 class _Sink(torch.autograd.Function):
     """``weight (O, I), bias (O,) or None -> token ()``; backward: the weight (and bias) gradient from the filed
     ``(x_t (B, I), g_t (B, O))`` pairs: ``G^T @ X`` and ``G.sum(0)``."""
@@ -50,10 +59,7 @@ class _Sink(torch.autograd.Function):
         filed.clear()
         if not mine:
             return None, None, None
-        x = torch.cat([x for x, _ in mine])  # (steps * B, I)
-        g = torch.cat([g for _, g in mine])  # (steps * B, O)
-        grad_weight = (g.t() @ x).to(ctx.weight_dtype)  # (O, I)
-        grad_bias = g.sum(0, dtype=ctx.weight_dtype) if ctx.has_bias else None
+        grad_weight, grad_bias = stacked_weight_grad(mine, ctx.weight_dtype, ctx.has_bias)
         return grad_weight, grad_bias, None
 
 
