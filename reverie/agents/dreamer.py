@@ -17,7 +17,7 @@ from reverie.agents.base import WorldModelAgent, adam
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.compiling import compile_callables
 from reverie.distributed import all_finite, all_gather_cat, average_gradients
-from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical
+from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical, unimix_sample
 from reverie.models.mlp_tape import MLPTape
 from reverie.models.networks import MLP
 from reverie.models.onehot_linear import SplitFeat
@@ -69,6 +69,15 @@ class Actor(nn.Module):
             return UnimixCategorical(out, self.unimix)
         mean, std = out.chunk(2, -1)
         return BoundedNormal(mean, std, self.min_std, self.max_std)
+
+    def sample(self, out: torch.Tensor) -> torch.Tensor:
+        """A sample ``(..., A)`` float32 of :meth:`dist` ``(out)`` without building the distribution object (the
+        imagination rollout's hot path, one call per step). Discrete: a one-hot draw of the unimix categorical
+        (:func:`reverie.models.distributions.unimix_sample`, the same law as ``dist(out).sample()``); continuous:
+        ``dist(out).sample()``."""
+        if self.spec.discrete:
+            return unimix_sample(out.detach(), self.unimix)
+        return self.dist(out).sample()
 
 
 class DreamerV3(WorldModelAgent):
@@ -237,7 +246,7 @@ class DreamerV3(WorldModelAgent):
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
             feat = _no_stoch(rssm.features(state)).to(self.compute_dtype)  # (N, F); the actor's input is detached
             if discrete:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
-                return self.actor.dist(self.actor.net(feat) if tape is None else tape(feat)).sample()
+                return self.actor.sample(self.actor.net(feat) if tape is None else tape(feat))
             dist = self.actor(feat.detach())
             dists.append(dist)
             return dist.rsample()
@@ -253,11 +262,18 @@ class DreamerV3(WorldModelAgent):
             feat = rssm.features(states).to(self.compute_dtype)  # (H+1, N, F), cast once, read by every head
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
             cont = torch.cat([start_cont[None], self.wm.cont(feat[1:]).mode])  # start's own flag is known
-        # Discrete: one critic pass serves the returns (detached) and the critic loss. Continuous: the returns
-        # need values differentiable in the imagined states, so the critic loss gets its own pass below.
+        # Discrete: one critic pass serves the returns (detached) and the critic loss, and one softmax of it the
+        # values and the loss's backward. Continuous: the returns need values differentiable in the imagined
+        # states, so the critic loss gets its own pass below.
+        critic_probs = None
         with torch.enable_grad() if discrete else nullcontext():
             critic_out = self.critic(feat)  # (H+1, N, 255)
-        value = TwoHotSymlog(critic_out).mean  # (H+1, N)
+        if discrete:
+            with torch.no_grad():
+                critic_probs = torch.softmax(critic_out, -1, dtype=torch.float32)  # (H+1, N, 255)
+                value = TwoHotSymlog(critic_out, probs=critic_probs).mean  # (H+1, N)
+        else:
+            value = TwoHotSymlog(critic_out).mean  # (H+1, N)
         ret = lambda_return(reward, value if not discrete else value.detach(), cont, self.gamma, self.lam)  # (H, N)
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
@@ -289,7 +305,8 @@ class DreamerV3(WorldModelAgent):
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
-        critic_dist = TwoHotSymlog(critic_out[:-1] if discrete else self.critic(critic_feat))
+        critic_dist = TwoHotSymlog(critic_out[:-1], probs=critic_probs[:-1]) if discrete else \
+            TwoHotSymlog(self.critic(critic_feat))
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean
         critic_loss = -critic_dist.log_prob_mix([ret.detach(), slow_target], [1.0, self.slow_reg])  # (H, N)

@@ -14,7 +14,7 @@ One step (DreamerV3 2023 reference ``rssm.py``, ``obs_step`` with ``img_step`` i
     resets:   h, s = h * keep + h0 * first, s * keep + s0 * first        (only on steps with some is_first)
     input:    x = silu(LN_in(s @ W_z^T + a_t))                            a_t = in_a(prev_action_t), precomputed
     GRU:      r, c, u = split(LN_gru(cat(x, h) @ W_gru^T))
-              h' = sigmoid(u - 1) * tanh(sigmoid(r) * c) + (1 - sigmoid(u - 1)) * h
+              h' = sigmoid(u - 1) * tanh(sigmoid(r) * c) + (1 - sigmoid(u - 1)) * h     (as lerp, as GRUCell)
     post:     logits = silu(LN_post(h' @ W_h^T + e_t)) @ W_out^T + b_out  e_t = post_e(embed_t), precomputed
     sample:   s' = one_hot(unimix draw from logits)    value one-hot, gradient of the unimix probabilities
 
@@ -101,7 +101,7 @@ class _ObserveScan(torch.autograd.Function):
                 reset = torch.sigmoid(reset)
                 cand_t = torch.tanh(reset * cand)
                 update = torch.sigmoid(update - 1.0)
-                h = update * cand_t + (1.0 - update) * hp  # (B, D) in the state's dtype
+                h = torch.lerp(hp, cand_t.to(sd), update.to(sd))  # (B, D) in the state's dtype, as GRUCell mixes
                 hd = h.to(dt)
                 q1 = F.linear(hd, wh) + embed_proj[t]
                 q2, m3, r3 = torch.native_layer_norm(q1, (U,), ln_post_w, ln_post_b, spec.eps[2])
@@ -166,11 +166,12 @@ class _ObserveScan(torch.autograd.Function):
                     dh = dh + g_deter[t]
                 if dh_next is not None:
                     dh = dh + dh_next
-                # GRU: h = update * cand_t + (1 - update) * hp, the gates in the compute dtype, hp in the state's
-                da = dh.to(dt)
-                d_update = da * cand_t - (dh * hp).to(dt)
-                d_hp = dh * (1.0 - update)
-                d_pre = torch.ops.aten.tanh_backward(da * update, cand_t)
+                # GRU: h = lerp(hp, cand_t, update) in the state's dtype (lerp's own backward), the gates in the
+                # compute dtype
+                u_s = update.to(sd)
+                d_update = (dh * (cand_t.to(sd) - hp)).to(dt)
+                d_hp = dh * (1.0 - u_s)
+                d_pre = torch.ops.aten.tanh_backward((dh * u_s).to(dt), cand_t)
                 d_reset = torch.ops.aten.sigmoid_backward(d_pre * cand, reset)
                 d_p1 = torch.cat([d_reset, d_pre * reset, torch.ops.aten.sigmoid_backward(d_update, update)], -1)
                 dp0, dw, db = torch.ops.aten.native_layer_norm_backward(d_p1, p0, (3 * D,), m2, r2, ln_gru_w,

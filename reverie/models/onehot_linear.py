@@ -100,7 +100,9 @@ class SplitFeat:
 
 
 _ONE_CALL_ELEMENTS = 1 << 21  # up to this many (M * S * O) the W_z gradient is one index_add on a repeated g
-_BLOCK_ROWS = 2048  # rows of g per block of index_add calls (2 MB at O = 256 in float32: stays in L2)
+# elements of g (rows x O) per block of index_add calls: 4096 rows at O = 256, 2048 at O = 512 (measured in
+# docs/speed.md, round 4: 4096 rows ran 9-10% faster than 2048 at O = 256, the same at 512; 8192 no faster)
+_BLOCK_ELEMENTS = 1 << 20
 
 
 class _OneHotLinear(torch.autograd.Function):
@@ -165,8 +167,9 @@ def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.
     if m * groups * grad.shape[1] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
         grad_z.index_add_(0, flat.reshape(-1), grad.to(dtype).repeat_interleave(groups, 0))  # (M*S, O)
         return grad_z
-    for start in range(0, m, _BLOCK_ROWS):  # large batch: S sparse row updates per block (it stays in cache)
-        g_block, flat_block = grad[start:start + _BLOCK_ROWS].to(dtype), flat[start:start + _BLOCK_ROWS]
+    block = max(1, _BLOCK_ELEMENTS // grad.shape[1])
+    for start in range(0, m, block):  # large batch: S sparse row updates per block (it stays in cache)
+        g_block, flat_block = grad[start:start + block].to(dtype), flat[start:start + block]
         for s in range(groups):  # rows flat[:, s] += g, without an (M*S, O) copy
             grad_z.index_add_(0, flat_block[:, s], g_block)
     return grad_z

@@ -39,7 +39,8 @@ class GRUCell(nn.Module):
     """LayerNorm GRU of the DreamerV3 reference (``rssm.py``: ``update = sigmoid(u - 1)``).
 
     ``forward(x (B, I), h (B, D)) -> (B, D)``: the gates in the compute dtype, the state in ``h``'s dtype or
-    wider (float32 from a float32 ``h`` under bf16 autocast).
+    wider (float32 from a float32 ``h`` under bf16 autocast), mixed as ``lerp(h, cand, update)`` (the reference's
+    ``update * cand + (1 - update) * h``, one kernel instead of four).
     """
 
     def __init__(self, in_dim: int, deter: int, eps: float = 1e-3):
@@ -50,14 +51,17 @@ class GRUCell(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, linear: Callable | None = None) -> torch.Tensor:
         """``linear``: applies ``self.linear`` instead of calling it (a scan's :class:`ScanLinears`)."""
-        parts = self.norm((linear or self.linear)(torch.cat([x, h], -1)))
+        # h in x's dtype before the concatenation: the values autocast would give the linear layer (a float32 cat
+        # rounded to bf16), without the float32 (B, I + D) copy
+        parts = self.norm((linear or self.linear)(torch.cat([x, h.to(x.dtype)], -1)))
         reset, cand, update = parts.chunk(3, -1)
         reset = torch.sigmoid(reset)
         cand = torch.tanh(reset * cand)
         update = torch.sigmoid(update - 1.0)
         # h as it is: a float32 state stays float32 under bf16 autocast (rounding it to bf16 here was 2-3% faster
         # but learned CartPole worse in the same seeds: docs/speed.md, round 3)
-        return update * cand + (1.0 - update) * h
+        dtype = torch.promote_types(h.dtype, update.dtype)
+        return torch.lerp(h.to(dtype), cand.to(dtype), update.to(dtype))
 
 
 class RSSM(nn.Module):

@@ -130,3 +130,55 @@ def test_two_hot_reads_bfloat16_logits_and_returns_their_gradient_dtype():
     torch.testing.assert_close(dist.mean, TwoHotSymlog(logits.detach().float()).mean)
     dist.log_prob(torch.tensor([0.0, 1.0, -5.0, 100.0, 3.0])).sum().backward()
     assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad.float()).all()
+
+
+def test_two_hot_mean_without_autograd_in_chunks_equals_the_whole(monkeypatch):
+    """Without autograd, large logits take the mean chunk by chunk (cache-sized temporaries): the same values."""
+    import reverie.models.distributions as module
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50, 255).bfloat16()
+    expected = module.symexp((torch.softmax(logits.float(), -1) * symlog_bins(255)).sum(-1))
+    whole = TwoHotSymlog(logits).mean  # 150 rows: one chunk at the default size
+    monkeypatch.setattr(module, "_MEAN_CHUNK_ELEMENTS", 255 * 7)  # chunks of 7 rows, the last one short
+    chunked = TwoHotSymlog(logits).mean
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(chunked, expected, rtol=1e-5, atol=1e-5)
+    assert TwoHotSymlog(torch.zeros(3, 50, 255)).mean.abs().max().item() == 0.0  # still exactly 0 at 0 logits
+    grad_logits = logits.float().requires_grad_(True)
+    mean = TwoHotSymlog(grad_logits).mean  # with autograd: the differentiable whole-tensor path
+    assert mean.requires_grad
+    torch.testing.assert_close(mean.detach(), whole, rtol=1e-6, atol=1e-6)
+
+
+def test_two_hot_given_probs_give_the_same_mean_loss_and_gradient():
+    """The critic's shared softmax: probs given to TwoHotSymlog serve mean and the loss's backward unchanged."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 6, 255, requires_grad=True)
+    target, slow = torch.randn(4, 6) * 10, torch.randn(4, 6)
+    probs = torch.softmax(logits.detach(), -1)
+    plain, given = TwoHotSymlog(logits), TwoHotSymlog(logits, probs=probs)
+    with torch.no_grad():
+        torch.testing.assert_close(given.mean, plain.mean)
+    loss_plain = plain.log_prob_mix([target, slow], [1.0, 0.5]).sum()
+    loss_given = given.log_prob_mix([target, slow], [1.0, 0.5]).sum()
+    torch.testing.assert_close(loss_given, loss_plain, rtol=1e-6, atol=1e-5)  # log(p) is log_softmax up to rounding
+    (g_plain,) = torch.autograd.grad(loss_plain, logits)
+    (g_given,) = torch.autograd.grad(loss_given, logits)
+    torch.testing.assert_close(g_given, g_plain, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="float32 softmax of the logits"):
+        TwoHotSymlog(logits, probs=probs.double())
+
+
+def test_two_hot_given_probs_fall_back_to_log_softmax_for_underflowed_targets():
+    """A target bin 100 or 200 nats below the best one: its float32 probability is subnormal or 0, so log(p) would be
+    imprecise or -inf; the loss then takes the full log_softmax (finite, the plain path's value)."""
+    logits = torch.zeros(2, 255)
+    logits[0, 200], logits[1, 200] = 100.0, 200.0  # all mass on a bin near symlog 11.4; the target 0 is bin 127
+    probs = torch.softmax(logits, -1)
+    assert 0.0 < probs[0, 127].item() < 1e-38 and probs[1, 127].item() == 0.0
+    target = torch.zeros(2)
+    given = TwoHotSymlog(logits, probs=probs).log_prob(target)
+    plain = TwoHotSymlog(logits).log_prob(target)
+    torch.testing.assert_close(given, plain)
+    torch.testing.assert_close(given, torch.tensor([-100.0, -200.0]))

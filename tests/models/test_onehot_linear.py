@@ -91,13 +91,13 @@ def test_split_feat_slicing_and_flatten_keep_parts_aligned():
     assert feat[:-1].lead == (3, 3) and feat.dim == 6 + 12
 
 
-@pytest.mark.parametrize("one_call, block", [(0, 7), (0, 4096), (1 << 30, 4096)])
+@pytest.mark.parametrize("one_call, block", [(0, 7 * 3), (0, 1 << 20), (1 << 30, 1 << 20)])
 def test_weight_gradient_paths_agree(monkeypatch, one_call, block):
     """The W_z gradient by one index_add (small batches) and by blocks of per-group index_adds (large ones)."""
     import reverie.models.onehot_linear as module
 
     monkeypatch.setattr(module, "_ONE_CALL_ELEMENTS", one_call)
-    monkeypatch.setattr(module, "_BLOCK_ROWS", block)
+    monkeypatch.setattr(module, "_BLOCK_ELEMENTS", block)  # 21: blocks of 7 rows (O = 3)
     h, z, index = _features(lead=(50,), groups=5, classes=4)
     layer = FeatLinear(6 + 20, 3, bias=False).double()
     upstream = torch.randn(50, 3, dtype=torch.float64)

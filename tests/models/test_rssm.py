@@ -117,8 +117,9 @@ def test_skipping_the_reset_arithmetic_on_steps_without_is_first_changes_nothing
 
 
 def test_gru_keeps_a_float32_state_under_bf16_autocast():
-    """Under bf16 autocast the gates are bf16 but the state is mixed as it is: ``u * c + (1 - u) * h`` with a
-    float32 ``h`` gives a float32 state (not rounded to bf16: measured to learn CartPole worse, docs/speed.md)."""
+    """Under bf16 autocast the gates are bf16 but the state is mixed as it is: ``u * c + (1 - u) * h`` (as
+    ``lerp(h, c, u)``) with a float32 ``h`` gives a float32 state (not rounded to bf16: measured to learn CartPole
+    worse, docs/speed.md)."""
     from reverie.models.rssm import GRUCell
 
     torch.manual_seed(0)
@@ -130,4 +131,7 @@ def test_gru_keeps_a_float32_state_under_bf16_autocast():
     reset, cand, update = parts.chunk(3, -1)
     cand, update = torch.tanh(torch.sigmoid(reset) * cand), torch.sigmoid(update - 1.0)
     assert parts.dtype == torch.bfloat16 and new.dtype == torch.float32
-    assert torch.equal(new, update * cand + (1.0 - update) * h)
+    assert torch.equal(new, torch.lerp(h, cand.float(), update.float()))
+    u, c = update.float(), cand.float()
+    torch.testing.assert_close(new, u * c + (1.0 - u) * h, rtol=0, atol=1e-6)  # the reference's formula, in float32
+    assert not torch.equal(new.bfloat16().float(), new)  # not rounded to bf16

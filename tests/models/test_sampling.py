@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from reverie.models.distributions import unimix_probs, unimix_sample, unimix_sample_index
+from reverie.models.distributions import count_below, unimix_probs, unimix_sample, unimix_sample_index
 
 
 def test_index_and_one_hot_samplers_make_the_same_draw():
@@ -40,3 +40,35 @@ def test_bfloat16_logits_sample_from_their_float32_softmax():
     a = unimix_sample_index(logits, 0.01)
     torch.manual_seed(1)
     assert torch.equal(a, unimix_sample_index(logits.float(), 0.01))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_count_below_is_searchsorted(dtype):
+    """The sign-bit count equals searchsorted's left insertion point, ties and out-of-range targets included."""
+    torch.manual_seed(0)
+    cdf = torch.softmax(torch.randn(300, 7, 32), -1).cumsum(-1).to(dtype)  # (300, 7, 32) nondecreasing
+    cdf[0, 0, 3:10] = cdf[0, 0, 3]  # a run of equal entries
+    target = torch.rand(300, 7, 1).to(dtype)
+    target[0, 0] = cdf[0, 0, 5]  # equal to the run: not below
+    target[1, 0], target[1, 1], target[1, 2] = -1.0, 0.0, 2.0  # below everything, zero, above everything
+    target[2, 0] = cdf[2, 0, 0]  # equal to the first entry: count 0
+    expected = torch.searchsorted(cdf, target)
+    assert torch.equal(count_below(cdf, target).long(), expected)
+    assert expected[0, 0].item() == 3 and expected[1, 2].item() == 32 and expected[2, 0].item() == 0
+
+
+def test_count_below_rejects_integer_input():
+    with pytest.raises(TypeError, match="count_below needs float"):
+        count_below(torch.arange(4), torch.tensor([2]))
+
+
+def test_count_below_overwrite_gives_the_same_counts_in_place():
+    torch.manual_seed(0)
+    cdf = torch.softmax(torch.randn(50, 16), -1).cumsum(-1)
+    target = torch.rand(50, 1)
+    expected = torch.searchsorted(cdf, target)
+    buffer = cdf.clone()
+    assert torch.equal(count_below(buffer, target, overwrite=True).long(), expected)
+    assert not torch.equal(buffer, cdf)  # overwritten: the work was done in its memory
+    with pytest.raises(TypeError, match="one dtype with overwrite"):
+        count_below(cdf.double(), target, overwrite=True)
