@@ -72,7 +72,7 @@ class _SparseTargetLogProb(torch.autograd.Function):
             # target bin ~70 nats below the best) is not, so then the full log_softmax below
             if not bool(((at < _LOG_OF_PROBS_MIN) & (weight != 0)).any()):
                 ctx.save_for_backward(probs, index, weight)
-                return (at.log() * weight).sum(-1)
+                return torch.special.xlogy(weight, at).sum(-1)  # 0 where a weight is 0, even at a 0 probability
         logp = F.log_softmax(logits, -1, dtype=torch.float32)  # (..., K)
         ctx.save_for_backward(logp if probs is None else probs, index, weight)  # the backward needs softmax
         return (logp.gather(-1, index) * weight).sum(-1)
@@ -260,7 +260,8 @@ def count_below(cdf: torch.Tensor, target: torch.Tensor, overwrite: bool = False
     Summed sign bits of ``cdf - target`` (one subtraction, one shift, one short sum): about 4x faster than
     ``searchsorted``'s per-row binary search on CPU at ``K = 32`` (docs/speed.md, round 4). Exact for finite
     values: IEEE subtraction gives ``a - b < 0`` exactly when ``a < b`` (with subnormals; a process that sets
-    ``torch.set_flush_denormal(True)`` could count a difference below ~1e-38 as not below) and ``+0`` when equal.
+    ``torch.set_flush_denormal(True)`` could count a difference below ~1e-38 as not below) and ``+0`` when equal
+    (one exception: an entry ``-0.0`` counts as below a target ``+0.0``; a cumsum of probabilities has none).
     ``overwrite=True`` works in ``cdf``'s memory (its values are lost; no new ``(..., K)`` tensor, which at the
     rollout's 4 MiB per step is memory traffic saved).
 

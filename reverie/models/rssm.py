@@ -51,9 +51,10 @@ class GRUCell(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, linear: Callable | None = None) -> torch.Tensor:
         """``linear``: applies ``self.linear`` instead of calling it (a scan's :class:`ScanLinears`)."""
-        # h in x's dtype before the concatenation: the values autocast would give the linear layer (a float32 cat
-        # rounded to bf16), without the float32 (B, I + D) copy
-        parts = self.norm((linear or self.linear)(torch.cat([x, h.to(x.dtype)], -1)))
+        # under autocast h in x's (compute) dtype before the concatenation: the values autocast would give the
+        # linear layer (a float32 cat rounded to bf16), without the float32 (B, I + D) copy; otherwise promoted
+        cat_dtype = x.dtype if torch.is_autocast_enabled(x.device.type) else torch.promote_types(x.dtype, h.dtype)
+        parts = self.norm((linear or self.linear)(torch.cat([x.to(cat_dtype), h.to(cat_dtype)], -1)))
         reset, cand, update = parts.chunk(3, -1)
         reset = torch.sigmoid(reset)
         cand = torch.tanh(reset * cand)

@@ -182,3 +182,16 @@ def test_two_hot_given_probs_fall_back_to_log_softmax_for_underflowed_targets():
     plain = TwoHotSymlog(logits).log_prob(target)
     torch.testing.assert_close(given, plain)
     torch.testing.assert_close(given, torch.tensor([-100.0, -200.0]))
+
+
+def test_two_hot_given_probs_zero_weight_bin_with_zero_probability_gives_a_finite_loss():
+    """A target exactly on a bin puts weight 0 on its neighbour; that neighbour's probability may be exactly 0 (a logit
+    gap past ~104 nats): 0 * log(0) must count as 0, as log_softmax's finite value times 0 does."""
+    logits = torch.zeros(1, 255)
+    logits[0, 127] = 110.0  # bin 127 is symlog 0; bin 128's probability underflows to 0
+    probs = torch.softmax(logits, -1)
+    assert probs[0, 128].item() == 0.0
+    target = torch.zeros(1)  # exactly on bin 127: weight 1 there, 0 on bin 128
+    given = TwoHotSymlog(logits, probs=probs).log_prob(target)
+    torch.testing.assert_close(given, TwoHotSymlog(logits).log_prob(target))
+    assert given.item() == 0.0

@@ -135,3 +135,15 @@ def test_gru_keeps_a_float32_state_under_bf16_autocast():
     u, c = update.float(), cand.float()
     torch.testing.assert_close(new, u * c + (1.0 - u) * h, rtol=0, atol=1e-6)  # the reference's formula, in float32
     assert not torch.equal(new.bfloat16().float(), new)  # not rounded to bf16
+
+
+def test_gru_promotes_mixed_input_dtypes_outside_autocast():
+    """Outside autocast the concatenation promotes (a float64 cell with a float32 input runs in float64)."""
+    from reverie.models.rssm import GRUCell
+
+    torch.manual_seed(0)
+    cell = GRUCell(6, 8).double()
+    x, h = torch.randn(5, 6), torch.randn(5, 8, dtype=torch.float64)
+    out = cell(x, h)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, cell(x.double(), h))
