@@ -68,8 +68,9 @@ class _SparseTargetLogProb(torch.autograd.Function):
         ctx.dtype, ctx.given = logits.dtype, probs is not None
         if probs is not None:  # the caller's float32 softmax: the backward reads it, the forward its J entries
             at = probs.gather(-1, index)  # (..., J)
-            # log of a normal float32 probability is log_softmax to float32 rounding; one that underflowed (a
-            # target bin ~70 nats below the best) is not, so then the full log_softmax below
+            # log of a float32 probability of 1e-30 or more is log_softmax to float32 rounding; a smaller one (a
+            # target bin ~69 nats or more below the best: near or in the subnormals, or 0) is not, so then the
+            # full log_softmax below
             if not bool(((at < _LOG_OF_PROBS_MIN) & (weight != 0)).any()):
                 ctx.save_for_backward(probs, index, weight)
                 return torch.special.xlogy(weight, at).sum(-1)  # 0 where a weight is 0, even at a 0 probability
@@ -101,8 +102,8 @@ class TwoHotSymlog(td.Distribution):
             ``mean`` read it when no gradient is recorded through them, and ``log_prob``'s backward uses it
             instead of exponentiating the log-probabilities again.
 
-    Every quantity is computed in float32 (softmax and log_softmax read 16-bit logits directly, without a
-    float32 copy). ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits,
+    Every quantity is computed in float32 (softmax and log_softmax take 16-bit logits with ``dtype=float32``; on
+    CPU the op makes the float32 copy inside). ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits,
     which is why the reward and critic output layers are zero-initialised. ``log_prob(x)``: ``(...)``, the
     cross-entropy of the two-hot encoding of ``symlog(x)`` against the predicted probabilities, computed by
     gathering the two neighbouring bins (the same number as summing over a dense two-hot vector, without
