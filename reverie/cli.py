@@ -1,4 +1,4 @@
-"""``reverie train|eval|imagine``: turns Hydra configs into objects and calls ``train``; never names an algorithm.
+"""``reverie train|eval|imagine|play``: turns Hydra configs into objects and calls ``train``; never names an algorithm.
 
 Examples::
 
@@ -8,6 +8,7 @@ Examples::
     reverie train exp=debug                         # tiny smoke run
     reverie eval runs/2026-11-30_120000_classic --episodes 10
     reverie imagine runs/2026-11-30_120000_classic --horizon 30
+    reverie play runs/2026-11-30_120000_classic
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ commands:
   train --resume RUN [OVR ..] continue a stopped or finished run (docs/resume.md)
   eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
+  play RUN [--port P]         play inside the world model next to the real env, in a browser (`reverie play --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
   sweep FILE [--address A]    hyperparameter sweep over seeds on Ray Tune (`reverie sweep --help`)
 
@@ -40,7 +42,9 @@ examples:
   reverie train env=pendulum                 continuous actions
   reverie train exp=debug                    tiny smoke run
   reverie eval runs/<run> --episodes 10
+  reverie eval runs/<run> --planner cem      act by planning over the world model and critic
   reverie imagine runs/<run> --horizon 30
+  reverie play runs/<run>
   reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
 TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
@@ -271,7 +275,38 @@ wandb:<entity>/<project>/<run id>-checkpoint:latest (logged by runs with logger=
 The env and its wrappers are rebuilt from the run's resolved config (protocol settings included) and seeded
 as the run's own evaluations, so the default seed reproduces the run's final evaluation (within the noise of
 the latent samples). Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
-per-episode returns and lengths) and an mp4 per episode; prints the table as JSON."""
+per-episode returns and lengths) and an mp4 per episode; prints the table as JSON.
+DreamerV3 runs act with their actor, or with --planner cem|mppi by planning over the world model with the critic
+as value bootstrap (docs/planning.md); returns.json then records the planner and its settings."""
+
+
+def add_planner_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--planner`` and ``--plan KEY=VALUE`` (DreamerV3 runs; :mod:`reverie.agents.dreamer_planning`)."""
+    from reverie.agents.dreamer_planning import PLAN_DEFAULTS, PLANNERS
+
+    group = parser.add_argument_group("planning (DreamerV3 runs, docs/planning.md)")
+    group.add_argument("--planner", choices=PLANNERS, default=None,
+                       help="act with the actor, or plan with cem/mppi over the world model with the critic as value "
+                            "bootstrap (default: the run's agent.module.planner)")
+    group.add_argument("--plan", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"planner setting, repeatable, e.g. --plan candidates=500 ({', '.join(PLAN_DEFAULTS)})")
+
+
+def planner_arguments(args: argparse.Namespace) -> tuple[str | None, dict]:
+    """``(planner, plan settings)`` from :func:`add_planner_arguments`' options; values parsed as YAML scalars.
+
+    Raises:
+        ConfigError: a ``--plan`` entry without ``=``.
+    """
+    import yaml
+
+    plan = {}
+    for entry in args.plan:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"config error: --plan takes KEY=VALUE (e.g. --plan candidates=500), got {entry!r}")
+        plan[key.strip()] = yaml.safe_load(value)
+    return args.planner, plan
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -288,13 +323,15 @@ def cmd_eval(argv: list[str]) -> int:
                              "prediction of the same actions (episode_<k>_openloop.mp4; a PNG for vector obs)")
     parser.add_argument("--context", type=int, default=5, help="observed steps before the open loop (default 5)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_planner_arguments(parser)
     args = parser.parse_args(argv)
     from reverie.evaluate import evaluate, write_returns
     from reverie.run import RunError, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
+    planner, plan = planner_arguments(args)
     try:
-        run = load_run(args.run, device=args.device)
+        run = load_run(args.run, device=args.device, planner=planner, plan=plan)
     except RunError as err:
         print(f"eval error: {err}", file=sys.stderr)
         return 2
@@ -319,7 +356,7 @@ def cmd_eval(argv: list[str]) -> int:
             if args.openloop else None
         result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
     paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
-                          mode=mode, seed=seed)
+                          mode=mode, seed=seed, **({"acting": run.acting} if run.acting else {}))
     print(json.dumps({k: result[k] for k in ("mean", "std", "min", "max", "returns")}, indent=1))
     print(f"[reverie] wrote {paths[0]}, {paths[1].name}"
           f"{f' and {len(recorder.written)} video/plot files' if recorder and recorder.written else ''} in {out}",

@@ -30,6 +30,17 @@ class LoadedRun:
         self.directory: Path | None = None  # the run directory (set by load_run)
         self.checkpoint: Path | None = None  # the checkpoint file loaded
 
+    @property
+    def acting(self) -> dict:
+        """How the agent acts: ``{"planner": "actor"}`` or ``{"planner": "cem"|"mppi", **settings}`` (DreamerV3,
+        :mod:`reverie.agents.dreamer_planning`); ``{}`` for agents without the choice (PlaNet always plans)."""
+        from reverie.agents.dreamer_planning import DreamerPlanner
+
+        planner = getattr(self.agent, "planner", False)
+        if planner is None:
+            return {"planner": "actor"}
+        return {"planner": planner.kind, **planner.settings} if isinstance(planner, DreamerPlanner) else {}
+
     def initial_state(self, batch: int = 1) -> Any:
         return self.agent.initial_state(batch)
 
@@ -105,13 +116,16 @@ def run_directory(path: str | Path) -> Path:
     return path.parent if path.name == "checkpoints" else path
 
 
-def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
+def load_run(path: str | Path, device: str = "cpu", planner: str | None = None, plan: dict | None = None) -> LoadedRun:
     """Rebuild the agent of a run directory (newest checkpoint) or of a checkpoint file.
 
     Args:
         path: run directory, its ``checkpoints/`` folder, a checkpoint file, or a wandb artifact reference
             (see :func:`resolve_run`).
         device: torch device for the agent.
+        planner: DreamerV3 runs: how the agent acts, ``"actor"``, ``"cem"`` or ``"mppi"``
+            (:mod:`reverie.agents.dreamer_planning`); None keeps the run's own ``agent.module.planner``.
+        plan: planner settings that replace the run's own (``agent.module.plan``), e.g. ``{"candidates": 500}``.
 
     Returns:
         :class:`LoadedRun` with ``directory`` (the run directory) and ``checkpoint`` (the file loaded).
@@ -119,7 +133,8 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     Raises:
         RunError: the path does not exist; no checkpoint under it (with what the directory holds); the
             checkpoint is truncated, not a checkpoint, lacks entries or does not fit the agent it describes
-            (with the older checkpoints to try instead).
+            (with the older checkpoints to try instead); ``planner``/``plan`` for a run that is not DreamerV3, or
+            an unknown planner or setting.
     """
     from reverie.train import build_agent
 
@@ -146,6 +161,8 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     config = payload["config"]
     agent_cfg = OmegaConf.create(config["agent"])
     agent_cfg.module.device = device
+    if planner is not None or plan:
+        set_planner(agent_cfg, planner, plan)
     agent = build_agent(agent_cfg, payload["obs_shapes"], payload["action_spec"])
     try:
         agent.load_state_dict(payload["agent"])
@@ -156,6 +173,28 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     run = LoadedRun(agent, config, payload["obs_shapes"], payload["action_spec"], payload.get("counters", {}))
     run.directory, run.checkpoint = run_directory(ckpt), ckpt
     return run
+
+
+def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
+    """Set ``agent_cfg.module.planner`` (unless None) and update ``agent_cfg.module.plan`` with ``plan``.
+
+    Raises:
+        RunError: the agent is not DreamerV3 (PlaNet always plans: its CEM settings are ``agent.module.horizon``,
+            ``candidates``, ...), an unknown planner or an unknown setting.
+    """
+    from reverie.agents.dreamer_planning import PLAN_DEFAULTS, PLANNERS
+
+    if agent_cfg.get("name") != "dreamerv3":
+        raise RunError(f"planner settings apply to DreamerV3 runs; this run's agent is {agent_cfg.get('name')!r}"
+                       f"{' (it always plans with CEM; its settings are agent.module.horizon, candidates, ...)' if agent_cfg.get('name') == 'planet' else ''}")
+    if planner is not None and planner not in PLANNERS:
+        raise RunError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
+    unknown = sorted(set(plan or {}) - set(PLAN_DEFAULTS))
+    if unknown:
+        raise RunError(f"unknown planner setting(s) {unknown}; known: {', '.join(PLAN_DEFAULTS)}")
+    if planner is not None:
+        agent_cfg.module.planner = planner
+    agent_cfg.module.plan = {**(OmegaConf.to_container(agent_cfg.module.get("plan") or {})), **(plan or {})}
 
 
 def version_mismatches(run: LoadedRun) -> list[str]:

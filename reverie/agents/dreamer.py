@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from reverie.agents.base import WorldModelAgent, adam
+from reverie.agents.dreamer_planning import make_dreamer_planner
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.compiling import compile_callables
 from reverie.distributed import all_finite, all_gather_cat, average_gradients
@@ -108,9 +109,13 @@ class DreamerV3(WorldModelAgent):
             critics, RSSM cell input) by row gathers instead of a dense product (:mod:`reverie.models.onehot_linear`,
             docs/speed.md "Hot path"): the same losses up to float rounding, fewer FLOPs. Categorical latents only;
             with ``compile`` the dense path is traced instead (compile sees plain tensors).
+        planner: how the agent acts: ``"actor"`` (the reference) or ``"cem"``/``"mppi"``, planning over the world
+            model with the critic as value bootstrap (:mod:`reverie.agents.dreamer_planning`; a reverie addition).
+        plan: the planner's settings (:data:`reverie.agents.dreamer_planning.PLAN_DEFAULTS`); unused with the actor.
 
     Raises:
-        ValueError: ``loss_scales`` keys that differ from the world model's losses.
+        ValueError: ``loss_scales`` keys that differ from the world model's losses; an unknown ``planner`` or
+            ``plan`` setting.
     """
 
     optimizers = ("model_opt", "actor_opt", "critic_opt")  # saved with the module state (WorldModelAgent)
@@ -123,9 +128,10 @@ class DreamerV3(WorldModelAgent):
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
                  model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
-                 compile: bool = False, onehot_gather: bool = True):
+                 compile: bool = False, onehot_gather: bool = True, planner: str = "actor", plan: dict | None = None):
         super().__init__()
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
+        self.planner = make_dreamer_planner(action_spec, planner, plan)  # None: the actor acts
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
@@ -174,7 +180,8 @@ class DreamerV3(WorldModelAgent):
         Args:
             obs: ``(N, ...)`` arrays with the observation keys and ``is_first (N,)``.
             state: from :meth:`initial_state` or the previous call; None starts fresh.
-            mode: ``"explore"``/``"sample"`` sample from the actor, ``"eval"`` takes its mode.
+            mode: ``"explore"``/``"sample"`` sample from the actor, ``"eval"`` takes its mode. With a planner:
+                its plan (``"explore"``: plus its noise; ``"sample"``: Discrete draws from the elite frequencies).
 
         Returns:
             ``(action (N, A) float32, state)``; one-hot actions for discrete spaces, ``[-1, 1]`` for Box.
@@ -188,6 +195,9 @@ class DreamerV3(WorldModelAgent):
 
     def _act(self, data, rssm_state, prev_action, mode):
         post = self.wm.posterior_step(data, prev_action, rssm_state)
+        if self.planner is not None:
+            action = self.planner.act(self, post, mode)
+            return action.cpu().numpy().astype(np.float32), (post, action)
         dist = self.actor(self.wm.rssm.features(post))
         action = dist.mode if mode == "eval" else dist.sample()
         if not self.spec.discrete:

@@ -15,7 +15,17 @@ continue head) and the value term is left out without a critic.
 
 Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horizon 12, 1000 candidates, top 100,
 10 iterations; candidates clipped into the bounds) and :class:`CategoricalCEM` for ``Discrete`` actions
-(one-hot sequences sampled from per-step categoricals, refit to the elites' frequencies).
+(one-hot sequences sampled from per-step categoricals, refit to the elites' frequencies). Both take two options:
+
+- ``temperature``: MPPI-style refits (TD-MPC, Hansen et al. 2022, section 3.3): the elites are weighted by
+  ``exp((R - max R) / (temperature * (max R - min R)))`` instead of equally (CEM), so the refit leans to the
+  best elites; the range normalisation makes it free of the reward scale (the worst elite weighs
+  ``exp(-1 / temperature)`` of the best).
+- ``policy_candidates``: ``P`` extra candidates per iteration rolled out by the dynamics' own ``policy`` (e.g.
+  DreamerV3's actor, TD-MPC's ``num_pi_trajs``): sampled once per plan, scored with the others every iteration.
+
+The discount ``gamma`` of the planned rewards defaults to the dynamics' own (``WorldModelDynamics.gamma``: the
+critic's discount with :meth:`WorldModelDynamics.from_dreamer`, else 1).
 """
 
 from __future__ import annotations
@@ -37,6 +47,9 @@ class Dynamics(Protocol):
     - ``reward(state) -> (M,)``: predicted reward received on arriving at ``state``.
     - ``cont(state) -> (M,) or None``: probability that the episode continues after ``state``.
     - ``value(state) -> (M,) or None``: value bootstrap at the last planned state.
+
+    Optional: ``gamma`` (the discount the planners use by default) and ``policy(state) -> (M, A) or None``
+    (proposals for ``policy_candidates``).
     """
 
     def step(self, state: State, action: torch.Tensor) -> State: ...
@@ -57,18 +70,29 @@ class WorldModelDynamics:
         value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean).
         sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
         use_cont: weight rewards by the predicted continue probabilities.
+        gamma: discount the planners use when they are given none (1.0: PlaNet's plain sum).
+        policy_fn: optional ``features (M, F) -> action (M, A)`` proposals (``policy_candidates``).
     """
 
     def __init__(self, wm: Any, value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, sample: bool = True,
-                 use_cont: bool = True):
+                 use_cont: bool = True, gamma: float = 1.0,
+                 policy_fn: Callable[[torch.Tensor], torch.Tensor] | None = None):
         self.wm, self.value_fn, self.sample, self.use_cont = wm, value_fn, sample, use_cont
+        self.gamma, self.policy_fn = float(gamma), policy_fn
 
     @classmethod
-    def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelDynamics":
-        """Dynamics of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap."""
+    def from_dreamer(cls, agent: Any, sample: bool = True, gamma: float | None = None) -> "WorldModelDynamics":
+        """Dynamics of a :class:`reverie.agents.DreamerV3`: its critic's mean as the value bootstrap, its actor's
+        samples as proposals, and (``gamma=None``) the critic's own discount ``agent.gamma``, so the planned
+        return ``sum_t gamma^t r_{t+1} + gamma^H v(s_H)`` is the quantity the critic estimates."""
         from reverie.models.distributions import TwoHotSymlog
 
-        return cls(agent.wm, value_fn=lambda feat: TwoHotSymlog(agent.critic(feat)).mean, sample=sample)
+        def policy(feat: torch.Tensor) -> torch.Tensor:
+            action = agent.actor(feat).sample()
+            return action if agent.spec.discrete else action.clamp(-1.0, 1.0)
+
+        return cls(agent.wm, value_fn=lambda feat: TwoHotSymlog(agent.critic(feat)).mean, sample=sample,
+                   gamma=agent.gamma if gamma is None else gamma, policy_fn=policy)
 
     def step(self, state: State, action: torch.Tensor) -> State:
         return self.wm.rssm.img_step(state, action, sample=self.sample)
@@ -81,6 +105,9 @@ class WorldModelDynamics:
 
     def value(self, state: State) -> torch.Tensor | None:
         return None if self.value_fn is None else self.value_fn(self.wm.rssm.feat(state))
+
+    def policy(self, state: State) -> torch.Tensor | None:
+        return None if self.policy_fn is None else self.policy_fn(self.wm.rssm.feat(state))
 
 
 def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
@@ -104,22 +131,82 @@ def _repeat(state: State, k: int) -> State:
     return {key: v.repeat_interleave(k, 0) for key, v in state.items()}
 
 
-def _check(horizon: int, candidates: int, top_k: int, iterations: int) -> None:
-    if min(horizon, candidates, top_k, iterations) < 1 or top_k > candidates:
-        raise ValueError(f"CEM needs horizon, candidates, top_k, iterations >= 1 and top_k <= candidates; got "
-                         f"horizon={horizon} candidates={candidates} top_k={top_k} iterations={iterations}")
+class _SequencePlanner:
+    """What both planners share: sizes, the discount, the policy's proposals and the elite selection.
+
+    Raises:
+        ValueError: a size below 1 (``policy_candidates`` below 0), ``top_k > candidates + policy_candidates``
+            or a ``temperature <= 0``.
+    """
+
+    discrete: bool
+
+    def __init__(self, horizon: int, candidates: int, top_k: int, iterations: int, gamma: float | None,
+                 temperature: float | None, policy_candidates: int):
+        name = type(self).__name__
+        if min(horizon, candidates, top_k, iterations) < 1 or policy_candidates < 0 or \
+                top_k > candidates + policy_candidates:
+            raise ValueError(f"{name} needs horizon, candidates, top_k, iterations >= 1, policy_candidates >= 0 and "
+                             f"top_k <= candidates + policy_candidates; got horizon={horizon} candidates={candidates} "
+                             f"top_k={top_k} iterations={iterations} policy_candidates={policy_candidates}")
+        if temperature is not None and not temperature > 0:
+            raise ValueError(f"{name}: temperature must be > 0 (MPPI weights) or None (CEM), got {temperature}")
+        self.horizon, self.candidates, self.top_k, self.iterations = horizon, candidates, top_k, iterations
+        self.gamma, self.temperature, self.policy_candidates = gamma, temperature, int(policy_candidates)
+
+    def _gamma(self, dynamics: Dynamics) -> float:
+        """``self.gamma``, or the dynamics' own discount when it is None (1.0 when they have none)."""
+        return float(getattr(dynamics, "gamma", 1.0)) if self.gamma is None else float(self.gamma)
+
+    def _proposals(self, dynamics: Dynamics, start: State, n: int, dim: int) -> torch.Tensor | None:
+        """``P = policy_candidates`` action sequences ``(N, P, H, A)`` rolled out by ``dynamics.policy`` from each
+        start state (None when ``P = 0``).
+
+        Raises:
+            ValueError: ``P > 0`` but the dynamics have no policy.
+        """
+        P, H = self.policy_candidates, self.horizon
+        if P == 0:
+            return None
+        policy = getattr(dynamics, "policy", None)
+        state, actions = _repeat(start, P), []
+        for _ in range(H):
+            action = policy(state) if policy is not None else None
+            if action is None:
+                raise ValueError(f"policy_candidates={P} needs dynamics with a policy (e.g. "
+                                 f"WorldModelDynamics.from_dreamer); set policy_candidates=0")
+            actions.append(action.float())
+            state = dynamics.step(state, action)
+        return torch.stack(actions).view(H, n, P, dim).permute(1, 2, 0, 3)  # (H, N*P, A) -> (N, P, H, A)
+
+    def _elites(self, dynamics: Dynamics, starts: State, cand: torch.Tensor,
+                gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score candidates ``(N, C, H, A)`` from ``starts`` ``(N*C, ...)``; returns the ``top_k`` best
+        ``(N, K, H, A)`` and their refit weights ``(N, K)`` (equal for CEM, MPPI's with a temperature)."""
+        n, C, H, A = cand.shape
+        returns = score(dynamics, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), gamma).view(n, C)
+        # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
+        top = returns.topk(self.top_k, dim=1)  # values sorted, best first: (N, K)
+        elites = cand.gather(1, top.indices[:, :, None, None].expand(n, self.top_k, H, A))  # (N, K, H, A)
+        if self.temperature is None:
+            return elites, torch.full_like(top.values, 1.0 / self.top_k)
+        spread = (top.values[:, :1] - top.values[:, -1:]).clamp_min(1e-8)  # (N, 1): best minus worst elite
+        return elites, torch.softmax((top.values - top.values[:, :1]) / (self.temperature * spread), 1)
 
 
-class GaussianCEM:
+class GaussianCEM(_SequencePlanner):
     """CEM over continuous action sequences inside the box ``[low, high]`` (PlaNet algorithm 2).
 
     Per env: a diagonal normal over ``(H, A)`` starts at the box centre with std half the box width; each
     iteration samples ``candidates`` sequences, clips them into the box, scores them (:func:`score`) and refits
-    mean and std (population std, so a single elite gives std 0, not NaN) to the ``top_k`` best.
+    mean and std (population std, so a single elite gives std 0, not NaN) to the ``top_k`` best, weighted
+    equally (CEM) or by MPPI's weights (``temperature``).
 
     Args:
         low, high: ``(A,)`` action bounds (the agent acts in ``[-1, 1]``). horizon: ``H`` (12). candidates:
-        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards (1: PlaNet's plain sum).
+        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards (None: the dynamics' own,
+        1 without one: PlaNet's plain sum). temperature: None (CEM) or the MPPI temperature (module docstring).
+        policy_candidates: proposals of the dynamics' policy among the candidates (0).
 
     Raises:
         ValueError: bad sizes, or bounds with ``low > high`` or of different shapes.
@@ -128,33 +215,44 @@ class GaussianCEM:
     discrete = False
 
     def __init__(self, low: Any, high: Any, horizon: int = 12, candidates: int = 1000, top_k: int = 100,
-                 iterations: int = 10, gamma: float = 1.0):
-        _check(horizon, candidates, top_k, iterations)
+                 iterations: int = 10, gamma: float | None = None, temperature: float | None = None,
+                 policy_candidates: int = 0):
+        super().__init__(horizon, candidates, top_k, iterations, gamma, temperature, policy_candidates)
         self.low = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
         self.high = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
         if self.low.shape != self.high.shape or bool((self.low > self.high).any()):
             raise ValueError(f"GaussianCEM: bounds must have one shape and low <= high; got {low} and {high}")
-        self.horizon, self.candidates, self.top_k, self.iterations, self.gamma = horizon, candidates, top_k, iterations, gamma
 
-    @torch.no_grad()
     def plan(self, dynamics: Dynamics, start: State) -> torch.Tensor:
         """Best first action ``(N, A)`` (the final mean, inside the box) for start states ``(N, ...)``."""
+        return self.plan_sequence(dynamics, start)[:, 0]
+
+    @torch.no_grad()
+    def plan_sequence(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+        """The final mean ``(N, H, A)`` (inside the box): the planned sequence, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
         low, high = self.low.to(device), self.high.to(device)
-        H, C, K, A = self.horizon, self.candidates, self.top_k, low.numel()
+        H, C, A, gamma = self.horizon, self.candidates, low.numel(), self._gamma(dynamics)
         mean = ((low + high) / 2).expand(n, H, A).clone()  # (N, H, A)
         std = ((high - low) / 2).expand(n, H, A).clone()
-        starts = _repeat(start, C)  # (N*C, ...)
+        proposals = self._proposals(dynamics, start, n, A)  # (N, P, H, A) or None
+        if proposals is not None:
+            proposals = torch.maximum(torch.minimum(proposals, high), low)
+        starts = _repeat(start, C + self.policy_candidates)  # (N*(C+P), ...)
         for _ in range(self.iterations):
             cand = mean[:, None] + std[:, None] * torch.randn(n, C, H, A, device=device)  # (N, C, H, A)
             cand = torch.maximum(torch.minimum(cand, high), low)
-            returns = score(dynamics, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), self.gamma)
-            # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
-            elite = returns.view(n, C).topk(K, dim=1).indices  # (N, K)
-            elites = cand.gather(1, elite[:, :, None, None].expand(n, K, H, A))  # (N, K, H, A)
-            mean, std = elites.mean(1), elites.std(1, unbiased=False)
-        return torch.maximum(torch.minimum(mean[:, 0], high), low)
+            if proposals is not None:
+                cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
+            elites, weights = self._elites(dynamics, starts, cand, gamma)
+            if self.temperature is None:
+                mean, std = elites.mean(1), elites.std(1, unbiased=False)
+            else:
+                w = weights[:, :, None, None]  # (N, K) -> (N, K, 1, 1)
+                mean = (w * elites).sum(1)
+                std = (w * (elites - mean[:, None]) ** 2).sum(1).sqrt()
+        return torch.maximum(torch.minimum(mean, high), low)
 
     def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
         """Action to execute ``(N, A)``: the plan, plus ``noise * N(0, 1)`` at ``mode="explore"`` (PlaNet action
@@ -166,15 +264,17 @@ class GaussianCEM:
         return action
 
 
-class CategoricalCEM:
+class CategoricalCEM(_SequencePlanner):
     """CEM over sequences of one-hot actions for ``Discrete(A)`` spaces.
 
     Per env: independent categoricals over ``A`` at each of ``H`` steps start uniform; each iteration samples
     ``candidates`` one-hot sequences, scores them (:func:`score`) and sets the probabilities to the action
-    frequencies among the ``top_k`` best (a single elite gives a one-hot distribution, no NaN).
+    frequencies among the ``top_k`` best, counted equally (CEM) or with MPPI's weights (``temperature``); a
+    single elite gives a one-hot distribution, no NaN.
 
     Args:
-        num_actions: ``A``. horizon, candidates, top_k, iterations, gamma: as :class:`GaussianCEM`.
+        num_actions: ``A``. horizon, candidates, top_k, iterations, gamma, temperature, policy_candidates: as
+        :class:`GaussianCEM`.
 
     Raises:
         ValueError: bad sizes or ``num_actions < 1``.
@@ -183,29 +283,35 @@ class CategoricalCEM:
     discrete = True
 
     def __init__(self, num_actions: int, horizon: int = 12, candidates: int = 1000, top_k: int = 100,
-                 iterations: int = 10, gamma: float = 1.0):
-        _check(horizon, candidates, top_k, iterations)
+                 iterations: int = 10, gamma: float | None = None, temperature: float | None = None,
+                 policy_candidates: int = 0):
+        super().__init__(horizon, candidates, top_k, iterations, gamma, temperature, policy_candidates)
         if num_actions < 1:
             raise ValueError(f"CategoricalCEM: num_actions must be >= 1, got {num_actions}")
         self.num_actions = int(num_actions)
-        self.horizon, self.candidates, self.top_k, self.iterations, self.gamma = horizon, candidates, top_k, iterations, gamma
 
-    @torch.no_grad()
     def plan(self, dynamics: Dynamics, start: State) -> torch.Tensor:
         """Probabilities of the first action ``(N, A)`` after the last refit, for start states ``(N, ...)``."""
+        return self.plan_sequence(dynamics, start)[:, 0]
+
+    @torch.no_grad()
+    def plan_sequence(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+        """Per-step action probabilities ``(N, H, A)`` after the last refit, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
-        H, C, K, A = self.horizon, self.candidates, self.top_k, self.num_actions
+        H, C, A, gamma = self.horizon, self.candidates, self.num_actions, self._gamma(dynamics)
         probs = torch.full((n, H, A), 1.0 / A, device=device)
-        starts = _repeat(start, C)
+        proposals = self._proposals(dynamics, start, n, A)  # (N, P, H, A) one-hot, or None
+        starts = _repeat(start, C + self.policy_candidates)
         for _ in range(self.iterations):
             cdf = probs.cumsum(-1)[:, None]  # (N, 1, H, A)
             u = torch.rand(n, C, H, 1, device=device) * cdf[..., -1:]
             cand = one_hot_index((cdf < u).sum(-1).clamp_(max=A - 1), A)  # inverse CDF -> (N, C, H, A) one-hot
-            returns = score(dynamics, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), self.gamma)
-            elite = returns.view(n, C).topk(K, dim=1).indices  # (N, K)
-            probs = cand.gather(1, elite[:, :, None, None].expand(n, K, H, A)).mean(1)  # (N, H, A)
-        return probs[:, 0]
+            if proposals is not None:
+                cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
+            elites, weights = self._elites(dynamics, starts, cand, gamma)
+            probs = elites.mean(1) if self.temperature is None else (weights[:, :, None, None] * elites).sum(1)
+        return probs
 
     def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.0) -> torch.Tensor:
         """One-hot action ``(N, A)``: the most frequent elite first action (``"eval"``), a draw from the elite
@@ -226,7 +332,7 @@ def make_planner(spec: ActionSpec, kind: str = "auto", low: Any = -1.0, high: An
                  **kwargs: Any) -> GaussianCEM | CategoricalCEM:
     """The CEM for an action space: ``kind`` ``"auto"`` (categorical for Discrete, Gaussian for Box),
     ``"gaussian"`` or ``"categorical"``; ``low``/``high`` scalars or ``(A,)`` for the Gaussian one; ``kwargs``
-    go to the planner (horizon, candidates, top_k, iterations, gamma).
+    go to the planner (horizon, candidates, top_k, iterations, gamma, temperature, policy_candidates).
 
     Raises:
         ValueError: ``kind="gaussian"`` for a Discrete space (no box to sample in), ``kind="categorical"`` for

@@ -1,0 +1,85 @@
+"""DreamerV3 acting by planning (MPC): CEM or MPPI over its world model, its critic as the value bootstrap.
+
+``DreamerV3(..., planner="cem")`` (config ``agent.module.planner``; ``reverie eval RUN --planner cem``;
+``load_run(RUN, planner="cem")``) replaces the actor at decision time: at every step the posterior state is the
+start of :func:`reverie.agents.planning.score`'s rollouts through the prior, scored as
+
+    sum_{t<H} gamma^t c_{<=t} r(s_{t+1}) + gamma^H c_{<=H} v(s_H)
+
+with the critic's own discount ``gamma`` (DreamerV3's ``1 - 1/333``) and its mean ``v``, and the first action of
+the best sequence is executed. The actor is not needed, but can seed the search (``policy_candidates``: its own
+imagined rollouts join the candidates). Training does not change: the actor and critic learn as always, and
+the planner acts (``explore``: plus ``noise``, as PlaNet) wherever the agent acts: collection, evaluation,
+``reverie eval`` and ``reverie play``. docs/planning.md has the settings and measurements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from reverie.agents.planning import WorldModelDynamics, make_planner
+from reverie.types import ActionSpec
+
+#: How a DreamerV3 agent acts: its actor (the reference), or a planner over its world model and critic.
+PLANNERS = ("actor", "cem", "mppi")
+
+#: Planner settings (``agent.module.plan``): CEM sized for a CPU (PlaNet's 12 x 1000 x 10 costs ~10x more;
+#: docs/planning.md has the time per action), the horizon of DreamerV3's imagination (``imag_horizon`` 15), the
+#: critic as bootstrap, PlaNet's exploration noise, MPPI's temperature of TD-MPC (0.5).
+PLAN_DEFAULTS: dict[str, Any] = {"horizon": 15, "candidates": 256, "top_k": 32, "iterations": 4,
+                                 "policy_candidates": 0, "temperature": 0.5, "noise": 0.3, "sample": True,
+                                 "value": True}
+
+
+class DreamerPlanner:
+    """Plans DreamerV3's actions from posterior states (module docstring).
+
+    Args:
+        spec: the agent's actions (Discrete: :class:`CategoricalCEM`, Box: :class:`GaussianCEM` in ``[-1, 1]``).
+        kind: ``"cem"`` (elites weighted equally) or ``"mppi"`` (weighted by ``temperature``, TD-MPC).
+        plan: settings, keys of :data:`PLAN_DEFAULTS`: ``horizon``, ``candidates``, ``top_k``, ``iterations``,
+            ``policy_candidates`` (actor rollouts among the candidates), ``temperature`` (mppi only),
+            ``noise`` (``explore`` mode: Gaussian std for Box, epsilon for Discrete), ``sample`` (sample the
+            prior latents while planning, else their mode), ``value`` (bootstrap with the critic; False: rewards
+            only, as PlaNet).
+
+    Raises:
+        ValueError: an unknown ``kind`` or key of ``plan``, or bad sizes (see :class:`GaussianCEM`).
+    """
+
+    def __init__(self, spec: ActionSpec, kind: str = "cem", plan: dict | None = None):
+        if kind not in PLANNERS[1:]:
+            raise ValueError(f"planner must be one of {', '.join(PLANNERS)}, got {kind!r}")
+        unknown = sorted(set(plan or {}) - set(PLAN_DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown planner setting(s) {unknown}; known: {', '.join(PLAN_DEFAULTS)}")
+        self.kind, self.settings = kind, {**PLAN_DEFAULTS, **(plan or {})}
+        s = self.settings
+        self.planner = make_planner(spec, "auto", -1.0, 1.0, horizon=int(s["horizon"]),
+                                    candidates=int(s["candidates"]), top_k=int(s["top_k"]),
+                                    iterations=int(s["iterations"]), policy_candidates=int(s["policy_candidates"]),
+                                    temperature=float(s["temperature"]) if kind == "mppi" else None)
+
+    def dynamics(self, agent: Any) -> WorldModelDynamics:
+        """The agent's world model with its critic (unless ``value=False``), actor and discount."""
+        dynamics = WorldModelDynamics.from_dreamer(agent, sample=bool(self.settings["sample"]))
+        if not self.settings["value"]:
+            dynamics.value_fn = None
+        return dynamics
+
+    def act(self, agent: Any, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """Action ``(N, A)`` float32 for posterior states ``(N, ...)``: one-hot (Discrete) or in ``[-1, 1]``."""
+        return self.planner.act(self.dynamics(agent), post, mode, float(self.settings["noise"])).float()
+
+
+def make_dreamer_planner(spec: ActionSpec, planner: str = "actor", plan: dict | None = None) -> DreamerPlanner | None:
+    """None for ``planner="actor"``, else a :class:`DreamerPlanner`.
+
+    Raises:
+        ValueError: ``planner`` not in :data:`PLANNERS`; bad ``plan`` settings.
+    """
+    if planner not in PLANNERS:
+        raise ValueError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
+    return None if planner == "actor" else DreamerPlanner(spec, planner, plan)
