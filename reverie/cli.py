@@ -408,7 +408,56 @@ def cmd_imagine(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine,
+PLAY_HELP = """Play inside a run's world model, next to the real env: reverie play RUN [options]
+
+Starts a local web server and prints its address; open it in a browser. The page shows the real env and the
+world model's dream (decoded observations) side by side, both stepped by the keys you press (arrows, Space, digits:
+the page lists them; docs/play.md), with the predicted reward and continue probability next to the true reward.
+Let the policy drive (watch), and start the dream from the real env's state or from the model's initial state.
+Ctrl-C stops the server."""
+
+
+def cmd_play(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="reverie play", description=PLAY_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="run directory, checkpoint file or wandb:<entity>/<project>/<artifact>:<alias>")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
+    parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
+    parser.add_argument("--sample", action="store_true", help="sample the dream's latents instead of their mode")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_planner_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        from reverie.play.server import bind, create_app, serve
+    except ImportError as err:
+        print(f"play error: the web server needs the play extra ({err}): pip install 'reverie[play]'", file=sys.stderr)
+        return 2
+    from reverie.play.session import PlaySession
+    from reverie.run import RunError, load_run
+
+    planner, plan = planner_arguments(args)
+    try:
+        run = load_run(args.run, device=args.device, planner=planner, plan=plan)
+        session = PlaySession(run.agent, run.config["env"], run.action_spec,
+                              run.config["seed"] if args.seed is None else args.seed, sample=args.sample)
+    except (RunError, ValueError, TypeError) as err:
+        print(f"play error: {err}", file=sys.stderr)
+        return 2
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as err:
+        print(f"play error: cannot listen on {args.host}:{args.port} ({err}); pick another --port (0: any free one)",
+              file=sys.stderr)
+        return 2
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"[reverie] play {run.directory} at http://{shown}:{port}/ (Ctrl-C stops)", flush=True)
+    serve(create_app(session, title=f"reverie play: {run.directory.name}"), sock)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine, "play": cmd_play,
             "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),
             "sweep": lambda argv: __import__("reverie.sweep.cli", fromlist=["cmd_sweep"]).cmd_sweep(argv)}
 

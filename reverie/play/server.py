@@ -1,0 +1,116 @@
+"""The web server of ``reverie play``: FastAPI routes over one :class:`PlaySession`, served by uvicorn.
+
+Routes (JSON bodies; every ``/api`` answer is :meth:`PlaySession.snapshot`)::
+
+    GET  /                 the page (static/index.html + play.js + play.css, no build step)
+    GET  /api/state        the current snapshot
+    POST /api/step         {"keys": ["ArrowUp", " "]} (held keys, press order) or {"policy": true}
+    POST /api/reset        new real episode, dream restarted
+    POST /api/dream        restart the dream from the current start mode
+    POST /api/mode         {"driver": "person"|"policy", "dream_start": "real"|"initial"}
+
+A step the session refuses (the real episode is over) answers 409; bad input 422 (FastAPI's validation) or 400.
+Requests are served one at a time (a lock): the session is one env and one model state.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
+
+from reverie.play.session import PlaySession, StepRefused
+
+
+class StepRequest(BaseModel):
+    keys: list[str] = []
+    policy: bool = False
+
+
+class ModeRequest(BaseModel):
+    driver: str | None = None
+    dream_start: str | None = None
+
+
+def create_app(session: PlaySession, title: str = "reverie play") -> FastAPI:
+    """The FastAPI app serving ``session`` (module docstring)."""
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    lock = threading.Lock()
+    static = resources.files("reverie.play") / "static"
+    page = (static / "index.html").read_text(encoding="utf-8").replace("{{title}}", title)
+    app.mount("/static", StaticFiles(directory=str(static)), name="static")
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return page
+
+    @app.get("/api/state")
+    def state() -> dict[str, Any]:
+        with lock:
+            return session.snapshot()
+
+    @app.post("/api/step")
+    def step(request: StepRequest) -> dict[str, Any]:
+        with lock:
+            try:
+                if request.policy:
+                    session.step(session.policy_action())
+                else:
+                    action = session.keymap.action(request.keys)
+                    if action is None:
+                        raise HTTPException(400, f"no action is bound to keys {request.keys}")
+                    session.step(action)
+            except StepRefused as err:
+                raise HTTPException(409, str(err)) from err
+            return session.snapshot()
+
+    @app.post("/api/reset")
+    def reset() -> dict[str, Any]:
+        with lock:
+            session.reset()
+            return session.snapshot()
+
+    @app.post("/api/dream")
+    def dream() -> dict[str, Any]:
+        with lock:
+            session.restart_dream()
+            return session.snapshot()
+
+    @app.post("/api/mode")
+    def mode(request: ModeRequest) -> dict[str, Any]:
+        with lock:
+            try:
+                session.set_modes(request.driver, request.dream_start)
+            except ValueError as err:
+                raise HTTPException(400, str(err)) from err
+            return session.snapshot()
+
+    return app
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: a free one), so the address is known before serving.
+
+    Raises:
+        OSError: the port is taken or the host is not an address of this machine.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(64)
+    return sock
+
+
+def serve(app: FastAPI, sock: socket.socket) -> None:
+    """Serve ``app`` with uvicorn on the bound socket until Ctrl-C (or SIGTERM)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[sock])
