@@ -4,7 +4,8 @@
 #   make test  PYTEST_ARGS="-x tests/test_logging.py"
 #   make test-slow                           # learning checks marked @pytest.mark.slow
 #   make bench ARGS="..."                    # speed/memory scripts in bench/ (print numbers)
-#   make sysdeps                             # headless OpenGL for DMC pixels (Debian packages; run by train/test)
+#   make sysdeps                             # Debian packages: headless OpenGL for DMC pixels, Chromium for the
+#                                            # `reverie play` browser test (run by train/test)
 #
 # The venv is (re)installed only when pyproject.toml is newer than the stamp file.
 # torch is installed FIRST with an exact pin, so the `-e .` install finds it satisfied and never pulls
@@ -19,6 +20,9 @@ PYTEST_ARGS ?=
 # Debian packages for headless EGL rendering (MuJoCo/dm_control pixels). libosmesa6 is the software fallback
 # (MUJOCO_GL=osmesa) if EGL cannot create a context: `make sysdeps GL_PACKAGES=libosmesa6`.
 GL_PACKAGES ?= libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri
+# Headless browser for the `reverie play` page test (tests/test_play_browser.py drives /usr/bin/chromium through
+# Playwright; it fails in CI without it).
+BROWSER_PACKAGES ?= chromium
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.reverie-installed
@@ -33,19 +37,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e '.[test]'
 	touch $@
 
-# Installs the missing GL_PACKAGES with apt-get when run as root on Debian/Ubuntu; otherwise (not root, no apt,
-# or the install fails) it prints what to install and carries on: DMC pixel tests then skip with that reason.
+# Installs the missing GL_PACKAGES and BROWSER_PACKAGES with apt-get when run as root on Debian/Ubuntu; otherwise
+# (not root, no apt, or the install fails) it prints what to install and carries on: DMC pixel tests and the
+# browser test then skip with that reason (outside CI).
 sysdeps:
-	@command -v dpkg >/dev/null 2>&1 || { echo "[reverie] no dpkg: make sure headless OpenGL (EGL or OSMesa) is installed for DMC pixels"; exit 0; }; \
-	missing=""; for p in $(GL_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@command -v dpkg >/dev/null 2>&1 || { echo "[reverie] no dpkg: make sure headless OpenGL (EGL or OSMesa) is installed for DMC pixels and chromium for the play test"; exit 0; }; \
+	missing=""; for p in $(GL_PACKAGES) $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "[reverie] headless OpenGL packages missing:$$missing. Not root (or no apt-get), so not installing them;"; \
-	  echo "[reverie] run 'sudo apt-get install -y$$missing' for DMC pixels (their tests are skipped until then)."; exit 0; fi; \
-	echo "[reverie] installing headless OpenGL packages:$$missing"; \
+	  echo "[reverie] system packages missing:$$missing. Not root (or no apt-get), so not installing them;"; \
+	  echo "[reverie] run 'sudo apt-get install -y$$missing' for DMC pixels and the play browser test (skipped until then)."; exit 0; fi; \
+	echo "[reverie] installing system packages:$$missing"; \
 	{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } || \
-	  echo "[reverie] WARNING: apt-get could not install$$missing; DMC pixel tests will be skipped"
+	  echo "[reverie] WARNING: apt-get could not install$$missing; DMC pixel tests and the play browser test will be skipped"
 
 train: venv sysdeps
 	$(BIN)/reverie train $(ARGS)

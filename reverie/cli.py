@@ -292,21 +292,30 @@ def add_planner_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"planner setting, repeatable, e.g. --plan candidates=500 ({', '.join(PLAN_DEFAULTS)})")
 
 
-def planner_arguments(args: argparse.Namespace) -> tuple[str | None, dict]:
-    """``(planner, plan settings)`` from :func:`add_planner_arguments`' options; values parsed as YAML scalars.
+def plan_settings(entries: list[str]) -> dict:
+    """``["candidates=500", "sample=false"]`` -> ``{"candidates": 500, "sample": False}`` (values as YAML scalars).
 
     Raises:
-        ConfigError: a ``--plan`` entry without ``=``.
+        ConfigError: an entry without ``=``.
     """
     import yaml
 
     plan = {}
-    for entry in args.plan:
+    for entry in entries:
         key, sep, value = entry.partition("=")
         if not sep or not key:
             raise ConfigError(f"config error: --plan takes KEY=VALUE (e.g. --plan candidates=500), got {entry!r}")
         plan[key.strip()] = yaml.safe_load(value)
-    return args.planner, plan
+    return plan
+
+
+def planner_arguments(args: argparse.Namespace) -> tuple[str | None, dict]:
+    """``(planner, plan settings)`` from :func:`add_planner_arguments`' options.
+
+    Raises:
+        ConfigError: a ``--plan`` entry without ``=``.
+    """
+    return args.planner, plan_settings(args.plan)
 
 
 def cmd_eval(argv: list[str]) -> int:

@@ -17,7 +17,8 @@ Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horiz
 10 iterations; candidates clipped into the bounds) and :class:`CategoricalCEM` for ``Discrete`` actions
 (one-hot sequences sampled from per-step categoricals, refit to the elites' frequencies). Both take two options:
 
-- ``temperature``: MPPI-style refits (TD-MPC, Hansen et al. 2022, section 3.3): the elites are weighted by
+- ``temperature``: MPPI-style refits as TD-MPC's planner (Hansen et al. 2022, section 3; its weights are
+  ``exp(temperature * (R - max R))`` on raw returns): here the elites are weighted by
   ``exp((R - max R) / (temperature * (max R - min R)))`` instead of equally (CEM), so the refit leans to the
   best elites; the range normalisation makes it free of the reward scale (the worst elite weighs
   ``exp(-1 / temperature)`` of the best).

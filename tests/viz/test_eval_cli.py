@@ -147,3 +147,26 @@ def test_simulator_version_mismatch_is_reported(run_dir, tmp_path):
     (copy / "env_metadata.json").write_text(json.dumps(meta))
     (mismatch,) = version_mismatches(load_run(copy))
     assert mismatch.startswith("gymnasium: run 0.0.1, installed ")
+
+
+def test_eval_with_a_planner_and_load_run_overrides(run_dir, tmp_path, capsys):
+    """`reverie eval --planner cem --plan ...` acts by planning and records it; load_run checks the choice."""
+    from omegaconf import OmegaConf
+
+    from reverie.run import set_planner
+
+    args = ["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path), "--planner", "cem",
+            "--plan", "candidates=8", "--plan", "top_k=2", "--plan", "iterations=1", "--plan", "horizon=3"]
+    assert main(args) == 0
+    acting = json.loads((tmp_path / "returns.json").read_text())["acting"]
+    assert acting["planner"] == "cem" and (acting["candidates"], acting["top_k"], acting["horizon"]) == (8, 2, 3)
+    run = load_run(run_dir, planner="mppi", plan={"candidates": 8, "top_k": 2})
+    assert run.acting["planner"] == "mppi" and run.agent.planner.planner.temperature == 0.5
+    assert load_run(run_dir).acting == {"planner": "actor"}
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--plan", "candidates"]) == 2
+    assert "--plan takes KEY=VALUE" in capsys.readouterr().err
+    assert main(["eval", str(run_dir), "--planner", "cem", "--plan", "horizont=3"]) == 2
+    assert "unknown planner setting(s) ['horizont']" in capsys.readouterr().err
+    with pytest.raises(RunError, match="apply to DreamerV3 runs.*always plans with CEM"):
+        set_planner(OmegaConf.create({"name": "planet", "module": {}}), "cem", None)
