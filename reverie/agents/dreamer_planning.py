@@ -25,10 +25,10 @@ from reverie.types import ActionSpec
 #: How a DreamerV3 agent acts: its actor (the reference), or a planner over its world model and critic.
 PLANNERS = ("actor", "cem", "mppi")
 
-#: Planner settings (``agent.module.plan``): CEM sized for a CPU (PlaNet's 12 x 1000 x 10 costs ~10x more;
+#: Planner settings (``agent.module.plan``): CEM sized for a CPU (PlaNet's 12 x 1000 x 10 costs ~25x more;
 #: docs/planning.md has the time per action), the horizon of DreamerV3's imagination (``imag_horizon`` 15), the
 #: critic as bootstrap, PlaNet's exploration noise; mppi's temperature 0.5: the worst elite weighs e^-2 of the best.
-PLAN_DEFAULTS: dict[str, Any] = {"horizon": 15, "candidates": 256, "top_k": 32, "iterations": 4,
+PLAN_DEFAULTS: dict[str, Any] = {"horizon": 15, "candidates": 128, "top_k": 16, "iterations": 3,
                                  "policy_candidates": 0, "temperature": 0.5, "noise": 0.3, "sample": True,
                                  "value": True}
 

@@ -66,13 +66,16 @@ class WorldModelDynamics:
     """:class:`Dynamics` of a :class:`reverie.models.world_model.WorldModel` (either latent type).
 
     Args:
-        wm: the world model; its ``rssm.img_step``, ``rssm.feat``, ``reward(feat).mean`` and ``cont(feat).mean``
-            are used.
-        value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean).
+        wm: the world model; its ``rssm.img_step``, ``rssm.features``, ``reward(feat).mean`` and
+            ``cont(feat).mean`` are used (``features``: the one-hot latent by row gathers where the model does so,
+            the same values as the dense ``feat`` in fewer FLOPs).
+        value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean); it gets
+            what ``rssm.features`` returns, which every reverie head accepts.
         sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
         use_cont: weight rewards by the predicted continue probabilities.
         gamma: discount the planners use when they are given none (1.0: PlaNet's plain sum).
-        policy_fn: optional ``features (M, F) -> action (M, A)`` proposals (``policy_candidates``).
+        policy_fn: optional ``features (M, F) -> action (M, A)`` proposals (``policy_candidates``), given as
+            ``value_fn``.
     """
 
     def __init__(self, wm: Any, value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, sample: bool = True,
@@ -99,16 +102,16 @@ class WorldModelDynamics:
         return self.wm.rssm.img_step(state, action, sample=self.sample)
 
     def reward(self, state: State) -> torch.Tensor:
-        return self.wm.reward(self.wm.rssm.feat(state)).mean
+        return self.wm.reward(self.wm.rssm.features(state)).mean
 
     def cont(self, state: State) -> torch.Tensor | None:
-        return self.wm.cont(self.wm.rssm.feat(state)).mean if self.use_cont else None
+        return self.wm.cont(self.wm.rssm.features(state)).mean if self.use_cont else None
 
     def value(self, state: State) -> torch.Tensor | None:
-        return None if self.value_fn is None else self.value_fn(self.wm.rssm.feat(state))
+        return None if self.value_fn is None else self.value_fn(self.wm.rssm.features(state))
 
     def policy(self, state: State) -> torch.Tensor | None:
-        return None if self.policy_fn is None else self.policy_fn(self.wm.rssm.feat(state))
+        return None if self.policy_fn is None else self.policy_fn(self.wm.rssm.features(state))
 
 
 def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:

@@ -16,7 +16,17 @@ TARGET_BOX = torch.tensor([[0.8, -0.5], [-0.3, 0.6], [0.1, -0.9], [0.5, 0.4]])  
 TARGET_INDEX = [2, 0, 3, 1, 3]  # Discrete(4), H = 5
 
 
-class Tracking:
+class Toy:
+    """Toy dynamics without a continue head or a value (``Dynamics`` protocol); subclasses step and reward."""
+
+    def cont(self, state):
+        return None
+
+    def value(self, state):
+        return None
+
+
+class Tracking(Toy):
     """Box toy: ``t`` counts steps; arriving at ``s_{t+1}`` pays ``-|a_t - target_t|^2``. Best sequence: the target."""
 
     def step(self, state, action):
@@ -26,14 +36,8 @@ class Tracking:
     def reward(self, state):
         return state["r"]
 
-    def cont(self, state):
-        return None
 
-    def value(self, state):
-        return None
-
-
-class Lock:
+class Lock(Toy):
     """Discrete toy (combination lock): arriving at ``s_{t+1}`` pays 1 while every action so far matched
     ``TARGET_INDEX``; one wrong action loses all later rewards. Best sequence: the target (return H)."""
 
@@ -44,12 +48,6 @@ class Lock:
 
     def reward(self, state):
         return state["ok"]
-
-    def cont(self, state):
-        return None
-
-    def value(self, state):
-        return None
 
 
 def test_box_planner_finds_the_known_best_sequence():
@@ -145,7 +143,7 @@ def test_planner_discount_defaults_to_the_dynamics_discount():
 
 
 # --- MPPI weights and the policy's proposals --------------------------------------------------------------------
-class Bowl:
+class Bowl(Toy):
     """Horizon-1 Box toy: reward ``-a^2`` (A = 1), so the elites lie near 0, away from the clipped bounds;
     records every scored action."""
 
@@ -158,12 +156,6 @@ class Bowl:
 
     def reward(self, state):
         return state["r"]
-
-    def cont(self, state):
-        return None
-
-    def value(self, state):
-        return None
 
 
 def test_mppi_refit_weights_the_elites_by_their_scaled_returns():
