@@ -243,3 +243,26 @@ def test_dreamer_planner_settings_are_checked():
     with pytest.raises(ValueError, match=r"unknown planner setting\(s\) \['horizont'\]"):
         tiny_dreamer(ActionSpec(True, 2), planner="cem", plan={"horizont": 3})
     assert tiny_dreamer(ActionSpec(True, 2)).planner is None  # the actor by default
+
+
+def test_training_collects_and_evaluates_with_the_planner(tmp_path, monkeypatch):
+    """`agent.module.planner=cem` in `reverie train`: the planner acts at collection (explore) and evaluation."""
+    from reverie.agents import dreamer_planning
+    from reverie.cli import main
+    from reverie.run import load_run
+
+    modes = []
+    act = dreamer_planning.DreamerPlanner.act
+
+    def counting(self, agent, post, mode):
+        modes.append(mode)
+        return act(self, agent, post, mode)
+
+    monkeypatch.setattr(dreamer_planning.DreamerPlanner, "act", counting)
+    run_dir = tmp_path / "run"
+    assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=80", "train.prefill=64",
+                 "train.eval_episodes=1", "agent.module.planner=cem", "agent.module.plan.candidates=8",
+                 "agent.module.plan.top_k=2", "agent.module.plan.iterations=1", "agent.module.plan.horizon=2"]) == 0
+    assert modes.count("explore") == (80 - 64) // 4  # 4 envs: one batched call per collected row after prefill
+    assert "eval" in modes
+    assert load_run(run_dir).acting["planner"] == "cem"
