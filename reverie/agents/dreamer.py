@@ -207,6 +207,9 @@ class DreamerV3(WorldModelAgent):
             advantage statistics, gradient norms.
         """
         data = self._update_inputs(batch)
+        # every replay window starts from the initial state with a zero previous action: row 0 counts as is_first
+        # (2023 reference: embodied/replay/generic.py `_sample` sets seq['is_first'][0] = True)
+        data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         with autocast(self.device, self.compute_dtype):
             metrics = self._update(data)
         return self._metric_floats(metrics)
@@ -283,7 +286,10 @@ class DreamerV3(WorldModelAgent):
         if finite_ret:
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
-        adv = (ret - value[:-1].detach()) / scale  # (H, N)
+        # continuous (dynamics backprop): the baseline keeps its gradient through the imagined states, as the 2023
+        # reference's `adv = normed_ret - normed_base` with `base = value[:-1]` (agent.py, ImagActorCritic.loss);
+        # discrete: REINFORCE weights log pi by the detached advantage either way
+        adv = (ret - value[:-1]) / scale  # (H, N)
         if discrete:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
             actor_feat = _no_stoch(feat[:-1]).detach()
             policy_dist = self.actor(actor_feat) if tape is None else self.actor.dist(tape.replay(actor_feat))  # (H, N)
