@@ -91,6 +91,10 @@ class DreamerV3(WorldModelAgent):
         cnn: further conv-stack arguments (``channels``, ``kernel``, ``stride``, ``padding``, ``min_res``,
             ``norm``, ``act``; see :class:`reverie.models.conv.ConvEncoder`); None for the reference stack.
         horizon: imagination horizon ``H`` (15). gamma: ``1 - 1/333``. lam: 0.95.
+        imag_last: imagine from the posterior states of the last ``K`` rows of each replayed sequence only
+            (``N = K*B`` starts instead of ``T*B``); 0 (the 2023 reference) starts from every row. The current
+            official code has the same knob (``imag_last``, default 0): a CPU preset's lever on the behaviour
+            cost, which grows with ``N``.
         free_nats: free bits (1.0). unimix: latent/actor uniform mix (0.01).
         loss_scales: world-model loss scales; keys must equal the world model's loss keys (decoder keys
             default to 1.0).
@@ -117,7 +121,7 @@ class DreamerV3(WorldModelAgent):
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *, deter: int = 512,
                  stoch: int = 32, classes: int = 32, units: int = 512, layers: int = 2, cnn_depth: int = 32,
-                 cnn: dict | None = None, horizon: int = 15,
+                 cnn: dict | None = None, horizon: int = 15, imag_last: int = 0,
                  gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, free_nats: float = 1.0, unimix: float = 0.01,
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
@@ -125,7 +129,10 @@ class DreamerV3(WorldModelAgent):
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
                  compile: bool = False, onehot_gather: bool = True):
         super().__init__()
+        if imag_last < 0:
+            raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
+        self.imag_last = int(imag_last)
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
@@ -229,9 +236,10 @@ class DreamerV3(WorldModelAgent):
         metrics["loss/model"] = model_loss.detach()
         metrics |= info
 
-        # --- imagination from every posterior state (section 4) ---
-        start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
-        start_cont = 1.0 - data["is_terminal"].flatten(0, 1).float()  # (T, B) -> (T*B,)
+        # --- imagination from every posterior state (section 4), or from the last imag_last rows ---
+        rows = slice(-self.imag_last, None) if self.imag_last else slice(None)
+        start = {k: v.detach()[rows].flatten(0, 1) for k, v in post.items()}  # (K, B, ...) -> (K*B, ...)
+        start_cont = 1.0 - data["is_terminal"][rows].flatten(0, 1).float()  # (K, B) -> (K*B,)
         behavior = self._behavior(start, start_cont)
         metrics["guard/nonfinite"] = torch.tensor(float(skipped + behavior.pop("guard/nonfinite")))
         return metrics | behavior
