@@ -79,8 +79,10 @@ def test_session_on_an_image_run_matches_the_world_model():
     session = PlaySession(agent, env, ActionSpec(True, 2), seed=0)
     assert not session.render  # the env takes no render_mode: the observation images are shown instead
     snap = session.snapshot()
-    assert decode_png(snap["real"]["images"]["image"]).shape == (64, 64, 3)  # 16 x 16 upscaled 4x
-    assert decode_png(snap["dream"]["images"]["image"]).shape == (64, 64, 3)
+    real = decode_png(snap["real"]["images"]["image"])
+    assert real.shape == (256, 256, 3)  # 16 x 16 upscaled 16x, nearest neighbour: the observation's pixels
+    np.testing.assert_array_equal(real[::16, ::16], np.moveaxis(session.obs["image"], 0, -1))
+    assert decode_png(snap["dream"]["images"]["image"]).shape == (256, 256, 3)
     assert snap["vector_keys"] == ["vector"] and snap["real"]["frame"] is None
     start = {k: v.clone() for k, v in session.dream.items()}
     for keys in (["ArrowRight"], ["ArrowLeft"], ["1"]):

@@ -32,6 +32,7 @@ from reverie.viz.openloop import decode_mode, find_world_model
 DRIVERS = ("person", "policy")
 DREAM_STARTS = ("real", "initial")
 HISTORY = 200  # steps kept for the plots and the step table
+IMAGE_SIDE = 256  # observation images are upscaled (nearest neighbour, by an integer) to about this many pixels
 
 
 def png_data_uri(image: np.ndarray, scale: int = 1) -> str:
@@ -189,8 +190,9 @@ class PlaySession:
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, JSON-ready: both panes' step counts, images (data URIs), rewards, the
         modes, the key map and the recent history (plots and the step table)."""
-        images = {k: png_data_uri(to_hwc(np.asarray(self.obs[k])), 4) for k in self.wm.image_keys}
-        dream_images = {k: png_data_uri(to_hwc(self.dream_out["obs"][k]), 4) for k in self.wm.image_keys}
+        scale = {k: max(1, IMAGE_SIDE // self.wm.obs_shapes[k][-1]) for k in self.wm.image_keys}
+        images = {k: png_data_uri(to_hwc(np.asarray(self.obs[k])), scale[k]) for k in self.wm.image_keys}
+        dream_images = {k: png_data_uri(to_hwc(self.dream_out["obs"][k]), scale[k]) for k in self.wm.image_keys}
         frame = None
         if self.render:
             rendered = self.env.render()
