@@ -9,7 +9,8 @@ Every variant (the actor first, then each ``--planner``) plays the same episodes
 ``reverie eval`` (seeded from ``--seed``, default the run's), and torch's generator reseeded with the same seed
 before each, in policy mode (``eval``). Reports per variant the mean/std/min/max return, the per-episode returns,
 and the time per ``act`` call (one call acts for all ``E`` parallel envs; ``--envs``, default
-``min(episodes, 16)``) and per env action (call / E), both the median over the run's calls. The planner settings
+``min(episodes, 16)``) and per env action (call / E), both the median over the run's calls, in wall time and
+in this process's CPU time (the second is what counts on a machine other jobs share). The planner settings
 are the run's ``agent.module.plan`` (defaults in reverie/agents/dreamer_planning.py) updated by ``--plan``.
 """
 
@@ -34,15 +35,16 @@ from reverie.run import load_run  # noqa: E402
 
 
 class TimedAgent:
-    """``agent.act`` with the wall time of every call recorded (seconds)."""
+    """``agent.act`` with the wall time and this process's CPU time of every call recorded (seconds)."""
 
     def __init__(self, agent):
-        self.agent, self.times = agent, []
+        self.agent, self.times, self.cpu_times = agent, [], []
 
     def act(self, obs, state, mode):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = self.agent.act(obs, state, mode)
         self.times.append(time.perf_counter() - start)
+        self.cpu_times.append(time.process_time() - cpu)
         return out
 
 
@@ -53,10 +55,20 @@ def variant(run_path: str, planner: str, plan: dict, episodes: int, seed: int | 
     timed = TimedAgent(run.agent)
     torch.manual_seed(seed)
     result = evaluate(timed, run.config["env"], episodes, seed, mode="eval", max_envs=envs)
-    call = statistics.median(timed.times)
+    call, cpu = statistics.median(timed.times), statistics.median(timed.cpu_times)
     return {"acting": run.acting, "seed": seed, "env_steps": run.counters.get("env_steps"), "envs": envs,
-            "ms_per_call": 1000 * call, "ms_per_action": 1000 * call / envs, "calls": len(timed.times),
+            "ms_per_call": 1000 * call, "ms_per_action": 1000 * call / envs, "cpu_ms_per_action": 1000 * cpu / envs,
+            "calls": len(timed.times),
             **{k: result[k] for k in ("mean", "std", "min", "max", "returns")}}
+
+
+def describe(acting: dict) -> str:
+    """``"actor"`` or ``"cem horizon=15 candidates=128 ..."``."""
+    name = acting.get("planner", "?")
+    if name == "actor":
+        return name
+    keys = ("horizon", "candidates", "top_k", "iterations", "policy_candidates") + (("temperature",) if name == "mppi" else ())
+    return name + " " + " ".join(f"{k}={acting[k]}" for k in keys)
 
 
 def main() -> None:
@@ -77,23 +89,17 @@ def main() -> None:
     keep_freed_memory()
     plan = plan_settings(args.plan)
     envs = args.envs or min(args.episodes, 16)
+    print(f"run {args.run}, {args.episodes} episodes, {envs} parallel envs, {args.threads} thread(s)", flush=True)
+    print(f"{'acting':<60} {'mean':>8} {'std':>7} {'min':>7} {'max':>7} {'ms/call':>9} {'ms/action':>9} "
+          f"{'cpu ms/action':>13}", flush=True)
     rows = []
-    if not args.no_actor:
-        rows.append(variant(args.run, "actor", {}, args.episodes, args.seed, envs, args.device))
-    for name in args.planner:
-        rows.append(variant(args.run, name, plan, args.episodes, args.seed, envs, args.device))
-    print(f"run {args.run} (env steps {rows[0]['env_steps']}), {args.episodes} episodes, seed {rows[0]['seed']}, "
-          f"{envs} parallel envs, {args.threads} thread(s)")
-    print(f"{'acting':<58} {'mean':>8} {'std':>7} {'min':>7} {'max':>7} {'ms/call':>9} {'ms/action':>9}")
-    for row in rows:
-        acting = row["acting"]
-        name = acting.get("planner", "?")
-        if name != "actor":
-            name += " " + " ".join(f"{k}={acting[k]}" for k in ("horizon", "candidates", "top_k", "iterations",
-                                                               "policy_candidates"))
-            name += f" T={acting['temperature']}" if acting["planner"] == "mppi" else ""
-        print(f"{name:<58} {row['mean']:8.1f} {row['std']:7.1f} {row['min']:7.1f} {row['max']:7.1f} "
-              f"{row['ms_per_call']:9.1f} {row['ms_per_action']:9.1f}")
+    names = ([] if args.no_actor else ["actor"]) + list(args.planner)
+    for name in names:
+        row = variant(args.run, name, {} if name == "actor" else plan, args.episodes, args.seed, envs, args.device)
+        rows.append(row)
+        print(f"{describe(row['acting']):<60} {row['mean']:8.1f} {row['std']:7.1f} {row['min']:7.1f} {row['max']:7.1f} "
+              f"{row['ms_per_call']:9.1f} {row['ms_per_action']:9.1f} {row['cpu_ms_per_action']:13.1f}", flush=True)
+    print(f"env steps of the checkpoint: {rows[0]['env_steps']}, seed {rows[0]['seed']}")
     print(json.dumps(rows))
 
 

@@ -194,7 +194,8 @@ def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
         raise RunError(f"unknown planner setting(s) {unknown}; known: {', '.join(PLAN_DEFAULTS)}")
     if planner is not None:
         agent_cfg.module.planner = planner
-    agent_cfg.module.plan = {**(OmegaConf.to_container(agent_cfg.module.get("plan") or {})), **(plan or {})}
+    saved = agent_cfg.module.get("plan")  # None in runs from before planning existed
+    agent_cfg.module.plan = {**(OmegaConf.to_container(saved) if saved is not None else {}), **(plan or {})}
 
 
 def version_mismatches(run: LoadedRun) -> list[str]:

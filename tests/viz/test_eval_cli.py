@@ -170,3 +170,6 @@ def test_eval_with_a_planner_and_load_run_overrides(run_dir, tmp_path, capsys):
     assert "unknown planner setting(s) ['horizont']" in capsys.readouterr().err
     with pytest.raises(RunError, match="apply to DreamerV3 runs.*always plans with CEM"):
         set_planner(OmegaConf.create({"name": "planet", "module": {}}), "cem", None)
+    older = OmegaConf.create({"name": "dreamerv3", "module": {}})  # a run from before `planner`/`plan` existed
+    set_planner(older, "mppi", {"horizon": 5})
+    assert OmegaConf.to_container(older.module) == {"planner": "mppi", "plan": {"horizon": 5}}
