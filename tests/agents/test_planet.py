@@ -10,7 +10,7 @@ from reverie import PlaNet, load_run
 from reverie.cli import main
 from reverie.types import ActionSpec
 
-TINY = dict(deter=16, stoch=4, units=16, layers=1, horizon=3, candidates=20, top_k=4, iterations=2, cnn_depth=4)
+TINY = dict(deter=16, stoch=4, units=16, head_units=16, head_layers=1, horizon=3, candidates=20, top_k=4, iterations=2, cnn_depth=4)
 # exp=debug shrinks PlaNet through configs/agent_exp/planet_debug.yaml (3 updates per cycle, tiny model and CEM)
 DEBUG_PLANET = ["agent=planet"]
 
@@ -71,11 +71,11 @@ def read_jsonl(path):
 @pytest.mark.parametrize("env", [
     ["env=cartpole"],  # Discrete, vector
     ["env=pendulum"],  # Box, vector
+    ["env=gym", "env.id=reverie.envs.testing.ImageCountingEnv", "+env.kwargs.size=64", "+env.kwargs.length=10",
+     "+env.kwargs.discrete=false", "env.num_envs=2"],  # Box, 64x64 images: conv_ha
     ["env=gym", "env.id=reverie.envs.testing.ImageCountingEnv", "+env.kwargs.size=16", "+env.kwargs.length=10",
-     "+env.kwargs.discrete=false", "env.num_envs=2"],  # Box, image
-    ["env=gym", "env.id=reverie.envs.testing.ImageCountingEnv", "+env.kwargs.size=16", "+env.kwargs.length=10",
-     "env.num_envs=2"],  # Discrete, image
-], ids=["discrete-vector", "continuous-vector", "continuous-image", "discrete-image"])
+     "env.num_envs=2", "agent.module.planet_dreamer_nets=true"],  # Discrete, 16x16 images: the DreamerV3 stack
+], ids=["discrete-vector", "continuous-vector", "continuous-image", "discrete-image-dreamer-nets"])
 def test_smoke_debug_planet(tmp_path, env):
     run_dir = tmp_path / "run"
     assert main(["train", "exp=debug", f"run_dir={run_dir}", *DEBUG_PLANET, *env, "train.steps=120", "env.time_limit=20"]) == 0
