@@ -114,6 +114,9 @@ def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float 
     return total + weight * value.float() if value is not None else total
 
 
+_REFIT_VAR_EPS = 1e-6  # added to the elites' variance before the square root (reference planning.py:53)
+
+
 def _repeat(state: State, k: int) -> State:
     """``(N, ...)`` -> ``(N*k, ...)``: each start state ``k`` times in a row (candidate ``c`` of env ``i`` at
     ``i*k + c``)."""
@@ -131,7 +134,9 @@ class GaussianCEM:
 
     Per env: a diagonal normal over ``(H, A)`` starts at the box centre with std half the box width; each
     iteration samples ``candidates`` sequences, clips them into the box, scores them (:func:`score`) and refits
-    mean and std (population std, so a single elite gives std 0, not NaN) to the ``top_k`` best.
+    mean and std to the ``top_k`` best: ``std = sqrt(var + 1e-6)`` with the population variance (google-research/planet
+    ``control/planning.py:52-53``: ``tf.nn.moments``; a single elite gives std 1e-3, never NaN). The start is the box
+    centre with std half its width: mean 0, std 1 in ``[-1, 1]``, as ``planning.py:56-57``.
 
     Args:
         low, high: ``(A,)`` action bounds (the agent acts in ``[-1, 1]``). horizon: ``H`` (12). candidates:
@@ -171,7 +176,7 @@ class GaussianCEM:
             # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
             elite = returns.view(n, C).topk(K, dim=1).indices  # (N, K)
             elites = cand.gather(1, elite[:, :, None, None].expand(n, K, H, A))  # (N, K, H, A)
-            mean, std = elites.mean(1), elites.std(1, unbiased=False)
+            mean, std = elites.mean(1), (elites.var(1, unbiased=False) + _REFIT_VAR_EPS).sqrt()
         return torch.maximum(torch.minimum(mean[:, 0], high), low)
 
     def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:

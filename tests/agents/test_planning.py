@@ -157,3 +157,23 @@ def test_planners_discount_by_the_dynamics_discount_unless_given_one(monkeypatch
     assert WorldModelDynamics(agent.wm).discount == 1.0
     planet = PlaNet({"vector": (3,)}, ActionSpec(False, 2), deter=8, stoch=4, units=8, layers=1)
     assert planet.planner.gamma == 1.0  # plan_gamma: the reference's plain sum of rewards
+
+
+def test_gaussian_cem_refits_std_as_sqrt_of_the_elite_variance_plus_1e_6():
+    """google-research/planet control/planning.py:38-57: start at mean 0, std 1 in [-1, 1]; candidates mean + std * N(0, 1)
+    clipped into the box; refit mean and sqrt(population variance + 1e-6) of the top-k."""
+    torch.manual_seed(4)
+    n, C, H, A = 2, 6, 3, 2
+    toy = SumOfAction()
+    GaussianCEM([-1.0, -1.0], [1.0, 1.0], horizon=H, candidates=C, top_k=C, iterations=2).plan(toy, start(n))
+    torch.manual_seed(4)
+    eps1, eps2 = torch.randn(n, C, H, A), torch.randn(n, C, H, A)
+    first = eps1.clamp(-1, 1)  # mean 0, std 1
+    seen1 = torch.stack(toy.seen[:H]).reshape(H, n, C, A).permute(1, 2, 0, 3)  # (H, N*C, A) -> (N, C, H, A)
+    torch.testing.assert_close(seen1, first)
+    mean, std = first.mean(1), (first.var(1, unbiased=False) + 1e-6).sqrt()  # every candidate is an elite
+    second = (mean[:, None] + std[:, None] * eps2).clamp(-1, 1)
+    seen2 = torch.stack(toy.seen[H:]).reshape(H, n, C, A).permute(1, 2, 0, 3)
+    torch.testing.assert_close(seen2, second)
+    one = GaussianCEM(LOW, HIGH, horizon=2, candidates=5, top_k=1, iterations=2)
+    assert torch.isfinite(one.plan(SumOfAction(), start(1))).all()
