@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-REAL_REFERENCE_DIR = Path(__file__).resolve().parents[3] / "shared" / "reference_scores"
+REAL_REFERENCE_DIR = Path(os.environ.get("REVERIE_REFERENCE_SCORES")
+                          or Path(__file__).resolve().parents[3] / "shared" / "reference_scores")
+"""The official files, where present (tests/scores/test_reference_files.py skips without them)."""
 
 
 def write_official(path: Path, runs: list[dict]) -> Path:
