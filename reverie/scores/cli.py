@@ -3,7 +3,7 @@
 Examples::
 
     reverie compare runs/pong_*                       # suite from the runs' env_metadata.json (atari100k)
-    reverie compare runs/cartpole_swingup_* --window 90000 110000 --reference dreamerv3-2023
+    reverie compare runs/dmc/ --window 90000 110000 --reference dreamerv3-2023   # a folder of DMC runs
     reverie compare --reference-only --suite atari100k --reference dreamerv3 dreamerv3-2023
     reverie compare --reference-only --suite dmc_vision --reference dreamerv3 drqv2 --reading auto
     reverie compare /tmp/cmp/lr3e-4_* --baseline /tmp/cmp/lr1e-4_* --name lr3e-4 --baseline-name lr1e-4
@@ -168,7 +168,7 @@ def run_compare(args: argparse.Namespace) -> str:
     written = [out / "table.md", out / "run_scores.csv", out / "aggregates.csv"]
     if not args.no_plots:
         score_label = baselines.score_label(suite)
-        xmax = float(pd.concat(ours)["frames"].max()) if ours else None
+        xmax = max(float(pd.concat(ours)["frames"].max()), hi) if ours else None  # the reference up to our frames
         written += plots.plot_curves(table, out / "curves", window=(lo, hi), xmax=xmax, reps=args.reps,
                                      seed=args.seed, ylabel=f"{'eval ' if mode == 'eval' and ours else ''}return")
         written += plots.plot_intervals(agg, out / "aggregates", xlabel=score_label)
