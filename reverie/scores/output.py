@@ -4,8 +4,8 @@
   suite and the set names, e.g. ``dmc_proprio_reverie``), with ``_2``, ``_3``, ... appended when that name is
   taken, as ``reverie train`` names ``runs/<date>_<time>_<exp>/``. The repository's ``.gitignore`` ignores
   ``compare/``.
-* ``--out DIR``: DIR when it does not exist or is empty; a DIR that holds files is refused (nothing is read
-  or written), unless ``--overwrite`` is given, which replaces the files compare writes (:data:`OUTPUT_FILES`)
+* ``--out DIR``: DIR when it does not exist or is empty; a DIR that holds files is refused before any score is read
+  (nothing is written), unless ``--overwrite`` is given, which replaces the files compare writes (:data:`OUTPUT_FILES`)
   and leaves any other file in DIR alone.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import make_run, write_official, current_run
+from conftest import make_run, write_official
 
 from reverie.cli import main
 from reverie.scores.cli import cmd_compare

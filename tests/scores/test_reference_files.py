@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(not (REAL_REFERENCE_DIR / "dreamerv3").is_dir(),
 
 
 def _task_returns(reference: str, window=None):
-    table = readers.read_official(references.reference_path("atari100k", reference, REAL_REFERENCE_DIR), method=reference)
+    path = references.reference_path("atari100k", reference, REAL_REFERENCE_DIR)
+    table = readers.read_official(path, method=reference)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # some seeds have no episode in the window
         scores = run_scores(table, get_protocol("atari100k", window=window))
@@ -47,8 +48,8 @@ def test_builtin_atari100k_baselines_match_the_shipped_yaml():
 
 @pytest.mark.parametrize("reading, kind, expected", [
     # bins [x, x + 10k) overlapping [90k, 110k]: the 90k and 100k bins
-    ("auto", "bins", {"cartpole_swingup": 515.7687279318254, "reacher_easy": 657.1, "cartpole_balance": 815.767854656835,
-                      "finger_spin": 767.5}),
+    ("auto", "bins", {"cartpole_swingup": 515.7687279318254, "reacher_easy": 657.1,
+                      "cartpole_balance": 815.767854656835, "finger_spin": 767.5}),
     # points 90k, 100k and 110k: the numbers quoted for the 100k-frame DMC proprio target (513, 727, 821, 780)
     ("points", "points", {"cartpole_swingup": 512.6433670943431, "reacher_easy": 727.3666666666667,
                           "cartpole_balance": 821.0608700102111, "finger_spin": 779.7333333333333}),
