@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "stratified bootstrap CIs.", epilog=__doc__.split("Examples::")[1])
     parser.add_argument("runs", nargs="*", metavar="RUN_OR_DIR", help="run directories or folders of runs")
     parser.add_argument("--suite", default=None, choices=list(protocols.PROTOCOLS),
+                        type=lambda name: readers.SUITE_ALIASES.get(name, name),  # the 2023 spelling dmcproprio too
                         help="scoring protocol and normaliser (default: from the runs' env_metadata.json; "
                              "atari100k with --reference-only)")
     parser.add_argument("--reference", nargs="+", default=None, metavar="NAME_OR_FILE",

@@ -123,3 +123,10 @@ def test_dmc_runs_without_eval_episodes_say_how_to_score_them(dmc_reference, tmp
     err = capsys.readouterr().err
     assert "no eval episodes in the reverie runs" in err and "DMC runs are scored by their evaluation episodes" in err
     assert "pass --mode train" in err
+
+
+def test_suite_accepts_the_2023_file_spelling():
+    from reverie.scores.cli import build_parser
+
+    assert build_parser().parse_args(["--suite", "dmcproprio"]).suite == "dmc_proprio"
+    assert build_parser().parse_args(["--suite", "dmc_vision"]).suite == "dmc_vision"
