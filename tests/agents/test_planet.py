@@ -101,6 +101,9 @@ def test_presets_resolve_per_agent_and_agent_planet_builds_under_the_default_pre
     cfg = load_config(["agent=planet", "env=pendulum"])  # exp=classic -> agent_exp/planet_classic.yaml
     assert cfg.agent.name == "planet" and cfg.env.id == "Pendulum-v1" and cfg.agent.schedule == "episodes"
     assert (cfg.agent.module.deter, cfg.agent.module.candidates, cfg.env.action_repeat) == (100, 150, 4)
+    # the CPU preset's documented departures: 2 x 100 heads, reward scale 1 (agent_exp/planet_classic.yaml)
+    assert (cfg.agent.module.head_units, cfg.agent.module.head_layers, cfg.agent.module.reward_scale) == (100, 2, 1.0)
+    assert (cfg.agent.module.act, cfg.agent.module.planet_dreamer_nets) == ("relu", False)
     assert "actor_lr" not in cfg.agent.module  # DreamerV3's classic learning rates stay with DreamerV3
     dreamer = load_config([])  # exp=classic -> agent_exp/dreamerv3_classic.yaml
     assert (dreamer.agent.train_ratio, dreamer.agent.module.actor_lr) == (128, 1.0e-4)
