@@ -107,13 +107,21 @@ def test_resume_rejects_unsafe_changes_and_applies_safe_ones(tmp_path, capsys):
 
 
 def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, capsys):
+    """Issue 20: the resume warns once; the next checkpoint's pruning removes the unreadable file, never the good
+    one it resumed from (keep 2: the good 16 and the new 20 stay, the truncated 32 goes)."""
     run(tmp_path / "t", "train.steps=32", "train.checkpoint_every=16")
+    (tmp_path / "t" / "summary.json").unlink()  # as if killed right after writing checkpoint 32 ...
     newest = tmp_path / "t" / "checkpoints" / "ckpt_0000000032.pt"
-    newest.write_bytes(newest.read_bytes()[:100])
-    with pytest.warns(UserWarning, match="ckpt_0000000032.pt is unreadable"):
-        run(tmp_path / "t", "train.steps=48", "train.checkpoint_every=16")
-    assert "from ckpt_0000000016.pt: env step 16" in capsys.readouterr().out
-    assert load_checkpoint(tmp_path / "t")["counters"]["env_steps"] == 48
+    newest.write_bytes(newest.read_bytes()[:100])  # ... which the disk then cut short
+    with pytest.warns(UserWarning, match="ckpt_0000000032.pt is unreadable") as caught:
+        run(tmp_path / "t", "train.steps=20", "train.checkpoint_every=20", "train.checkpoint_keep=2")
+    assert sum("is unreadable" in str(w.message) for w in caught) == 1
+    out = capsys.readouterr().out
+    assert "from ckpt_0000000016.pt: env step 16" in out and "removing unreadable checkpoint" in out
+    assert [p.name for p in list_checkpoints(tmp_path / "t" / "checkpoints")] == [
+        "ckpt_0000000016.pt", "ckpt_0000000020.pt"]
+    assert load_checkpoint(tmp_path / "t")["counters"]["env_steps"] == 20
+    assert load_checkpoint(tmp_path / "t" / "checkpoints" / "ckpt_0000000016.pt")["counters"]["env_steps"] == 16
 
 
 def test_many_non_finite_updates_in_a_row_stop_with_a_checkpoint(tmp_path, monkeypatch):
