@@ -163,7 +163,8 @@ def check_setup(cfg: DictConfig) -> None:
         try:
             preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage,
                       cfg.replay.directory or run_dir / "replay", run_dir / "checkpoints",
-                      int(cfg.train.get("checkpoint_keep", 2)))
+                      int(cfg.train.get("checkpoint_keep", 2)), steps=int(cfg.train.steps),
+                      num_envs=int(cfg.env.get("num_envs", 1) or 1))
         except PreflightError as err:
             raise ConfigError(str(err)) from err
 

@@ -26,7 +26,7 @@ from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
 from reverie.logging import Logger
-from reverie.preflight import preflight
+from reverie.preflight import GIB, describe, preflight
 from reverie.progress import Progress
 from reverie.replay import Replay
 from reverie.replay.cycle import make_schedule
@@ -168,8 +168,11 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     replay_dir = str(distributed.rank_path(cfg.replay.directory or run_dir / "replay", info))  # this rank's shard
     replay_spec = Replay.spec_for(obs_space, spec.dim)
     if cfg.replay.get("preflight", True):
-        preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage, replay_dir,
-                  run_dir / "checkpoints", keep)
+        fits = preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage, replay_dir,
+                         run_dir / "checkpoints", keep, steps=int(tc.steps), num_envs=n)
+        if info.is_main:
+            print(f"[reverie] disk: {describe(fits)} under {run_dir / 'checkpoints'}; "
+                  f"{fits['disk_free'] / GIB:.1f} GiB free")
     replay = Replay(int(cfg.replay.capacity), n, replay_spec, storage=cfg.replay.storage, directory=replay_dir,
                     seed=seed)
     ratio = make_schedule(ac)  # train_ratio clock (DreamerV3) or episode cycle (agent.schedule: episodes, PlaNet)

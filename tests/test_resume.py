@@ -140,24 +140,33 @@ def test_many_non_finite_updates_in_a_row_stop_with_a_checkpoint(tmp_path, monke
 @pytest.mark.parametrize("storage, message", [("memory", "GiB of RAM"), ("memmap", "GiB of disk")])
 def test_preflight_refuses_a_replay_that_cannot_fit(tmp_path, capsys, storage, message):
     assert main(["train", *BASE, f"run_dir={tmp_path / 'x'}", "replay.capacity=400000000000",
-                 f"replay.storage={storage}"]) == 2
+                 "train.steps=400000000000", f"replay.storage={storage}"]) == 2
     err = capsys.readouterr().err
-    assert message in err and "400,000,000,000 steps x 31 bytes" in err and "replay.capacity" in err
+    assert message in err and "replay.capacity" in err
+    assert ("400,000,000,000 steps x 31 bytes" if storage == "memory" else
+            "400,000,000,000 steps = min(replay.capacity, train.steps) x 31 bytes") in err
     assert not (tmp_path / "x").exists()
 
 
 def test_preflight_numbers():
-    from reverie.preflight import PreflightError, preflight
+    from reverie.preflight import PreflightError, held_steps, preflight
 
     spec = {"image": ((3, 64, 64), np.uint8), "action": ((6,), np.float32), "reward": ((), np.float32),
             "is_first": ((), bool), "is_last": ((), bool), "is_terminal": ((), bool)}
     agent = torch.nn.Linear(10, 10)  # 110 parameters -> 4 x 440 bytes
     report = preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**9, disk=10**9)
     assert report["replay_bytes"] == 1000 * (12_288 + 24 + 4 + 3) and report["model_bytes"] == 1760
-    assert report["disk_needed"] == 2 * report["replay_bytes"]
+    assert report["disk_needed"] == 2 * (report["replay_bytes"] + 1760)  # no train.steps: the full capacity
     with pytest.raises(PreflightError, match="replay.storage=memmap"):
         preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)
     assert preflight(spec, 1000, agent, "memmap", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)["ram_needed"] == 1760
+    # issue 20: a checkpoint holds the filled rows, at most min(L, ceil(steps / N)) rows per env
+    assert (held_steps(1000, 4, 300), held_steps(1000, 4, 301), held_steps(1000, 4, 10**6)) == (300, 304, 1000)
+    short = preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**8, steps=1000,
+                      num_envs=4)
+    assert short["checkpoint_bytes"] == 1000 * 12_319 + 1760 and short["disk_needed"] == 4 * 1000 * 12_319 + 3 * 1760
+    with pytest.raises(PreflightError, match=r"checkpoints up to 0.01 GiB each .* x train.checkpoint_keep=3"):
+        preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**7, steps=1000, num_envs=4)
 
 
 def test_sigterm_writes_a_final_checkpoint(tmp_path):
