@@ -47,8 +47,9 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } || \
 	  echo "[reverie] WARNING: apt-get could not install$$missing; DMC pixel tests will be skipped"
 
+# REVERIE_MAKE_TRAIN: an interrupted run prints `make train ARGS="--resume <run_dir>"` as its resume command
 train: venv sysdeps
-	$(BIN)/reverie train $(ARGS)
+	REVERIE_MAKE_TRAIN=1 $(BIN)/reverie train $(ARGS)
 
 test: venv sysdeps
 	$(BIN)/pytest -q $(PYTEST_ARGS)

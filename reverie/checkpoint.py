@@ -4,6 +4,7 @@ Layout under ``<run_dir>/checkpoints/``::
 
     ckpt_<env_step>.pt        one torch.save payload: agent state, counters, RNG states, config, ... (small)
     ckpt_<env_step>.replay/   the replay at that step: one <key>.npy per key + replay.json (Replay.save)
+    best.pt                   the agent's weights at the best evaluation so far (save_best; weights only)
 
 Writes are atomic: the replay snapshot goes to ``.replay.tmp/`` and is renamed, then the payload goes to
 ``.pt.tmp``, is fsync'ed and renamed; the ``.pt`` file is the commit marker, so a run killed mid-write leaves
@@ -28,6 +29,7 @@ from reverie.replay.files import fsync_path
 
 CKPT_PATTERN = re.compile(r"^ckpt_(\d+)\.pt$")
 REPLAY_SUFFIX = ".replay"
+BEST_FILE = "best.pt"  # the weights of the best evaluation so far (save_best)
 
 #: What this process learnt about checkpoint files: ``(path, size, mtime_ns) -> None`` (readable) or the reason it
 #: is not. Files this process wrote or loaded are not read again to prune, and an unreadable one is warned about once.
@@ -78,19 +80,35 @@ def save_checkpoint(directory: str | Path, step: int, payload: dict[str, Any], k
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-    tmp = path.with_suffix(".pt.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(directory)
+    _atomic_save(payload, path)
     _READABLE[_file_key(path)] = None
     _prune(directory, keep)
     kept = {replay_dir_for(p).name for p in list_checkpoints(directory)}
     for stale in directory.glob(f"ckpt_*{REPLAY_SUFFIX}*"):  # leftovers of interrupted writes or removed steps
         if stale.name not in kept and stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
+    return path
+
+
+def _atomic_save(payload: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to ``<path>.tmp``, fsync, rename onto ``path``, fsync the folder."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def save_best(directory: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` (the agent's weights, config, step and return of its evaluation) as ``best.pt`` in
+    ``directory``, atomically. It is not a resumable checkpoint (no optimiser, replay or RNG state) and is never
+    pruned; :func:`reverie.run.load_run` loads it with ``checkpoint="best"``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / BEST_FILE
+    _atomic_save(payload, path)
     return path
 
 
