@@ -5,6 +5,8 @@
 ``config error:`` line naming every bad key, its value, its range and an example, and nothing on disk.
 Keys that are absent (an agent without a ``train_ratio``, PlaNet's ``train_steps``) are not checked; ``null``
 is allowed where the config documents it (``threads``, ``train.control_hz``, ``env.time_limit``, ...).
+``trainer.nproc`` and ``trainer.backend`` are checked by :func:`reverie.distributed.trainer_settings`, at the same
+point; ``agent.module`` values by the agent's constructor (``agent error:`` at start-up).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ RANGES: dict[str, tuple[float, bool, bool, bool, str]] = {
     "env.action_repeat": (1, True, True, True, "env steps per agent step"),
     "env.time_limit": (1, True, True, True, "agent steps per episode; null: the env's own"),
     "threads": (1, True, True, True, "torch threads; null: torch's default"),
-    "trainer.nproc": (1, True, True, False, "data-parallel processes"),
     "trainer.timeout_min": (0, False, False, True, "minutes a rank waits for the others"),
 }
 
@@ -49,7 +50,9 @@ def _problem(key: str, value: Any) -> str | None:
         return None if nullable else f"{key}=null: needs a value ({what})"
     bound = f"{'>=' if inclusive else '>'} {low:g}"
     kind = "an integer" if integer else "a number"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and value != int(value)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{key}={value!r} is not a number: must be {kind} {bound} ({what})"
+    if integer and value != int(value):
         return f"{key}={value!r} must be {kind} {bound} ({what})"
     if value < low or (value == low and not inclusive):
         return f"{key}={value!r} must be {bound} ({what})"

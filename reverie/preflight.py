@@ -133,13 +133,18 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
     return report
 
 
+def size_text(nbytes: float) -> str:
+    """``"1.21 GiB"`` from 1 GiB up, else ``"12.3 MiB"``."""
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / (1 << 20):.1f} MiB"
+
+
 def describe(report: Mapping[str, int]) -> str:
     """The checkpoint cost in words: ``"checkpoints up to 1.21 GiB each (replay of at most 100,000 steps ...)"``."""
     per_step = report["held_bytes"] // max(report["held_steps"], 1)
-    return (f"checkpoints up to {report['checkpoint_bytes'] / GIB:.2f} GiB each (replay of at most "
+    return (f"checkpoints up to {size_text(report['checkpoint_bytes'])} each (replay of at most "
             f"{report['held_steps']:,} steps = min(replay.capacity, train.steps) x {per_step:,} bytes, "
-            f"{report['held_bytes'] / GIB:.2f} GiB; model ~{report['model_bytes'] / GIB:.2f} GiB), x "
-            f"train.checkpoint_keep={report['keep']}: {report['keep'] * report['checkpoint_bytes'] / GIB:.2f} GiB")
+            f"{size_text(report['held_bytes'])}; model ~{size_text(report['model_bytes'])}), x "
+            f"train.checkpoint_keep={report['keep']}: {size_text(report['keep'] * report['checkpoint_bytes'])}")
 
 
 def _device(path: str | os.PathLike) -> int:

@@ -165,7 +165,7 @@ def test_preflight_numbers():
     short = preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**8, steps=1000,
                       num_envs=4)
     assert short["checkpoint_bytes"] == 1000 * 12_319 + 1760 and short["disk_needed"] == 4 * 1000 * 12_319 + 3 * 1760
-    with pytest.raises(PreflightError, match=r"checkpoints up to 0.01 GiB each .* x train.checkpoint_keep=3"):
+    with pytest.raises(PreflightError, match=r"checkpoints up to 11.7 MiB each .* x train.checkpoint_keep=3: 35.2 MiB"):
         preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**7, steps=1000, num_envs=4)
 
 
@@ -206,3 +206,37 @@ def test_checkpoint_without_run_state_is_refused_clearly(tmp_path, capsys):
     save_checkpoint(tmp_path / "old" / "checkpoints", 16, payload)  # as an older reverie wrote it
     assert main(["train", "--resume", str(tmp_path / "old"), "train.steps=32"]) == 2
     assert "cannot be resumed: it lacks ['replay_meta', 'rng', 'stepper']" in capsys.readouterr().err
+
+
+def test_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
+    """Issue 20: Ctrl-C prints `... train --resume <run_dir>`; that command, run as printed (plus a shorter
+    train.steps so the test ends), resumes the run from its final checkpoint."""
+    import os
+    import re
+    import signal
+    import subprocess
+
+    from train_process import interrupt_training
+
+    run_dir = tmp_path / "int"
+    code, out = interrupt_training([*BASE, f"run_dir={run_dir}", "train.steps=100000",
+                                    "train.checkpoint_every=100000"], run_dir / "metrics.jsonl", rows=2,
+                                   signum=signal.SIGINT, timeout_s=120)
+    assert code == 130, out[-2000:]
+    command = re.search(r"\[reverie\] resume this run with: (.+)", out).group(1)
+    assert command.endswith(f"-m reverie train --resume {run_dir}")  # started as `python -m reverie`
+    stopped = load_checkpoint(run_dir)["counters"]["env_steps"]
+    done = subprocess.run(f"{command} train.steps={stopped + 16}", shell=True, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"resumed {run_dir} from ckpt_{stopped:010d}.pt: env step {stopped}" in done.stdout
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == stopped + 16
+
+
+def test_resume_command_forms(tmp_path):
+    from reverie.resume import resume_command
+
+    assert resume_command("runs/a b", environ={"REVERIE_MAKE_TRAIN": "1"}) == 'make train ARGS="--resume \'runs/a b\'"'
+    assert resume_command("runs/x", environ={}, argv0=str(tmp_path / "bin" / "reverie")) == (
+        f"{tmp_path / 'bin' / 'reverie'} train --resume runs/x")  # a launcher not on PATH: its path
+    assert resume_command("runs/x", environ={}, argv0="/usr/bin/pytest") == "reverie train --resume runs/x"
