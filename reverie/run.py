@@ -121,7 +121,7 @@ def select_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path,
     path = Path(path)
     if path.is_file():
         return path, "the file given"
-    folder = path if path.name == "checkpoints" else path / "checkpoints"
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path  # a run dir, or its checkpoints
     if checkpoint not in ("best", "last"):
         for candidate in (Path(checkpoint), folder / checkpoint):
             if candidate.is_file():

@@ -398,7 +398,7 @@ def test_remaining_time_comes_from_the_phase_the_run_is_in():
     first update (60 s of compiling) is shown as a status and left out of the learning speed."""
     from reverie.progress import remaining_s
 
-    assert remaining_s(300, 1000, (10.0, 100), 20.0) == 350.0  # 200 steps in 10 s -> 700 more in 35 s x 10
+    assert remaining_s(300, 1000, (10.0, 100), 20.0) == 35.0  # 200 steps in 10 s (20/s) -> 700 more in 35 s
     assert remaining_s(100, 1000, (10.0, 100), 20.0) is None  # no step yet in this phase
     assert remaining_s(1200, 1000, (0.0, 0), 1.0) == 0.0
     now = [0.0]

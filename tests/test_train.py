@@ -185,9 +185,10 @@ def test_help_texts(capsys):
 def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, monkeypatch, capsys):
     """Issue 20: evaluations return 5, 9, 7, 9 (at env steps 52, 100, 152, 200): best.pt holds the weights of
     step 100 (the tie at 200 does not beat it), the summary reports best and last, load_run/eval use best.pt."""
+    import sys
+
     import torch
 
-    from reverie import train as train_module
     from reverie.run import describe_checkpoint
     from state_compare import assert_same
 
@@ -197,7 +198,7 @@ def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, mo
         mean = next(means)
         return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
 
-    monkeypatch.setattr(train_module, "evaluate", fake_evaluate)
+    monkeypatch.setattr(sys.modules["reverie.train"], "evaluate", fake_evaluate)  # the module, not the function
     run_dir = train(tmp_path, "best", "train.eval_every=50", "train.checkpoint_keep=3")
     best = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)
     assert best["counters"]["env_steps"] == 100 and best["eval_return"] == 9.0
