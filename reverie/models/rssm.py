@@ -85,6 +85,9 @@ class RSSM(nn.Module):
         onehot_gather: categorical only: the one-hot latent enters linear layers by row gathers (the cell's
             input layer here, and :meth:`features` hands the heads a :class:`SplitFeat`), same values as the
             dense product up to float rounding (:mod:`reverie.models.onehot_linear`); False: dense features.
+        action_clip: categorical only: every action entering the dynamics (replayed and imagined) is scaled
+            elementwise by ``sg(clip / max(clip, |a|))`` (:func:`scale_action`; 2023 reference ``rssm.action_clip:
+            1.0``, ``nets.py`` ``RSSM.obs_step``/``img_step``); 0 turns it off. PlaNet (gaussian) has none.
 
     State entries (:attr:`state_keys`): categorical ``deter (..., D)``, ``stoch (..., S, K)``,
     ``logits (..., S, K)``; gaussian ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``.
@@ -95,7 +98,7 @@ class RSSM(nn.Module):
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
                  units: int = 512, unimix: float = 0.01, latent: str = "categorical", min_std: float = 0.1,
-                 onehot_gather: bool = True):
+                 onehot_gather: bool = True, action_clip: float = 1.0):
         super().__init__()
         if latent not in ("categorical", "gaussian"):
             raise ValueError(f"RSSM latent={latent!r} is not supported; use latent='categorical' (DreamerV3) "
@@ -103,6 +106,7 @@ class RSSM(nn.Module):
         self.latent = latent
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.action_dim = action_dim
+        self.action_clip = float(action_clip) if latent == "categorical" else 0.0
         self.onehot_gather = bool(onehot_gather) and latent == "categorical"
         self.defer_weight_grads = latent == "categorical"  # observe scan: see _scan_linears (off to compile)
         self.fused_observe = latent == "categorical"  # observe scan as one autograd node: see _fused_scan
@@ -260,7 +264,7 @@ class RSSM(nn.Module):
         given = state is not None
         if not given:
             state = init
-        action = self.in_a(prev_action)  # (T, B, units), in the compute dtype under autocast
+        action = self.in_a(scale_action(prev_action, self.action_clip))  # (T, B, units), compute dtype under autocast
         first = is_first.to(action.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
         action_proj = action * (1.0 - first)  # zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
@@ -343,8 +347,9 @@ class RSSM(nn.Module):
 
     # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
-        """One prior step: ``(B, ...)`` state and action ``(B, A)`` -> next prior state ``(B, ...)``."""
-        deter = self._step_deter(state, self.in_a(action))
+        """One prior step: ``(B, ...)`` state and action ``(B, A)`` -> next prior state ``(B, ...)``. The action is
+        scaled into ``[-clip, clip]`` first (:func:`scale_action`), with the gradient of ``a * sg(scale)``."""
+        deter = self._step_deter(state, self.in_a(scale_action(action, self.action_clip)))
         if self.latent == "gaussian":
             return self._prior_gaussian(deter, sample)
         logits = self._prior_logits(deter)
@@ -354,7 +359,7 @@ class RSSM(nn.Module):
         """:meth:`img_step` (sampled, no autograd) returning ``deter``, ``index (B, S)`` and ``logits``, without the
         one-hot ``stoch``: the same values and random draws as ``img_step`` (whose ``stoch`` is the one-hot of
         this ``index``), for rollouts whose readers take the class index (``onehot_gather``)."""
-        deter = self._step_deter(state, self.in_a(action))
+        deter = self._step_deter(state, self.in_a(scale_action(action, self.action_clip)))
         logits = self._prior_logits(deter)
         return {"deter": deter, "index": unimix_sample_index(logits, self.unimix), "logits": logits}
 
@@ -401,6 +406,17 @@ class RSSM(nn.Module):
         if not self.onehot_gather or "index" in state:
             return state
         return {**state, "index": one_hot_argmax(state["stoch"])}
+
+
+def scale_action(action: torch.Tensor, clip: float) -> torch.Tensor:
+    """``action * sg(clip / max(clip, |action|))`` elementwise: the value of ``clamp(action, -clip, clip)`` with the
+    gradient of a pass-through scaled by ``sg(clip / |action|)`` where ``|action| > clip`` (a clamp would give 0
+    there). 2023 DreamerV3 reference ``nets.py`` ``RSSM.img_step``/``obs_step`` (``action_clip: 1.0``): continuous
+    actions sampled from the actor's unbounded normal enter the dynamics inside ``[-1, 1]``. One-hot actions are
+    unchanged. ``clip <= 0``: ``action`` itself. Shapes ``(..., A)`` in and out."""
+    if clip <= 0:
+        return action
+    return action * (clip / torch.clamp(action.detach().abs(), min=clip))
 
 
 def _reset_steps(is_first: torch.Tensor) -> list[bool]:

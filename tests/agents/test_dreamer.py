@@ -130,15 +130,15 @@ def test_acting_then_updating_in_each_precision(precision):
         assert np.isfinite(metrics["loss/actor"]) and np.isfinite(metrics["loss/model"])
 
 
-def check_gradient_at_step(name: str, reference_loss, atol: float) -> None:
-    """Two discrete-action updates; at the second one's ``<name>_opt.step`` the gradient it steps with must equal
+def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: bool = True) -> None:
+    """Two updates (discrete or continuous actions); at the second one's ``<name>_opt.step`` the gradient it steps with must equal
     autograd's gradient of ``reference_loss(agent, feat, actions, reward, cont)`` on that update's own rollout
     (``feat (H+1, N, F)`` dense, ``reward``/``cont (H+1, N)`` as the update builds them), with the networks as
     the update used them (before the step)."""
     from reverie.models.onehot_linear import SplitFeat
 
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
     agent.update(batch())  # move the heads off their zero-initialised outputs
     rssm, module, opt, rollout, checked = agent.wm.rssm, getattr(agent, name), getattr(agent, f"{name}_opt"), {}, {}
     imagine, step = rssm.imagine, opt.step
@@ -163,7 +163,8 @@ def check_gradient_at_step(name: str, reference_loss, atol: float) -> None:
     assert checked["grads"] > 0.0
 
 
-def test_critic_gradient_equals_the_one_pass_reference():
+@pytest.mark.parametrize("discrete", [True, False])
+def test_critic_gradient_equals_the_one_pass_reference(discrete):
     """The critic's loss (two-hot regression to the lambda-return plus the slow-critic regulariser, weighted by the
     imagined continuation) written out with one dense critic pass over all H+1 steps and ``log_prob``."""
     from reverie.agents.returns import imagination_weights, lambda_return
@@ -177,7 +178,7 @@ def test_critic_gradient_equals_the_one_pass_reference():
         return -(imagination_weights(cont, agent.gamma)[:-1] * (dist.log_prob(ret) + agent.slow_reg
                                                                 * dist.log_prob(slow))).mean()
 
-    check_gradient_at_step("critic", critic_loss, atol=1e-6)
+    check_gradient_at_step("critic", critic_loss, atol=1e-6, discrete=discrete)
 
 
 def test_actor_gradient_equals_a_fresh_pass_reference():
@@ -196,3 +197,23 @@ def test_actor_gradient_equals_a_fresh_pass_reference():
         return -(imagination_weights(cont, agent.gamma)[:-1] * objective).mean()
 
     check_gradient_at_step("actor", actor_loss, atol=1e-7)
+
+
+def test_imag_last_imagines_from_the_last_rows_only():
+    """``imag_last=K``: the behaviour starts from the posterior states of the last K rows, ``N = K*B``, with the start
+    continue flags of those rows; 0 starts from all ``T*B`` rows (the 2023 reference)."""
+    for imag_last, rows in ((2, slice(4, 6)), (0, slice(0, 6))):
+        torch.manual_seed(0)
+        agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_last=imag_last)
+        data = batch(T=6, B=3)
+        data["is_terminal"][5, 1] = True
+        seen = {}
+        behavior = agent._behavior
+        agent._behavior = lambda start, cont: seen.update(start=start, cont=cont) or behavior(start, cont)
+        torch.manual_seed(1)
+        agent.update(data)
+        expected_cont = 1.0 - torch.as_tensor(data["is_terminal"][rows]).flatten().float()  # (K, B) -> (K*B,)
+        assert seen["start"]["deter"].shape[0] == (rows.stop - rows.start) * 3
+        torch.testing.assert_close(seen["cont"], expected_cont)
+    with pytest.raises(ValueError, match="imag_last must be >= 0"):
+        DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_last=-1)
