@@ -32,7 +32,7 @@ def test_smoke_debug_run_writes_everything(tmp_path, env):
     assert {s["mode"] for s in scores} == {"train", "eval"}
     assert all(s["frames"] == s["step"] for s in scores)  # action_repeat 1
     assert sorted((run_dir / "checkpoints").iterdir())
-    run = load_run(run_dir)
+    run = load_run(run_dir, checkpoint="last")  # the final checkpoint (the default, best.pt, may be earlier)
     assert run.counters["env_steps"] == 200
     env = make_env(run.config["env"], seed=0)
     obs, _ = env.reset()
