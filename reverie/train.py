@@ -19,18 +19,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from reverie import distributed
-from reverie.checkpoint import save_checkpoint
+from reverie.checkpoint import BEST_FILE, save_best, save_checkpoint
 from reverie.collector import Collector, check_async_collect, make_policy_copy, sync_policy
+from reverie.config_ranges import check_ranges
 from reverie.cpu_memory import keep_freed_memory
 from reverie.envs import make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.evaluate import evaluate, record_episode
 from reverie.logging import Logger
-from reverie.preflight import preflight
+from reverie.preflight import GIB, describe, preflight
 from reverie.progress import Progress
 from reverie.replay import Replay
 from reverie.replay.cycle import make_schedule
-from reverie.resume import check_resumable, check_resume_config, read_summary, truncate_jsonl, write_summary
+from reverie.resume import (check_resumable, check_resume_config, read_summary, resume_command, truncate_jsonl,
+                            write_summary)
 from reverie.rng import preserved_rng, rng_state, seed_everything, set_rng_state
 from reverie.types import ActionSpec
 from reverie.viz import report
@@ -47,6 +49,17 @@ def random_actions(rng: np.random.Generator, spec: ActionSpec, n: int) -> np.nda
     if spec.discrete:
         return np.eye(spec.dim, dtype=np.float32)[rng.integers(spec.dim, size=n)]
     return rng.uniform(-1.0, 1.0, size=(n, spec.dim)).astype(np.float32)
+
+
+def best_eval(evals: list[tuple[int, float, float]]) -> tuple[int, float] | None:
+    """``(env_step, mean_return)`` of the best evaluation in ``evals`` (``(env_step, wall_s, mean_return)`` rows):
+    the first one with the highest finite mean, as a run that keeps an evaluation only when it beats every
+    earlier one; None without a finite mean."""
+    best = None
+    for step, _, mean in evals:
+        if np.isfinite(mean) and (best is None or mean > best[1]):
+            best = (int(step), float(mean))
+    return best
 
 
 class Clock:
@@ -79,7 +92,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
     Returns:
         ``{"env_steps", "updates", "eval_return" (the last evaluation's mean), "evals": [(env_step, wall_s,
-        mean_return), ...], "wall_s", "interrupted", "diverged", "resumed_from" (env step or None)}``.
+        mean_return), ...], "best_eval_step", "best_eval_return" (the best evaluation, whose weights are in
+        ``checkpoints/best.pt``), "wall_s", "interrupted", "diverged", "resumed_from" (env step or None)}``.
+        Each evaluation whose mean return beats every earlier one writes ``checkpoints/best.pt`` (weights only,
+        atomic; :func:`reverie.checkpoint.save_best`), so the run ends with its best policy as well as its last.
         Ctrl-C or SIGTERM stops collection, writes the metrics and a checkpoint, and returns with
         ``interrupted`` True; ``train.max_nonfinite_updates`` skipped updates in a row do the same with
         ``diverged`` True. Only an uninterrupted finish writes ``summary.json`` (this dict as JSON).
@@ -91,6 +107,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     ranks > 0 keep their own ``metrics.jsonl``/``scores.jsonl`` and checkpoints under ``run_dir/rank<r>/``.
 
     Raises:
+        ValueError: a numeric key outside its range (``config error: ...``, :mod:`reverie.config_ranges`), before
+            anything is written.
         reverie.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
         reverie.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
         ValueError: a bad ``trainer`` block, or ``trainer.nproc`` other than the number of processes started;
@@ -108,6 +126,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     owes for the rows collected so far (exactly that many in total; they may lag, never lead); checkpoints and
     evaluations pause the collector at a step boundary. Not bit-reproducible (the copy's freshness is timing).
     """
+    check_ranges(cfg)
     nproc, backend = distributed.trainer_settings(cfg.get("trainer"), cfg.device)
     timeout = (cfg.get("trainer") or {}).get("timeout_min")
     info = distributed.init_process_group(cfg.device, backend, timeout_s=None if timeout is None else 60 * timeout)
@@ -168,8 +187,11 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     replay_dir = str(distributed.rank_path(cfg.replay.directory or run_dir / "replay", info))  # this rank's shard
     replay_spec = Replay.spec_for(obs_space, spec.dim)
     if cfg.replay.get("preflight", True):
-        preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage, replay_dir,
-                  run_dir / "checkpoints", keep)
+        fits = preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage, replay_dir,
+                         run_dir / "checkpoints", keep, steps=int(tc.steps), num_envs=n)
+        if info.is_main:
+            print(f"[reverie] disk: {describe(fits)} under {run_dir / 'checkpoints'}; "
+                  f"{fits['disk_free'] / GIB:.1f} GiB free")
     replay = Replay(int(cfg.replay.capacity), n, replay_spec, storage=cfg.replay.storage, directory=replay_dir,
                     seed=seed)
     ratio = make_schedule(ac)  # train_ratio clock (DreamerV3) or episode cycle (agent.schedule: episodes, PlaNet)
@@ -245,6 +267,12 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
             logger.episode(env_steps, env_steps * repeat, ret, length, mode="eval")
         evals.append((env_steps, time.time() - start, result["mean"]))
         logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
+        if best_eval(evals) == (env_steps, result["mean"]):  # it beats every earlier evaluation: keep its weights
+            save_best(run_dir / "checkpoints", {
+                "agent": torch.nn.Module.state_dict(agent) if isinstance(agent, torch.nn.Module) else agent.state_dict(),
+                "obs_shapes": obs_shapes, "action_spec": spec, "config": OmegaConf.to_container(cfg, resolve=True),
+                "counters": {"env_steps": env_steps, "updates": updates, "frames": env_steps * repeat},
+                "eval_return": result["mean"], "eval_episodes": int(tc.eval_episodes)})
         return result["mean"]
 
     if row is None:
@@ -275,7 +303,19 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     signals = distributed.SignalFlag().install() if info.distributed else None
     previous_sigterm = None if info.distributed else _sigterm_as_interrupt()
     try:
-        with Progress(int(tc.steps), enabled=bool(tc.progress) and info.is_main) as progress:
+        with Progress(int(tc.steps), enabled=bool(tc.progress) and info.is_main, prefill=int(tc.prefill),
+                      start_steps=env_steps) as progress:
+            first_update = [True]  # this process's first update compiles and allocates: say so while it runs
+
+            def update(batch: dict[str, np.ndarray]) -> dict[str, float]:
+                if first_update[0]:
+                    progress.status("first update (compiling/allocating)...")
+                metrics = agent.update(batch)
+                if first_update[0]:
+                    progress.status(None)  # the estimate counts from here
+                    first_update[0] = False
+                return metrics
+
             if control_hz:  # --- train.control_hz: a collector thread acts at a fixed rate; this thread learns ---
                 collector = Collector(stepper, replay, make_policy_copy(agent), control_hz, row=row, state=state,
                                       env_steps=env_steps, ratio_steps=ratio.env_steps, steps=int(tc.steps),
@@ -301,7 +341,7 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
                         if owed:  # one update, then the clocks again (the collector keeps stepping meanwhile)
                             with collector.replay_lock:
                                 batch = replay.sample(int(ac.batch_size), int(ac.batch_length))
-                            diverged = learned(agent.update(batch))
+                            diverged = learned(update(batch))
                             owed, since_sync = owed - 1, since_sync + 1
                             if since_sync >= sync_every:  # train.policy_sync_every
                                 with collector.policy_lock:
@@ -365,7 +405,7 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
                     if env_steps >= tc.prefill and replay.num_rows > ac.batch_length:
                         owed = ratio(n, 0 if overlap else len(step[1]))  # episodes: PlaNet only (no overlap)
                         for _ in range(distributed.broadcast_int(owed, info)):  # rank 0's count on every rank
-                            if learned(agent.update(replay.sample(int(ac.batch_size), int(ac.batch_length)))):
+                            if learned(update(replay.sample(int(ac.batch_size), int(ac.batch_length)))):
                                 diverged = True
                                 break
                         if (report_clock(updates) or (env_steps >= tc.steps and report_clock.every > 0)) \
@@ -422,13 +462,19 @@ def _train(cfg: DictConfig, run_dir: Path, info: distributed.DistInfo) -> dict[s
     stepper.close()
     logger.close()
     wall = time.time() - start
+    best = best_eval(evals)
     summary = {"env_steps": env_steps, "updates": updates, "eval_return": final, "evals": evals, "wall_s": wall,
+               "best_eval_step": None if best is None else best[0],
+               "best_eval_return": float("nan") if best is None else best[1],
                "interrupted": interrupted, "diverged": diverged,
                "resumed_from": None if saved is None else saved["counters"]["env_steps"]}
     if not stopped and info.is_main:
         write_summary(run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
+    kept = f" (best {best[1]:.1f} at env step {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
     print(f"[reverie] {'interrupted' if interrupted else 'diverged' if diverged else 'done'}: {env_steps} env "
-          f"steps, {updates} updates, last eval return {final:.1f}, {wall / 60:.2f} min; run dir {run_dir}")
+          f"steps, {updates} updates, last eval return {final:.1f}{kept}, {wall / 60:.2f} min; run dir {run_dir}")
+    if interrupted and info.is_main:
+        print(f"[reverie] resume this run with: {resume_command(run_dir)}", flush=True)
     return summary
 
 

@@ -11,7 +11,9 @@ reward head at ``s_{t+1}`` predicts the reward received on arriving there)::
     s_{t+1} = step(s_t, a_t);   return = sum_t gamma^t c_{<=t} r(s_{t+1}) + gamma^H c_{<=H} value(s_H)
 
 where ``c_{<=t}`` is the product of predicted continue probabilities up to ``s_{t+1}`` (1 without a
-continue head) and the value term is left out without a critic.
+continue head) and the value term is left out without a critic. ``gamma`` is the planner's ``gamma`` when given,
+else the dynamics' ``discount``: the critic's discount for :meth:`WorldModelDynamics.from_dreamer` (a value
+trained at gamma 0.997 bootstraps a return discounted at 0.997), 1 otherwise (PlaNet's plain sum).
 
 Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horizon 12, 1000 candidates, top 100,
 10 iterations; candidates clipped into the bounds) and :class:`CategoricalCEM` for ``Discrete`` actions
@@ -24,9 +26,6 @@ Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horiz
   ``exp(-1 / temperature)`` of the best).
 - ``policy_candidates``: ``P`` extra candidates per iteration rolled out by the dynamics' own ``policy`` (e.g.
   DreamerV3's actor, TD-MPC's ``num_pi_trajs``): sampled once per plan, scored with the others every iteration.
-
-The discount ``gamma`` of the planned rewards defaults to the dynamics' own (``WorldModelDynamics.gamma``: the
-critic's discount with :meth:`WorldModelDynamics.from_dreamer`, else 1).
 """
 
 from __future__ import annotations
@@ -48,9 +47,9 @@ class Dynamics(Protocol):
     - ``reward(state) -> (M,)``: predicted reward received on arriving at ``state``.
     - ``cont(state) -> (M,) or None``: probability that the episode continues after ``state``.
     - ``value(state) -> (M,) or None``: value bootstrap at the last planned state.
-
-    Optional: ``gamma`` (the discount the planners use by default) and ``policy(state) -> (M, A) or None``
-    (proposals for ``policy_candidates``).
+    - ``discount`` (optional attribute, 1.0 when absent): the discount the planners use when not given one, the
+      one the value was trained with.
+    - ``policy(state) -> (M, A) or None`` (optional): proposals for the planners' ``policy_candidates``.
     """
 
     def step(self, state: State, action: torch.Tensor) -> State: ...
@@ -73,22 +72,22 @@ class WorldModelDynamics:
             what ``rssm.features`` returns, which every reverie head accepts.
         sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
         use_cont: weight rewards by the predicted continue probabilities.
-        gamma: discount the planners use when they are given none (1.0: PlaNet's plain sum).
+        discount: the discount planners use with these dynamics unless given their own (1.0: a plain sum).
         policy_fn: optional ``features (M, F) -> action (M, A)`` proposals (``policy_candidates``), given as
             ``value_fn``.
     """
 
     def __init__(self, wm: Any, value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, sample: bool = True,
-                 use_cont: bool = True, gamma: float = 1.0,
+                 use_cont: bool = True, discount: float = 1.0,
                  policy_fn: Callable[[torch.Tensor], torch.Tensor] | None = None):
         self.wm, self.value_fn, self.sample, self.use_cont = wm, value_fn, sample, use_cont
-        self.gamma, self.policy_fn = float(gamma), policy_fn
+        self.discount, self.policy_fn = float(discount), policy_fn
 
     @classmethod
-    def from_dreamer(cls, agent: Any, sample: bool = True, gamma: float | None = None) -> "WorldModelDynamics":
-        """Dynamics of a :class:`reverie.agents.DreamerV3`: its critic's mean as the value bootstrap, its actor's
-        samples as proposals, and (``gamma=None``) the critic's own discount ``agent.gamma``, so the planned
-        return ``sum_t gamma^t r_{t+1} + gamma^H v(s_H)`` is the quantity the critic estimates."""
+    def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelDynamics":
+        """Dynamics of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap, the
+        critic's discount ``agent.gamma`` (``1 - 1/333``) as :attr:`discount`, so planned rewards and the bootstrap
+        are discounted as the critic's lambda-returns are, and its actor's samples as proposals."""
         from reverie.models.distributions import TwoHotSymlog
 
         def policy(feat: torch.Tensor) -> torch.Tensor:
@@ -96,7 +95,7 @@ class WorldModelDynamics:
             return action if agent.spec.discrete else action.clamp(-1.0, 1.0)
 
         return cls(agent.wm, value_fn=lambda feat: TwoHotSymlog(agent.critic(feat)).mean, sample=sample,
-                   gamma=agent.gamma if gamma is None else gamma, policy_fn=policy)
+                   discount=agent.gamma, policy_fn=policy)
 
     def step(self, state: State, action: torch.Tensor) -> State:
         return self.wm.rssm.img_step(state, action, sample=self.sample)
@@ -114,11 +113,18 @@ class WorldModelDynamics:
         return None if self.policy_fn is None else self.policy_fn(self.wm.rssm.features(state))
 
 
-def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+def discount_of(dynamics: Dynamics, gamma: float | None = None) -> float:
+    """``gamma`` when given, else the dynamics' ``discount`` attribute (1.0 when it has none)."""
+    return float(getattr(dynamics, "discount", 1.0)) if gamma is None else float(gamma)
+
+
+def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float | None = None) -> torch.Tensor:
     """Predicted return of action sequences ``actions (H, M, A)`` from ``start`` ``(M, ...)`` -> ``(M,)``.
 
-    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the dynamics have a value.
+    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the dynamics have a value;
+    ``gamma`` None: :func:`discount_of` the dynamics.
     """
+    gamma = discount_of(dynamics, gamma)
     state, total, weight = start, 0.0, 1.0
     for t in range(actions.shape[0]):
         state = dynamics.step(state, actions[t])
@@ -127,6 +133,9 @@ def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float 
         weight = weight * gamma * (1.0 if cont is None else cont.float())  # no reward after a predicted end
     value = dynamics.value(state)
     return total + weight * value.float() if value is not None else total
+
+
+_REFIT_VAR_EPS = 1e-6  # added to the elites' variance before the square root (reference planning.py:53)
 
 
 def _repeat(state: State, k: int) -> State:
@@ -157,10 +166,6 @@ class _SequencePlanner:
             raise ValueError(f"{name}: temperature must be > 0 (MPPI weights) or None (CEM), got {temperature}")
         self.horizon, self.candidates, self.top_k, self.iterations = horizon, candidates, top_k, iterations
         self.gamma, self.temperature, self.policy_candidates = gamma, temperature, int(policy_candidates)
-
-    def _gamma(self, dynamics: Dynamics) -> float:
-        """``self.gamma``, or the dynamics' own discount when it is None (1.0 when they have none)."""
-        return float(getattr(dynamics, "gamma", 1.0)) if self.gamma is None else float(self.gamma)
 
     def _proposals(self, dynamics: Dynamics, start: State, n: int, dim: int) -> torch.Tensor | None:
         """``P = policy_candidates`` action sequences ``(N, P, H, A)`` rolled out by ``dynamics.policy`` from each
@@ -203,14 +208,17 @@ class GaussianCEM(_SequencePlanner):
 
     Per env: a diagonal normal over ``(H, A)`` starts at the box centre with std half the box width; each
     iteration samples ``candidates`` sequences, clips them into the box, scores them (:func:`score`) and refits
-    mean and std (population std, so a single elite gives std 0, not NaN) to the ``top_k`` best, weighted
-    equally (CEM) or by MPPI's weights (``temperature``).
+    mean and std to the ``top_k`` best, weighted equally (CEM) or by MPPI's weights (``temperature``):
+    ``std = sqrt(var + 1e-6)`` with the (weighted) population variance (google-research/planet
+    ``control/planning.py:52-53``: ``tf.nn.moments``; a single elite gives std 1e-3, never NaN). The start is the box
+    centre with std half its width: mean 0, std 1 in ``[-1, 1]``, as ``planning.py:56-57``.
 
     Args:
         low, high: ``(A,)`` action bounds (the agent acts in ``[-1, 1]``). horizon: ``H`` (12). candidates:
-        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards (None: the dynamics' own,
-        1 without one: PlaNet's plain sum). temperature: None (CEM) or the MPPI temperature (module docstring).
-        policy_candidates: proposals of the dynamics' policy among the candidates (0).
+        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards; None (default): the dynamics'
+        ``discount`` (:func:`discount_of`: 1, PlaNet's plain sum, or the critic's with
+        :meth:`WorldModelDynamics.from_dreamer`). temperature: None (CEM) or the MPPI temperature (module
+        docstring). policy_candidates: proposals of the dynamics' policy among the candidates (0).
 
     Raises:
         ValueError: bad sizes, or bounds with ``low > high`` or of different shapes.
@@ -237,7 +245,7 @@ class GaussianCEM(_SequencePlanner):
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
         low, high = self.low.to(device), self.high.to(device)
-        H, C, A, gamma = self.horizon, self.candidates, low.numel(), self._gamma(dynamics)
+        H, C, A, gamma = self.horizon, self.candidates, low.numel(), discount_of(dynamics, self.gamma)
         mean = ((low + high) / 2).expand(n, H, A).clone()  # (N, H, A)
         std = ((high - low) / 2).expand(n, H, A).clone()
         proposals = self._proposals(dynamics, start, n, A)  # (N, P, H, A) or None
@@ -251,11 +259,12 @@ class GaussianCEM(_SequencePlanner):
                 cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
             elites, weights = self._elites(dynamics, starts, cand, gamma)
             if self.temperature is None:
-                mean, std = elites.mean(1), elites.std(1, unbiased=False)
+                mean, var = elites.mean(1), elites.var(1, unbiased=False)
             else:
                 w = weights[:, :, None, None]  # (N, K) -> (N, K, 1, 1)
                 mean = (w * elites).sum(1)
-                std = (w * (elites - mean[:, None]) ** 2).sum(1).sqrt()
+                var = (w * (elites - mean[:, None]) ** 2).sum(1)
+            std = (var + _REFIT_VAR_EPS).sqrt()
         return torch.maximum(torch.minimum(mean, high), low)
 
     def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
@@ -303,7 +312,7 @@ class CategoricalCEM(_SequencePlanner):
         """Per-step action probabilities ``(N, H, A)`` after the last refit, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
-        H, C, A, gamma = self.horizon, self.candidates, self.num_actions, self._gamma(dynamics)
+        H, C, A, gamma = self.horizon, self.candidates, self.num_actions, discount_of(dynamics, self.gamma)
         probs = torch.full((n, H, A), 1.0 / A, device=device)
         proposals = self._proposals(dynamics, start, n, A)  # (N, P, H, A) one-hot, or None
         starts = _repeat(start, C + self.policy_candidates)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import distributions as td
 
-from reverie.models.conv import ImageMSE, scale_image
+from reverie.models.conv import ImageMSE, float32_or_wider, scale_image
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +76,10 @@ class _SparseTargetLogProb(torch.autograd.Function):
                 return torch.special.xlogy(weight, at).sum(-1)  # 0 where a weight is 0, even at a 0 probability
         logp = F.log_softmax(logits, -1, dtype=torch.float32)  # (..., K)
         ctx.save_for_backward(logp if probs is None else probs, index, weight)  # the backward needs softmax
-        return (logp.gather(-1, index) * weight).sum(-1)
+        # a zero weight contributes 0 even where its bin's log-probability is -inf (a -inf logit next to a target
+        # that sits exactly on a bin): 0 * -inf would be NaN
+        picked = logp.gather(-1, index)  # (..., J)
+        return torch.where(weight != 0, picked * weight, picked.new_zeros(())).sum(-1)
 
     @staticmethod
     def backward(ctx, grad):
@@ -458,7 +461,7 @@ class FixedNormal(td.Distribution):
     def __init__(self, mean: torch.Tensor, std: float = 1.0, event_dims: int = 1):
         if std <= 0:
             raise ValueError(f"FixedNormal: std must be > 0 (decoder_std), got {std}")
-        self.loc = mean.float()
+        self.loc = float32_or_wider(mean)
         self.scale = float(std)
         self.event_dims = int(event_dims)
         shape = self.loc.shape
@@ -511,20 +514,20 @@ class GaussianImage(ImageMSE):
 def reduce_bits(image: torch.Tensor, bits: int = 5, noise: bool = True) -> torch.Tensor:
     """Bit-depth reduction with dequantisation noise (PlaNet ``preprocess``: 5 bits, uniform noise).
 
-    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 pixel values in
-    ``[0, 256)``: ``floor(x / 2^(8 - bits)) * 2^(8 - bits)`` plus ``U[0, 2^(8 - bits))`` noise (``noise=True``,
-    training) or plus half a bin (``noise=False``: the noise's mean; acting and evaluation). ``bits == 8``
-    without noise returns the pixels as float unchanged. Feed the result to the image encoder and the image
-    likelihood, which scale pixel values themselves.
+    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 (float64 for float64
+    input) pixel values ``v = (floor(x / 2^(8 - bits)) + u) * 2^(8 - bits) * 255 / 256`` in ``[0, 255)``, ``u ~
+    U[0, 1)`` (``noise=True``, training) or ``u = 1/2`` (``noise=False``: the noise's mean; acting and evaluation).
+    The image encoder and likelihood scale pixel values by ``v / 255 - 0.5``
+    (:func:`reverie.models.conv.scale_image`), which makes that ``(floor(x / 2^(8 - bits)) + u) / 2^bits - 0.5``, the
+    reference's ``tools/preprocess.py`` (bins of ``1 / 2^bits`` in ``[-0.5, 0.5)``). Feed the result to the image
+    encoder and the image likelihood.
 
     Raises:
         ValueError: ``bits`` outside ``1..8``.
     """
     if not 1 <= bits <= 8:
         raise ValueError(f"reduce_bits: bits must be in 1..8 (image_bits), got {bits}")
-    x = image.to(torch.float32)
-    if bits == 8 and not noise:
-        return x
+    x = float32_or_wider(image)
     step = float(2 ** (8 - bits))
-    x = torch.floor(x / step) * step
-    return x + (torch.rand_like(x) * step if noise else step / 2.0)
+    x = torch.floor(x / step) + (torch.rand_like(x) if noise else 0.5)
+    return x * (step * 255.0 / 256.0)

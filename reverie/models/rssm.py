@@ -22,10 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reverie.models.conv import ACTIVATIONS
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample, unimix_sample_index
 from reverie.models.networks import MLP, trunc_normal_init_
 from reverie.models.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
 from reverie.models.observe_scan import observe_scan
+from reverie.models.planet_nets import BlockGRUCell, glorot_uniform_
 from reverie.models.scan_linear import ScanLinears
 
 State = dict[str, torch.Tensor]
@@ -69,9 +71,12 @@ class RSSM(nn.Module):
     """One RSSM with categorical (DreamerV3) or Gaussian (PlaNet) latents.
 
     ``latent="categorical"``: LayerNorm GRU ``D``, ``S x K`` one-hot latents with unimix, learned initial state
-    (DreamerV3 2023 reference ``rssm``). ``latent="gaussian"``: plain GRU ``D``, ``Z = stoch`` diagonal Gaussian
-    latents with ``std = softplus(raw) + min_std``, ELU hidden layers of width ``units``, zero initial state
-    (PlaNet ``models/rssm.py``: ``state_size 30``, ``belief_size 200``, ``hidden 200``, ``min_stddev 0.1``).
+    (DreamerV3 2023 reference ``rssm``). ``latent="gaussian"``: the block GRU ``D`` of
+    :class:`reverie.models.planet_nets.BlockGRUCell`, ``Z = stoch`` diagonal Gaussian latents with ``std =
+    softplus(raw) + min_std``, one hidden layer of width ``units`` with activation ``act`` before the GRU, before the
+    prior and before the posterior, glorot-uniform weights and zero biases, zero initial state (PlaNet
+    ``models/rssm.py``: ``state_size 30``, ``belief_size 200``, ``embed_size 200``, ``min_stddev 0.1``; the
+    activation is the config's ``relu``, ``scripts/configs.py:109,136``, not the class default ``elu``).
 
     Args:
         action_dim: ``A``.
@@ -82,6 +87,8 @@ class RSSM(nn.Module):
         unimix: uniform mix of the latent distributions (categorical; reference ``unimix: 0.01``).
         latent: ``"categorical"`` or ``"gaussian"``.
         min_std: lower bound of the Gaussian std (gaussian only; PlaNet ``min_stddev: 0.1``).
+        act: activation of the Gaussian RSSM's hidden layers (gaussian only; PlaNet ``activation: relu``; ``elu``
+            is what reverie used before and the reference class's own default).
         onehot_gather: categorical only: the one-hot latent enters linear layers by row gathers (the cell's
             input layer here, and :meth:`features` hands the heads a :class:`SplitFeat`), same values as the
             dense product up to float rounding (:mod:`reverie.models.onehot_linear`); False: dense features.
@@ -93,12 +100,12 @@ class RSSM(nn.Module):
     ``logits (..., S, K)``; gaussian ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``.
 
     Raises:
-        ValueError: for an unknown ``latent`` or a ``min_std`` <= 0.
+        ValueError: for an unknown ``latent`` or ``act``, or a ``min_std`` <= 0.
     """
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
                  units: int = 512, unimix: float = 0.01, latent: str = "categorical", min_std: float = 0.1,
-                 onehot_gather: bool = True, action_clip: float = 1.0):
+                 onehot_gather: bool = True, action_clip: float = 1.0, act: str = "relu"):
         super().__init__()
         if latent not in ("categorical", "gaussian"):
             raise ValueError(f"RSSM latent={latent!r} is not supported; use latent='categorical' (DreamerV3) "
@@ -111,7 +118,7 @@ class RSSM(nn.Module):
         self.defer_weight_grads = latent == "categorical"  # observe scan: see _scan_linears (off to compile)
         self.fused_observe = latent == "categorical"  # observe scan as one autograd node: see _fused_scan
         if latent == "gaussian":
-            self._build_gaussian(embed_dim, units, min_std)
+            self._build_gaussian(embed_dim, units, min_std, act)
             return
         self.feat_dim = deter + stoch * classes
         # img_in: Linear(cat(z, a)) split in two bias-free parts so the action part is precomputed per sequence.
@@ -132,20 +139,33 @@ class RSSM(nn.Module):
         nn.init.zeros_(self.post_out.bias)
         self.initial_deter = nn.Parameter(torch.zeros(deter))  # learned initial state (reference initial: learned)
 
-    def _build_gaussian(self, embed_dim: int, units: int, min_std: float) -> None:
+    def _build_gaussian(self, embed_dim: int, units: int, min_std: float, act: str) -> None:
         if min_std <= 0:
             raise ValueError(f"RSSM(latent='gaussian') needs min_std > 0 (PlaNet min_stddev 0.1), got {min_std}")
+        if act not in ACTIVATIONS:
+            raise ValueError(f"RSSM(latent='gaussian'): act must be one of {tuple(ACTIVATIONS)}, got {act!r}")
         self.min_std = float(min_std)
         self.feat_dim = self.deter + self.stoch
+        self.act = ACTIVATIONS[act]()
+        Z, A, D = self.stoch, self.action_dim, self.deter
         # Linear(cat(z, a)) split so the action part is precomputed per sequence (one bias, on the z part).
-        self.in_z = nn.Linear(self.stoch, units)
-        self.in_a = nn.Linear(self.action_dim, units, bias=False)
-        self.gru = nn.GRUCell(units, self.deter)
-        self.prior_net = nn.Sequential(nn.Linear(self.deter, units), nn.ELU(), nn.Linear(units, 2 * self.stoch))
+        self.in_z = nn.Linear(Z, units)
+        self.in_a = nn.Linear(A, units, bias=False)
+        self.gru = BlockGRUCell(units, D)
+        self.prior_net = nn.Sequential(nn.Linear(D, units), self.act, nn.Linear(units, 2 * Z))
         # Linear(cat(h, embed)) split so the embedding part is precomputed per sequence.
-        self.post_h = nn.Linear(self.deter, units, bias=False)
+        self.post_h = nn.Linear(D, units, bias=False)
         self.post_e = nn.Linear(embed_dim, units)
-        self.post_out = nn.Linear(units, 2 * self.stoch)
+        self.post_out = nn.Linear(units, 2 * Z)
+        # TensorFlow's default init of each reference layer: split layers take the whole layer's fans, and the
+        # (mean, std) output layers are two Dense(Z) layers in the reference (rssm.py:106-107, 127-128)
+        fans = {self.in_z: (Z + A, units), self.in_a: (Z + A, units), self.prior_net[0]: (D, units),
+                self.prior_net[2]: (units, Z), self.post_h: (D + embed_dim, units),
+                self.post_e: (D + embed_dim, units), self.post_out: (units, Z)}
+        for layer, (fan_in, fan_out) in fans.items():
+            glorot_uniform_(layer.weight, fan_in, fan_out)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
     @property
     def state_keys(self) -> tuple[str, ...]:
@@ -224,7 +244,7 @@ class RSSM(nn.Module):
         """``h_t`` from the state at ``t-1`` and the projected action; ``scan`` (observe) applies ``in_z`` and the
         GRU's linear layer with deferred weight gradients."""
         if self.latent == "gaussian":
-            x = F.elu(self.in_z(state["stoch"]) + action_proj)
+            x = self.act(self.in_z(state["stoch"]) + action_proj)
             return self.gru(x, state["deter"])
         stoch, index = state.get("stoch"), state.get("index")  # a state from _img_step_index has no one-hot
         if self.onehot_gather and (stoch is None or stoch.shape[:-2].numel() >= _GATHER_MIN_ROWS):
@@ -337,7 +357,7 @@ class RSSM(nn.Module):
         for t in range(T):
             keep = 1.0 - first[t]  # (B, 1); the initial state is zeros, so a reset is a multiplication
             deter = self._step_deter({"deter": deter * keep, "stoch": stoch * keep}, action_proj[t])
-            raw = self.post_out(F.elu(self.post_h(deter) + embed_proj[t]))  # (B, 2Z)
+            raw = self.post_out(self.act(self.post_h(deter) + embed_proj[t]))  # (B, 2Z)
             stoch, mean, std = self._gaussian(raw, sample)
             for k, v in zip(self.state_keys, (deter, stoch, mean, std)):
                 out[k].append(v)

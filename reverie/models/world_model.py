@@ -6,7 +6,9 @@
 With ``latent="gaussian"`` (PlaNet, Hafner et al. 2019) the decoders are fixed-std Gaussians
 (``decoder_std``), images are bit-reduced with dequantisation noise (``image_bits``), and the KL terms are
 ``kl`` (posterior to the temporal prior, with ``free_nats``), ``global_kl`` (posterior to a standard normal)
-and, with ``overshooting > 0``, ``overshooting`` (latent overshooting, PlaNet section 4 / eq. 7).
+and, with ``overshooting >= 2``, ``overshooting`` (latent overshooting over distances ``2..D``, PlaNet section 4 /
+eq. 7, as google-research/planet ``training/utility.py:214-227`` computes it). ``nets="planet"`` builds PlaNet's
+own networks (:mod:`reverie.models.planet_nets`: ``conv_ha`` and ReLU feed-forward heads).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from reverie.models.distributions import (Bernoulli, FixedNormal, GaussianImage,
                                          reduce_bits, symlog, unimix_logits)
 from reverie.models.conv import ConvDecoder, ConvEncoder, ImageMSE
 from reverie.models.networks import MLP
+from reverie.models.planet_nets import ConvHaDecoder, ConvHaEncoder, FeedForward
 from reverie.models.onehot_linear import SplitFeat
 from reverie.models.rssm import RSSM, State
 
@@ -64,6 +67,12 @@ def free_bits(kl: torch.Tensor, free_nats: float) -> torch.Tensor:
     return torch.clamp(kl, min=free_nats)
 
 
+def free_nats_hinge(kl: torch.Tensor, free_nats: float) -> torch.Tensor:
+    """``max(0, kl - free_nats)`` elementwise (PlaNet, google-research/planet ``training/utility.py:211,226``): the
+    gradient of :func:`free_bits`, and a loss value that is 0, not ``free_nats``, while the KL is below it."""
+    return torch.clamp(kl - free_nats, min=0.0)
+
+
 def gaussian_kl(lhs: State, rhs: State) -> torch.Tensor:
     """``KL(N(lhs.mean, lhs.std) || N(rhs.mean, rhs.std))`` summed over ``Z``: ``(..., Z)`` -> ``(...)``.
 
@@ -74,49 +83,67 @@ def gaussian_kl(lhs: State, rhs: State) -> torch.Tensor:
     return (0.5 * (var_ratio + t1 - 1.0 - torch.log(var_ratio))).sum(-1)
 
 
-def overshooting_kl(rssm: RSSM, post: State, prev_action: torch.Tensor, is_first: torch.Tensor,
+def overshooting_kl(rssm: RSSM, post: State, prior: State, prev_action: torch.Tensor, is_first: torch.Tensor,
                     distance: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Latent overshooting KLs (PlaNet section 4, eq. 7): open-loop priors ``d = 1..distance`` steps ahead.
+    """Latent overshooting KLs for distances ``d = 2..distance`` (PlaNet section 4, eq. 7).
 
-    For every start ``t - d`` the prior is rolled forward with the observed actions from the posterior at
-    ``t - d`` (with gradient) to time ``t`` and compared with the posterior at ``t``, whose gradient is stopped
-    (as in the reference): ``kl[d-1, t] = KL(sg(q(s_t | o_<=t)) || p(s_t | s_{t-d}, a_{t-d:t}))``.
-    Distance 1 is the standard one-step KL (same value and prior-side gradient as :func:`gaussian_kl` of
-    ``observe``'s posterior and prior).
+    A chain starts at every step ``s = -1 .. T-2`` (``-1``: the state before the batch, the zero state as at the start
+    of the reference's chunks), takes the one-step prior of ``observe`` at ``s + 1`` (``prior``; a reset where
+    ``is_first[s + 1]``), then rolls the prior forward open-loop with the observed actions (sampled latents, with
+    gradient) and at each target time ``t = s + d`` is compared with the posterior at ``t``, whose gradient is
+    stopped: ``kl[d-2, t] = KL(sg(q(s_t | o_<=t)) || p(s_t | s_{t-d}, a_{t-d+1:t}))``. Distance 1 is the one-step
+    ``kl`` term and is not repeated here. google-research/planet ``tools/overshooting.py`` and
+    ``training/utility.py:214-227`` (rows ``1:-1`` of ``overshooting_distance + 1``: distances ``2..D``, from
+    ``posterior[t-1]`` or the zero state at ``t = 0``, ``os_stop_posterior_grad: True``).
 
     Args:
         rssm: a Gaussian :class:`RSSM`.
-        post: posterior states ``(T, B, ...)`` from :meth:`RSSM.observe`.
+        post, prior: posterior and prior states ``(T, B, ...)`` of :meth:`RSSM.observe`.
         prev_action: ``(T, B, A)``; ``prev_action[t]`` leads into ``t``.
-        is_first: ``(T, B)`` bool; a chain never crosses a step where ``is_first`` is set.
-        distance: ``D >= 1``.
+        is_first: ``(T, B)`` bool; a chain may start at a reset (its first step) but never crosses one after that.
+        distance: ``D >= 2``.
 
     Returns:
-        ``(kl, mask)``, both ``(D, T, B)``: ``mask[d-1, t]`` is 1 where a prediction ``d`` steps ahead exists
-        (``t >= d`` and no ``is_first`` in ``t-d+1 .. t``); ``kl`` is 0 elsewhere.
+        ``(kl, mask)``, both ``(D-1, T, B)``: ``mask[d-2, t]`` is 1 where a chain of length ``d`` ends at ``t``
+        (``t >= d - 1`` and no ``is_first`` in ``t-d+2 .. t``); ``kl`` is 0 elsewhere.
 
     Raises:
-        ValueError: ``distance < 1`` or a categorical RSSM.
+        ValueError: ``distance < 2`` or a categorical RSSM.
     """
-    if distance < 1:
-        raise ValueError(f"overshooting_kl: distance must be >= 1, got {distance}")
+    if distance < 2:
+        raise ValueError(f"overshooting_kl: distance must be >= 2 (distance 1 is the one-step KL), got {distance}")
     if rssm.latent != "gaussian":
         raise ValueError("overshooting_kl needs RSSM(latent='gaussian') (PlaNet latent overshooting)")
     T, B = is_first.shape
-    kl = post["mean"].new_zeros(distance, T, B)
+    kl = post["mean"].new_zeros(distance - 1, T, B)
     mask = torch.zeros_like(kl)
     target = {k: post[k].detach() for k in ("mean", "std")}
-    cur, valid = post, torch.ones_like(is_first)  # cur[i]: state at time i + d - 1 started from post[i]
-    for d in range(1, min(distance, T - 1) + 1):
-        n = T - d
+    cur, valid = prior, torch.ones_like(is_first)  # cur[i]: the chain from s = i - 1, now at time i + d - 1
+    for d in range(2, min(distance, T) + 1):
+        n = T - d + 1  # chains that reach a target t = i + d - 1 <= T - 1
         start = {k: v[:n].flatten(0, 1) for k, v in cur.items()}  # (n, B, ...) -> (n*B, ...)
-        step = rssm.img_step(start, prev_action[d:].flatten(0, 1), sample=True)
+        step = rssm.img_step(start, prev_action[d - 1:].flatten(0, 1), sample=True)  # (n*B, A) actions into t
         cur = {k: v.unflatten(0, (n, B)) for k, v in step.items()}  # (n*B, ...) -> (n, B, ...)
-        valid = valid[:n] & ~is_first[d:]  # (n, B)
-        div = gaussian_kl({k: v[d:] for k, v in target.items()}, cur)  # (n, B)
-        kl[d - 1, d:] = div * valid
-        mask[d - 1, d:] = valid.to(kl.dtype)
+        valid = valid[:n] & ~is_first[d - 1:]  # (n, B)
+        div = gaussian_kl({k: v[d - 1:] for k, v in target.items()}, cur)  # (n, B)
+        kl[d - 2, d - 1:] = div * valid
+        mask[d - 2, d - 1:] = valid.to(kl.dtype)
     return kl, mask
+
+
+def overshooting_loss(rssm: RSSM, post: State, prior: State, prev_action: torch.Tensor, is_first: torch.Tensor,
+                      distance: int, free_nats: float) -> torch.Tensor:
+    """The ``overshooting`` loss ``(T, B)``: ``sum over d = 2..D of max(0, kl[d-2, t] - free_nats)`` (0 where no chain
+    ends) divided by ``D - 1``, so that its mean over ``(T, B)`` is the reference's ``reduce_mean`` over all
+    ``B x T x (D - 1)`` (start, distance) entries, chains past the chunk's end counting as 0
+    (google-research/planet ``training/utility.py:217-227,233``). The agent scales it by ``overshooting_scale``
+    next to the one-step ``kl`` term's ``divergence_scale``: distance 1 has weight 1, distances ``2..D`` share one.
+
+    Raises:
+        ValueError: as :func:`overshooting_kl`.
+    """
+    kl, mask = overshooting_kl(rssm, post, prior, prev_action, is_first, distance)
+    return (free_nats_hinge(kl, free_nats) * mask).sum(0) / (distance - 1)  # (D-1, T, B) -> (T, B)
 
 
 class WorldModel(nn.Module):
@@ -138,7 +165,16 @@ class WorldModel(nn.Module):
         latent: ``"categorical"`` (DreamerV3) or ``"gaussian"`` (PlaNet; ``stoch`` is then ``Z``).
         min_std: Gaussian latent std floor (PlaNet 0.1). decoder_std: fixed std of the Gaussian observation
             and reward likelihoods (PlaNet 1.0). image_bits: bit depth of images for the Gaussian model
-            (PlaNet 5; 8 keeps the pixels). overshooting: latent overshooting distance ``D`` (0: off).
+            (PlaNet 5; 8 keeps the pixels). overshooting: latent overshooting distance ``D`` (0: off; else
+            ``D >= 2``: the ``overshooting`` loss covers distances ``2..D``, :func:`overshooting_loss`).
+        nets: ``"dreamer"`` (the DreamerV3 stacks: :class:`ConvEncoder`/:class:`ConvDecoder`, LayerNorm + SiLU
+            :class:`MLP` heads of ``units x layers``) or ``"planet"`` (gaussian only: PlaNet's ``conv_ha``
+            :class:`ConvHaEncoder`/:class:`ConvHaDecoder` with channel multiplier ``cnn_depth`` and
+            :class:`FeedForward` reward/continue heads and vector encoder/decoder of ``head_layers x head_units``
+            with ``act``; ``cnn`` and ``layers`` are then unused).
+        head_units, head_layers: PlaNet's head network (reference ``num_units`` 300, ``num_layers`` 3); ``nets="planet"``.
+        act: PlaNet's activation (reference ``activation: relu``): the Gaussian RSSM's hidden layers, and with
+            ``nets="planet"`` the feed-forward networks.
         onehot_gather: categorical latents enter the heads' and the RSSM cell's first layers by row gathers
             (:mod:`reverie.models.onehot_linear`; same values up to float rounding). False: dense features.
         cnn_depth: channel multiplier of the conv stacks (size preset ``cnn_depth``; reference s=32).
@@ -147,18 +183,27 @@ class WorldModel(nn.Module):
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``; image keys of different
-            sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`).
+            sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`; ``conv_ha``
+            takes 64x64 only); ``overshooting`` 1 or negative; an unknown ``nets``, or ``nets="planet"`` with
+            categorical latents.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, deter: int = 512, stoch: int = 32,
                  classes: int = 32, units: int = 512, layers: int = 2, unimix: float = 0.01, free_nats: float = 1.0,
                  reward_bins: int = 255, cnn_depth: int = 32, cnn: dict | None = None, latent: str = "categorical",
                  min_std: float = 0.1, decoder_std: float = 1.0, image_bits: int = 8, overshooting: int = 0,
-                 onehot_gather: bool = True):
+                 onehot_gather: bool = True, nets: str = "dreamer", head_units: int = 300, head_layers: int = 3,
+                 act: str = "relu"):
         super().__init__()
-        if latent == "gaussian" and (decoder_std <= 0 or not 1 <= image_bits <= 8 or overshooting < 0):
-            raise ValueError(f"WorldModel(latent='gaussian'): need decoder_std > 0, image_bits in 1..8 and "
-                             f"overshooting >= 0; got {decoder_std}, {image_bits}, {overshooting}")
+        if latent == "gaussian" and (decoder_std <= 0 or not 1 <= image_bits <= 8 or overshooting < 0
+                                     or overshooting == 1):
+            raise ValueError(f"WorldModel(latent='gaussian'): need decoder_std > 0, image_bits in 1..8 and overshooting "
+                             f"0 (off) or >= 2 (distances 2..D; distance 1 is the one-step kl term); got decoder_std="
+                             f"{decoder_std}, image_bits={image_bits}, overshooting={overshooting}")
+        if nets not in ("dreamer", "planet") or (nets == "planet" and latent != "gaussian"):
+            raise ValueError(f"WorldModel: nets must be 'dreamer' or, with latent='gaussian', 'planet'; got nets={nets!r} "
+                             f"with latent={latent!r}")
+        self.nets = nets
         self.latent, self.decoder_std, self.image_bits = latent, float(decoder_std), int(image_bits)
         self.overshooting = int(overshooting)
         bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
@@ -178,23 +223,31 @@ class WorldModel(nn.Module):
                 raise ValueError(f"WorldModel: image keys {self.image_keys} have different sizes {sorted(sides)}; "
                                  f"they are concatenated along channels, so resize them to one size in the env layer.")
             image_shape = (sum(self.obs_shapes[k][0] for k in self.image_keys), *sides.pop())  # (C_total, H, W)
-            self.image_encoder = ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {}))
+            self.image_encoder = (ConvHaEncoder(image_shape, depth=cnn_depth) if nets == "planet"
+                                  else ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {})))
             embed += self.image_encoder.out_dim
+
+        def mlp(in_dim: int, out_dim: int | None, depth: int, out_scale: float = 1.0) -> nn.Module:
+            if nets == "planet":  # reference networks.feed_forward (scripts/configs.py:112-116)
+                hidden = head_layers if out_dim is not None else max(head_layers, 1)  # the encoder has no output layer
+                return FeedForward(in_dim, out_dim, units=head_units, layers=hidden, act=act)
+            return MLP(in_dim, out_dim, units=units, layers=depth, out_scale=out_scale)
+
         if self.vector_keys:
-            self.encoder = MLP(self._vector_dim, None, units=units, layers=max(layers, 1))
+            self.encoder = mlp(self._vector_dim, None, max(layers, 1))
             embed += self.encoder.out_dim
         if embed == 0:
             raise ValueError("WorldModel: no observation keys to encode")
         self.rssm = RSSM(action_dim, embed, deter=deter, stoch=stoch, classes=classes, units=units, unimix=unimix,
-                         latent=latent, min_std=min_std, onehot_gather=onehot_gather)
+                         latent=latent, min_std=min_std, onehot_gather=onehot_gather, act=act)
         feat = self.rssm.feat_dim
         if self.image_keys:
-            self.image_decoder = ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {}))
+            self.image_decoder = (ConvHaDecoder(feat, image_shape, depth=cnn_depth) if nets == "planet"
+                                  else ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {})))
         if self.vector_keys:
-            self.decoder = MLP(feat, self._vector_dim, units=units, layers=layers)
-        self.reward_head = MLP(feat, reward_bins if latent == "categorical" else 1, units=units, layers=layers,
-                               out_scale=0.0)
-        self.cont_head = MLP(feat, 1, units=units, layers=layers)
+            self.decoder = mlp(feat, self._vector_dim, layers)
+        self.reward_head = mlp(feat, reward_bins if latent == "categorical" else 1, layers, out_scale=0.0)
+        self.cont_head = mlp(feat, 1, layers)
 
     @property
     def _vector_dim(self) -> int:
@@ -304,9 +357,9 @@ class WorldModel(nn.Module):
             ``(losses, posterior, info)``: ``losses[k]`` is ``(T, B)`` for every key in :attr:`loss_keys`
             (an image key's loss is its squared error summed over ``C x H x W`` scaled pixels);
             ``posterior`` states ``(T, B, ...)``; ``info`` holds detached diagnostics (KL, entropies).
-            Gaussian: ``kl = max(free_nats, KL(post || prior))`` (both sides trained, PlaNet), ``global_kl =
-            KL(post || N(0, 1))``, ``overshooting`` = the mean over ``d = 1..D`` of the free-nats-clipped
-            :func:`overshooting_kl` (0 where a distance has no prediction); images are bit-reduced with noise.
+            Gaussian: ``kl = max(0, KL(post || prior) - free_nats)`` (both sides trained; PlaNet ``utility.py:209-211``),
+            ``global_kl = KL(post || N(0, 1))`` (no free nats; the camera-ready reference's ``global_divergence``),
+            ``overshooting`` = :func:`overshooting_loss` (distances ``2..D``); images are bit-reduced with noise.
         """
         if self.latent == "gaussian":
             return self._loss_gaussian(batch, state)
@@ -330,11 +383,11 @@ class WorldModel(nn.Module):
         losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
         losses["cont"] = -self.cont(feat).log_prob(1.0 - batch["is_terminal"].to(feat.dtype))
         kl = gaussian_kl(post, prior)  # (T, B)
-        losses["kl"] = free_bits(kl, self.free_nats)
+        losses["kl"] = free_nats_hinge(kl, self.free_nats)
         losses["global_kl"] = gaussian_kl(post, {"mean": 0.0, "std": torch.ones_like(post["std"])})
         if self.overshooting:
-            over, mask = overshooting_kl(self.rssm, post, batch["prev_action"], batch["is_first"], self.overshooting)
-            losses["overshooting"] = (free_bits(over, self.free_nats) * mask).sum(0) / self.overshooting  # (T, B)
+            losses["overshooting"] = overshooting_loss(self.rssm, post, prior, batch["prev_action"], batch["is_first"],
+                                                       self.overshooting, self.free_nats)  # (T, B)
         with torch.no_grad():
             info = {"kl": kl.mean(), "prior_entropy": self.rssm.dist(prior).entropy().mean(),
                     "post_entropy": self.rssm.dist(post).entropy().mean(), "prior_std": prior["std"].mean()}

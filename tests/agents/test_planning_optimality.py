@@ -87,7 +87,7 @@ class Fork:
     """
 
     def __init__(self, discrete, bootstrap):
-        self.discrete, self.bootstrap, self.gamma = discrete, bootstrap, GAMMA
+        self.discrete, self.bootstrap, self.discount = discrete, bootstrap, GAMMA
 
     def step(self, state, action):
         choice = action[:, 1] if self.discrete else (action[:, 0] > 0).float()
@@ -132,7 +132,7 @@ def test_value_bootstrap_changes_the_action_exactly_when_the_horizon_is_too_shor
 
 
 def test_planner_discount_defaults_to_the_dynamics_discount():
-    """gamma=None takes the dynamics' gamma: with Fork's 0.9 the long branch is worth 1.458; a planner with
+    """gamma=None takes the dynamics' discount: with Fork's 0.9 the long branch is worth 1.458; a planner with
     gamma=0.5 values it at 0.25 and takes the short branch."""
     start = {"t": torch.zeros(1), "branch": torch.full((1,), -1.0)}
     torch.manual_seed(0)
@@ -207,11 +207,10 @@ def tiny_dreamer(spec, **kwargs):
                      gamma=0.95, **kwargs)
 
 
-def test_from_dreamer_uses_the_critic_discount_and_the_actor():
+def test_from_dreamer_proposes_with_the_actor():
     agent = tiny_dreamer(ActionSpec(True, 3))
     dynamics = WorldModelDynamics.from_dreamer(agent)
-    assert dynamics.gamma == 0.95
-    assert WorldModelDynamics.from_dreamer(agent, gamma=0.5).gamma == 0.5
+    assert dynamics.discount == 0.95
     state = {k: v.detach() for k, v in agent.wm.rssm.initial(4).items()}
     with torch.no_grad():
         proposal = dynamics.policy(state)
