@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from reverie.agents.dreamer import DreamerV3
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.types import ActionSpec
 
 from bench.run import SIZES

@@ -7,7 +7,7 @@
 Why: on a shared or virtualised machine the speed of the CPU drifts by 10% and more within minutes, so two
 separate runs of ``bench/update_time.py`` cannot resolve a change of a few percent. Here both trees' agents are
 built in the same process (each tree's ``reverie`` imported in turn under the same name), with the same batch,
-seed, threads and allocator settings (:mod:`reverie.cpu_memory`), and their updates alternate (A B, B A, A B,
+seed, threads and allocator settings (:mod:`reverie.runtime.cpu_memory`), and their updates alternate (A B, B A, A B,
 ...), so both see the same machine at nearly the same moment. Printed: the median ms/update of each, and the
 median of the per-pair ratios A/B (> 1: B is faster) with its range.
 
@@ -52,11 +52,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs = [load(root, args.size, args.precision) for root in (args.tree_a, args.tree_b)]
-    try:  # process-wide, so both trees run with it (a tree older than reverie/cpu_memory.py would not set it)
-        from reverie.cpu_memory import keep_freed_memory
+    try:  # process-wide, so both trees run with it (a tree older than reverie/runtime/cpu_memory.py would not set it)
+        from reverie.runtime.cpu_memory import keep_freed_memory
         keep_freed_memory()
     except ImportError:
-        print("note: tree B has no reverie.cpu_memory; both trees run with glibc's default allocator settings")
+        print("note: tree B has no reverie.runtime.cpu_memory; both trees run with glibc's default allocator settings")
     for agent, batch in runs:  # warm-up
         agent.update(batch)
         agent.update(batch)

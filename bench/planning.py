@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.planet import PlaNet
 from reverie.types import ActionSpec
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--precision", default="float32", help="float32 | bfloat16 | auto (autocast compute dtype)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     torch.manual_seed(0)
     spec = ActionSpec(args.discrete, args.action_dim)
     agent = PlaNet({"vector": (5,)}, spec, deter=args.deter, stoch=args.stoch, units=args.units,

@@ -53,7 +53,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument("--no-torch-profiler", action="store_true", help=argparse.SUPPRESS)  # py-spy child run
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
 
     agent = build(args.size, args.precision, args.compile)
     batch = cartpole_batch(64, 16)

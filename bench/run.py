@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 import reverie
 
 from reverie.agents.dreamer import DreamerV3
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.envs import make_vector_env
 from reverie.envs.stepper import VectorStepper
 from reverie.replay import Replay
@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", default=["auto", "float32"])
     parser.add_argument("--only", choices=["update", "act", "env", "replay"], default=None)
     args = parser.parse_args()
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if args.only in (None, "update"):
         for size in args.sizes:

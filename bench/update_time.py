@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--dense", action="store_true", help="DreamerV3(onehot_gather=False)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); B16 x T64, H15; "
           f"{'dense features' if args.dense else 'default features'}; {args.updates} timed updates")
     print(f"{'size':<5} {'precision':<9} {'CPU median':>11} {'CPU min':>9} {'wall median':>12} {'wall min':>9} {'load':>5}")

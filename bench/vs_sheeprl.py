@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from bench.run import SIZES, cartpole_batch
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
@@ -160,7 +160,7 @@ def main() -> None:
                         help="reverie's precision (float32 matches sheeprl's fabric.precision=32-true)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     torch_version = torch.__version__.split("+")[0]
     python = ensure_sheeprl(args.venv, torch_version, SHEEPRL_VERSION)
     print(f"[vs_sheeprl] torch {torch.__version__}, {args.threads} thread(s), CPU, sheeprl 32-true, reverie "

@@ -125,8 +125,8 @@ def check_setup(cfg: DictConfig) -> None:
 
     from reverie.envs import action_spec, make_env
     from reverie.replay.cycle import make_schedule
-    from reverie.collector import check_async_collect
-    from reverie.train import build_agent
+    from reverie.loop.collector import check_async_collect
+    from reverie.agents.build import build_agent
 
     try:
         env = make_env(cfg.env, cfg.seed)
@@ -155,7 +155,7 @@ def check_setup(cfg: DictConfig) -> None:
         raise ConfigError(f"agent error: {cause}\n(the agent is built from `agent.module`; `reverie train --cfg` "
                           f"prints it)") from err
     if cfg.replay.get("preflight", True):  # before any run directory exists
-        from reverie.preflight import PreflightError, preflight
+        from reverie.state.preflight import PreflightError, preflight
         from reverie.replay import Replay
 
         replay_spec = Replay.spec_for(obs_space, spec.dim)
@@ -187,7 +187,7 @@ def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
 
 def _resume_target(args: list[str]) -> tuple[list[str], Path | None]:
     """Split ``--resume RUN`` off ``args``; a ``run_dir=D`` override whose D has a checkpoint also resumes."""
-    from reverie.checkpoint import list_checkpoints
+    from reverie.state.checkpoint import list_checkpoints
 
     args = list(args)
     if "--resume" in args:
@@ -212,16 +212,16 @@ def cmd_train(args: list[str]) -> int:
         return 0
     args, resume_dir = _resume_target(args)
     if resume_dir is not None:  # the run's own overrides first, then the new ones (which win)
-        from reverie.resume import merge_overrides, saved_overrides
+        from reverie.state.resume import merge_overrides, saved_overrides
 
         args = merge_overrides(saved_overrides(resume_dir) or [], args)
     if "--cfg" in args:
         print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
         return 0
-    from reverie import distributed  # deferred: torch import only when training
+    from reverie.runtime import launch, process_group  # deferred: torch import only when training
     from reverie.train import train
 
-    if distributed.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
+    if process_group.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
         cfg = load_config(args)
         if not cfg.get("run_dir"):
             raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
@@ -230,12 +230,12 @@ def cmd_train(args: list[str]) -> int:
         return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
     cfg = load_config(args)
     try:
-        nproc, _ = distributed.trainer_settings(cfg.get("trainer"), cfg.device)
+        nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
     except ValueError as err:
         raise ConfigError(f"config error: {err}") from err
     if resume_dir is not None:
-        from reverie.checkpoint import load_checkpoint
-        from reverie.resume import ResumeError, check_resumable, check_resume_config, read_summary
+        from reverie.state.checkpoint import load_checkpoint
+        from reverie.state.resume import ResumeError, check_resumable, check_resume_config, read_summary
 
         payload = load_checkpoint(resume_dir)
         saved = payload["config"]
@@ -251,12 +251,12 @@ def cmd_train(args: list[str]) -> int:
             return 0
     check_setup(cfg)
     run_dir = make_run_dir(cfg)
-    from reverie.resume import save_overrides
+    from reverie.state.resume import save_overrides
 
     save_overrides(run_dir, args)
     if nproc > 1:  # data parallel: torchrun starts nproc copies of this command, all writing to run_dir
         try:
-            return distributed.launch(nproc, ["train", *[a for a in args if not a.startswith("run_dir=")],
+            return launch.launch(nproc, ["train", *[a for a in args if not a.startswith("run_dir=")],
                                               f"run_dir={run_dir}"])
         except RuntimeError as err:
             raise ConfigError(f"config error: {err}") from err
@@ -289,8 +289,8 @@ def cmd_eval(argv: list[str]) -> int:
     parser.add_argument("--context", type=int, default=5, help="observed steps before the open loop (default 5)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     args = parser.parse_args(argv)
-    from reverie.evaluate import evaluate, write_returns
-    from reverie.run import RunError, load_run, version_mismatches
+    from reverie.loop.evaluate import evaluate, write_returns
+    from reverie.state.saved_run import RunError, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
     try:
@@ -349,7 +349,7 @@ def cmd_imagine(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import numpy as np
 
-    from reverie.run import RunError, load_run
+    from reverie.state.saved_run import RunError, load_run
     from reverie.viz.imagine import imagine, write_imagined
 
     try:

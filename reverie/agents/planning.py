@@ -1,9 +1,9 @@
 """Cross-entropy-method planning in a learned latent space (PlaNet, Hafner et al. 2019, section 3 and algorithm 2).
 
-The planner only needs a :class:`Dynamics`: ``step(state, action)``, ``reward(state)`` and optionally
-``cont(state)`` and ``value(state)``. :class:`WorldModelDynamics` adapts either world model (PlaNet's Gaussian
-RSSM or DreamerV3's categorical one, optionally with DreamerV3's critic as a value bootstrap); tests use toy
-dynamics. States are dicts of tensors with a leading batch dim ``M``.
+The planner only needs a :class:`PlanningModel`: ``step(state, action)``, ``reward(state)`` and optionally
+``cont(state)`` and ``value(state)``. :class:`WorldModelPlanning` adapts a world model (with any dynamics model, e.g.
+PlaNet's Gaussian RSSM or DreamerV3's categorical one, optionally with DreamerV3's critic as a value bootstrap);
+tests use toy models. States are dicts of tensors with a leading batch dim ``M``.
 
 Scoring a candidate action sequence ``a_0 .. a_{H-1}`` from state ``s_0`` (timing of :mod:`reverie.types`: the
 reward head at ``s_{t+1}`` predicts the reward received on arriving there)::
@@ -30,7 +30,7 @@ from reverie.types import ActionSpec
 State = dict[str, torch.Tensor]
 
 
-class Dynamics(Protocol):
+class PlanningModel(Protocol):
     """What a planner needs from a model. All tensors have a leading batch dim ``M``.
 
     - ``step(state, action (M, A)) -> state``: one open-loop (prior) step.
@@ -48,12 +48,12 @@ class Dynamics(Protocol):
     def value(self, state: State) -> torch.Tensor | None: ...
 
 
-class WorldModelDynamics:
-    """:class:`Dynamics` of a :class:`reverie.models.world_model.WorldModel` (either latent type).
+class WorldModelPlanning:
+    """:class:`PlanningModel` of a :class:`reverie.models.world_model.WorldModel` (any dynamics).
 
     Args:
-        wm: the world model; its ``rssm.img_step``, ``rssm.feat``, ``reward(feat).mean`` and ``cont(feat).mean``
-            are used.
+        wm: the world model; its ``dynamics.img_step``, ``dynamics.features``, ``reward(feat).mean`` and
+            ``cont(feat).mean`` are used.
         value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean).
         sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
         use_cont: weight rewards by the predicted continue probabilities.
@@ -64,37 +64,37 @@ class WorldModelDynamics:
         self.wm, self.value_fn, self.sample, self.use_cont = wm, value_fn, sample, use_cont
 
     @classmethod
-    def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelDynamics":
-        """Dynamics of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap."""
+    def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelPlanning":
+        """PlanningModel of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap."""
         from reverie.models.distributions import TwoHotSymlog
 
         return cls(agent.wm, value_fn=lambda feat: TwoHotSymlog(agent.critic(feat)).mean, sample=sample)
 
     def step(self, state: State, action: torch.Tensor) -> State:
-        return self.wm.rssm.img_step(state, action, sample=self.sample)
+        return self.wm.dynamics.img_step(state, action, sample=self.sample)
 
     def reward(self, state: State) -> torch.Tensor:
-        return self.wm.reward(self.wm.rssm.feat(state)).mean
+        return self.wm.reward(self.wm.dynamics.features(state)).mean
 
     def cont(self, state: State) -> torch.Tensor | None:
-        return self.wm.cont(self.wm.rssm.feat(state)).mean if self.use_cont else None
+        return self.wm.cont(self.wm.dynamics.features(state)).mean if self.use_cont else None
 
     def value(self, state: State) -> torch.Tensor | None:
-        return None if self.value_fn is None else self.value_fn(self.wm.rssm.feat(state))
+        return None if self.value_fn is None else self.value_fn(self.wm.dynamics.features(state))
 
 
-def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+def score(model: PlanningModel, start: State, actions: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Predicted return of action sequences ``actions (H, M, A)`` from ``start`` ``(M, ...)`` -> ``(M,)``.
 
-    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the dynamics have a value.
+    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the model has a value.
     """
     state, total, weight = start, 0.0, 1.0
     for t in range(actions.shape[0]):
-        state = dynamics.step(state, actions[t])
-        total = total + weight * dynamics.reward(state).float()  # reward on arriving at s_{t+1}
-        cont = dynamics.cont(state)
+        state = model.step(state, actions[t])
+        total = total + weight * model.reward(state).float()  # reward on arriving at s_{t+1}
+        cont = model.cont(state)
         weight = weight * gamma * (1.0 if cont is None else cont.float())  # no reward after a predicted end
-    value = dynamics.value(state)
+    value = model.value(state)
     return total + weight * value.float() if value is not None else total
 
 
@@ -137,7 +137,7 @@ class GaussianCEM:
         self.horizon, self.candidates, self.top_k, self.iterations, self.gamma = horizon, candidates, top_k, iterations, gamma
 
     @torch.no_grad()
-    def plan(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+    def plan(self, model: PlanningModel, start: State) -> torch.Tensor:
         """Best first action ``(N, A)`` (the final mean, inside the box) for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
@@ -149,17 +149,17 @@ class GaussianCEM:
         for _ in range(self.iterations):
             cand = mean[:, None] + std[:, None] * torch.randn(n, C, H, A, device=device)  # (N, C, H, A)
             cand = torch.maximum(torch.minimum(cand, high), low)
-            returns = score(dynamics, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), self.gamma)
+            returns = score(model, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), self.gamma)
             # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
             elite = returns.view(n, C).topk(K, dim=1).indices  # (N, K)
             elites = cand.gather(1, elite[:, :, None, None].expand(n, K, H, A))  # (N, K, H, A)
             mean, std = elites.mean(1), elites.std(1, unbiased=False)
         return torch.maximum(torch.minimum(mean[:, 0], high), low)
 
-    def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
+    def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
         """Action to execute ``(N, A)``: the plan, plus ``noise * N(0, 1)`` at ``mode="explore"`` (PlaNet action
         noise 0.3), clipped back into the box; no noise at ``"eval"``/``"sample"``."""
-        action = self.plan(dynamics, start)
+        action = self.plan(model, start)
         if mode == "explore" and noise > 0:
             low, high = self.low.to(action.device), self.high.to(action.device)
             action = torch.maximum(torch.minimum(action + noise * torch.randn_like(action), high), low)
@@ -191,7 +191,7 @@ class CategoricalCEM:
         self.horizon, self.candidates, self.top_k, self.iterations, self.gamma = horizon, candidates, top_k, iterations, gamma
 
     @torch.no_grad()
-    def plan(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+    def plan(self, model: PlanningModel, start: State) -> torch.Tensor:
         """Probabilities of the first action ``(N, A)`` after the last refit, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
@@ -202,16 +202,16 @@ class CategoricalCEM:
             cdf = probs.cumsum(-1)[:, None]  # (N, 1, H, A)
             u = torch.rand(n, C, H, 1, device=device) * cdf[..., -1:]
             cand = one_hot_index((cdf < u).sum(-1).clamp_(max=A - 1), A)  # inverse CDF -> (N, C, H, A) one-hot
-            returns = score(dynamics, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), self.gamma)
+            returns = score(model, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), self.gamma)
             elite = returns.view(n, C).topk(K, dim=1).indices  # (N, K)
             probs = cand.gather(1, elite[:, :, None, None].expand(n, K, H, A)).mean(1)  # (N, H, A)
         return probs[:, 0]
 
-    def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.0) -> torch.Tensor:
+    def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.0) -> torch.Tensor:
         """One-hot action ``(N, A)``: the most frequent elite first action (``"eval"``), a draw from the elite
         frequencies (``"sample"``), or at ``"explore"`` the argmax replaced by a uniform action with
         probability ``noise`` (epsilon-greedy)."""
-        probs = self.plan(dynamics, start)
+        probs = self.plan(model, start)
         if mode == "sample":
             index = torch.multinomial(probs, 1).squeeze(-1)
         else:

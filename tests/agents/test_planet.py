@@ -9,8 +9,9 @@ import torch
 from reverie import PlaNet, load_run
 from reverie.cli import main
 from reverie.types import ActionSpec
+from helpers.agents import planet
 
-TINY = dict(deter=16, stoch=4, units=16, layers=1, horizon=3, candidates=20, top_k=4, iterations=2, cnn_depth=4)
+TINY = planet(layers=1, horizon=3, candidates=20, top_k=4, iterations=2, cnn_depth=4)
 # exp=debug shrinks PlaNet through configs/agent_exp/planet_debug.yaml (3 updates per cycle, tiny model and CEM)
 DEBUG_PLANET = ["agent=planet"]
 
@@ -29,7 +30,7 @@ def batch(T=6, B=3, F=4, A=2, discrete=False, seed=0):
 @pytest.mark.parametrize("discrete", [True, False])
 def test_update_and_act(discrete):
     torch.manual_seed(0)
-    agent = PlaNet({"vector": (4,)}, ActionSpec(discrete, 2), overshooting=2, **TINY)
+    agent = PlaNet({"vector": (4,)}, ActionSpec(discrete, 2), **{**TINY, **planet(overshooting=2)})
     before = [p.detach().clone() for p in agent.wm.parameters()]
     metrics = agent.update(batch(discrete=discrete))
     for key in ("loss/vector", "loss/reward", "loss/cont", "loss/kl", "loss/global_kl", "loss/overshooting",
@@ -96,9 +97,9 @@ def test_presets_resolve_per_agent_and_agent_planet_builds_under_the_default_pre
     assert repeats == {"cartpole_swingup": 8, "cheetah_run": 4, "walker_walk": 2, "hopper_hop": 2}
     cfg = load_config(["agent=planet", "env=pendulum"])  # exp=classic -> agent_exp/planet_classic.yaml
     assert cfg.agent.name == "planet" and cfg.env.id == "Pendulum-v1" and cfg.agent.schedule == "episodes"
-    assert (cfg.agent.module.deter, cfg.agent.module.candidates, cfg.env.action_repeat) == (100, 150, 4)
+    assert (cfg.agent.module.dynamics.deter, cfg.agent.module.candidates, cfg.env.action_repeat) == (100, 150, 4)
     assert "actor_lr" not in cfg.agent.module  # DreamerV3's classic learning rates stay with DreamerV3
     dreamer = load_config([])  # exp=classic -> agent_exp/dreamerv3_classic.yaml
     assert (dreamer.agent.train_ratio, dreamer.agent.module.actor_lr) == (128, 1.0e-4)
-    assert load_config(["agent=planet", "exp=debug"]).agent.module.deter == 16
+    assert load_config(["agent=planet", "exp=debug"]).agent.module.dynamics.deter == 16
     check_setup(load_config(["agent=planet", "env=pendulum"]))  # builds env and agent without error
