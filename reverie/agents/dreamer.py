@@ -97,6 +97,10 @@ class DreamerV3(WorldModelAgent):
             ``norm``, ``act``; see :class:`reverie.models.conv.ConvEncoder`); None for the reference stack.
         horizon: imagination horizon ``H`` (15). gamma: ``1 - 1/333``. lam: 0.95. unimix: the actor's uniform
             mix (0.01).
+        imag_last: imagine from the posterior states of the last ``K`` rows of each replayed sequence only
+            (``N = K*B`` starts instead of ``T*B``); 0 (the 2023 reference) starts from every row. The current
+            official code has the same knob (``imag_last``, default 0): a CPU preset's lever on the behaviour
+            cost, which grows with ``N``.
         loss_scales: world-model loss scales by key (reference: reward 1, cont 1, dyn 0.5, rep 0.1; decoder keys
             and other keys of the dynamics 1.0); every key must be one of the world model's losses.
         actor_entropy: entropy scale (3e-4). slow_critic_fraction: EMA step of the slow critic (0.02).
@@ -123,7 +127,7 @@ class DreamerV3(WorldModelAgent):
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *,
                  dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
-                 cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15,
+                 cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15, imag_last: int = 0,
                  gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, unimix: float = 0.01,
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
@@ -131,7 +135,10 @@ class DreamerV3(WorldModelAgent):
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
                  compile: bool = False, kernels: str = "auto"):
         super().__init__()
+        if imag_last < 0:
+            raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
+        self.imag_last = int(imag_last)
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
@@ -220,6 +227,9 @@ class DreamerV3(WorldModelAgent):
             advantage statistics, gradient norms, ``guard/nonfinite`` (optimiser steps skipped).
         """
         data = self._update_inputs(batch)
+        # every replay window starts from the initial state with a zero previous action: row 0 counts as is_first
+        # (2023 reference: embodied/replay/generic.py `_sample` sets seq['is_first'][0] = True)
+        data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         with autocast(self.device, self.compute_dtype):
             metrics = self._update(data)
         return self._metric_floats(metrics)
@@ -232,9 +242,10 @@ class DreamerV3(WorldModelAgent):
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
 
-        # --- imagination from every posterior state (section 4) ---
-        start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
-        start_cont = 1.0 - data["is_terminal"].flatten(0, 1).to(data["reward"].dtype)  # (T, B) -> (T*B,)
+        # --- imagination from every posterior state (section 4), or from the last imag_last rows ---
+        rows = slice(-self.imag_last, None) if self.imag_last else slice(None)
+        start = {k: v.detach()[rows].flatten(0, 1) for k, v in post.items()}  # (K, B, ...) -> (K*B, ...)
+        start_cont = 1.0 - data["is_terminal"][rows].flatten(0, 1).to(data["reward"].dtype)  # (K, B) -> (K*B,)
         behavior = self._behavior(start, start_cont)
         metrics["guard/nonfinite"] = torch.tensor(float(skipped + behavior.pop("guard/nonfinite")))
         return metrics | behavior
@@ -291,7 +302,10 @@ class DreamerV3(WorldModelAgent):
         if finite_ret:
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
-        adv = (ret - value[:-1].detach()) / scale  # (H, N)
+        # continuous (dynamics backprop): the baseline keeps its gradient through the imagined states, as the 2023
+        # reference's `adv = normed_ret - normed_base` with `base = value[:-1]` (agent.py, ImagActorCritic.loss);
+        # discrete: REINFORCE weights log pi by the detached advantage either way
+        adv = (ret - value[:-1]) / scale  # (H, N)
         if discrete:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
             policy_dist = self.actor.dist(passes.replay(feat[:-1].detach()))  # (H, N)
             objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)

@@ -198,3 +198,23 @@ def test_actor_gradient_equals_a_fresh_pass_reference():
         return -(imagination_weights(cont, agent.gamma)[:-1] * objective).mean()
 
     check_gradient_at_step("actor", actor_loss, atol=1e-7)
+
+
+def test_imag_last_imagines_from_the_last_rows_only():
+    """``imag_last=K``: the behaviour starts from the posterior states of the last K rows, ``N = K*B``, with the start
+    continue flags of those rows; 0 starts from all ``T*B`` rows (the 2023 reference)."""
+    for imag_last, rows in ((2, slice(4, 6)), (0, slice(0, 6))):
+        torch.manual_seed(0)
+        agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_last=imag_last)
+        data = batch(T=6, B=3)
+        data["is_terminal"][5, 1] = True
+        seen = {}
+        behavior = agent._behavior
+        agent._behavior = lambda start, cont: seen.update(start=start, cont=cont) or behavior(start, cont)
+        torch.manual_seed(1)
+        agent.update(data)
+        expected_cont = 1.0 - torch.as_tensor(data["is_terminal"][rows]).flatten().float()  # (K, B) -> (K*B,)
+        assert seen["start"]["deter"].shape[0] == (rows.stop - rows.start) * 3
+        torch.testing.assert_close(seen["cont"], expected_cont)
+    with pytest.raises(ValueError, match="imag_last must be >= 0"):
+        DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_last=-1)

@@ -3,8 +3,8 @@
 module with the protocol's members), built from the config's ``agent.module.dynamics`` block."""
 
 from reverie.models.dynamics.base import Dynamics, State, free_bits, rollout
-from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell, kl_losses
+from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell, kl_losses, scale_action
 from reverie.models.dynamics.gaussian import GaussianRSSM, gaussian_kl, overshooting_kl
 
 __all__ = ["Dynamics", "State", "CategoricalRSSM", "GaussianRSSM", "GRUCell", "free_bits", "rollout", "kl_losses",
-           "gaussian_kl", "overshooting_kl"]
+           "gaussian_kl", "overshooting_kl", "scale_action"]

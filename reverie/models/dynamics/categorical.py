@@ -71,6 +71,9 @@ class CategoricalRSSM(nn.Module):
         units: hidden width of the input and posterior layers and the prior net (reference ``hidden``).
         unimix: uniform mix of the latent distributions (reference ``unimix: 0.01``).
         free_nats: free bits of ``dyn`` and ``rep`` (reference ``dyn_free``/``rep_free``: 1.0).
+        action_clip: every action entering the dynamics (replayed and imagined) is scaled elementwise by
+            ``sg(clip / max(clip, |a|))`` (:func:`scale_action`; reference ``rssm.action_clip: 1.0``, ``nets.py``
+            ``RSSM.obs_step``/``img_step``); 0 turns it off.
         kernels: ``"auto"`` (the fast paths of :mod:`reverie.models.kernels.rssm`) or ``"off"`` (this file only).
 
     State entries: ``deter (..., D)``, ``stoch (..., S, K)``, ``logits (..., S, K)``.
@@ -84,10 +87,12 @@ class CategoricalRSSM(nn.Module):
     state_keys = ("deter", "stoch", "logits")
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
-                 units: int = 512, unimix: float = 0.01, free_nats: float = 1.0, kernels: str = "auto"):
+                 units: int = 512, unimix: float = 0.01, free_nats: float = 1.0, action_clip: float = 1.0,
+                 kernels: str = "auto"):
         super().__init__()
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.action_dim, self.embed_dim, self.free_nats = action_dim, embed_dim, free_nats
+        self.action_clip = float(action_clip)
         self.feat_dim = deter + stoch * classes
         # img_in: Linear(cat(z, a)) split in two bias-free parts, so the action part is projected once per sequence
         self.in_z = FeatLinear(stoch * classes, units, bias=False)
@@ -145,6 +150,10 @@ class CategoricalRSSM(nn.Module):
             return one_hot_index(logits.argmax(-1), self.classes, dtype)  # the mode (unimix keeps the argmax)
         return unimix_sample(logits, self.unimix, fast=self.kernels is not None)  # kernels: one autograd node
 
+    def _action_input(self, action: torch.Tensor) -> torch.Tensor:
+        """The action's part of the input layer ``(..., units)``, the action scaled into ``[-clip, clip]`` first."""
+        return self.in_a(scale_action(action, self.action_clip))
+
     def _cell(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
         """``h_t`` ``(B, D)`` from the state at ``t - 1`` and the projected action ``(B, units)``."""
         z = state["stoch"].flatten(-2) if self.kernels is None else self.kernels.cell_input(state)  # (B, S*K)
@@ -162,7 +171,7 @@ class CategoricalRSSM(nn.Module):
         T, B = is_first.shape
         init = self.initial(B)  # what is_first resets to
         state = init if state is None else state
-        action_proj = self.in_a(prev_action)  # (T, B, units), in the compute dtype under autocast
+        action_proj = self._action_input(prev_action)  # (T, B, units), in the compute dtype under autocast
         first = is_first.to(action_proj.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
         action_proj = action_proj * (1.0 - first)  # zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
@@ -194,8 +203,9 @@ class CategoricalRSSM(nn.Module):
 
     # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
-        """One prior step: state ``(N, ...)`` and action ``(N, A)`` -> the next prior state ``(N, ...)``."""
-        deter = self._cell(state, self.in_a(action))
+        """One prior step: state ``(N, ...)`` and action ``(N, A)`` -> the next prior state ``(N, ...)``. The action
+        is scaled into ``[-clip, clip]`` first (:func:`scale_action`), with the gradient of ``a * sg(scale)``."""
+        deter = self._cell(state, self._action_input(action))
         logits = self._prior_logits(deter)
         return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits}
 
@@ -215,6 +225,17 @@ class CategoricalRSSM(nn.Module):
         """``dyn`` and ``rep`` ``(T, B)`` (:func:`kl_losses`), and the unclipped ``kl`` and the entropies as info."""
         kl = kl_losses(post["logits"], prior["logits"], self.free_nats, self.unimix)
         return {"dyn": kl["dyn"], "rep": kl["rep"]}, {k: kl[k].mean() for k in ("kl", "prior_entropy", "post_entropy")}
+
+
+def scale_action(action: torch.Tensor, clip: float) -> torch.Tensor:
+    """``action * sg(clip / max(clip, |action|))`` elementwise: the value of ``clamp(action, -clip, clip)`` with the
+    gradient of a pass-through scaled by ``sg(clip / |action|)`` where ``|action| > clip`` (a clamp would give 0
+    there). 2023 DreamerV3 reference ``nets.py`` ``RSSM.img_step``/``obs_step`` (``action_clip: 1.0``): continuous
+    actions sampled from the actor's unbounded normal enter the dynamics inside ``[-1, 1]``. One-hot actions are
+    unchanged. ``clip <= 0``: ``action`` itself. Shapes ``(..., A)`` in and out."""
+    if clip <= 0:
+        return action
+    return action * (clip / torch.clamp(action.detach().abs(), min=clip))
 
 
 def categorical_kl(lhs_logits: torch.Tensor, rhs_logits: torch.Tensor) -> torch.Tensor:

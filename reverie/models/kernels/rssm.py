@@ -120,7 +120,7 @@ class RSSMKernels:
     def _img_step_index(self, state: State, action: torch.Tensor) -> State:
         """``img_step`` (sampled, no autograd) returning ``deter``, ``index (N, S)`` and ``logits``."""
         rssm = self.rssm
-        deter = rssm._cell(state, rssm.in_a(action))
+        deter = rssm._cell(state, rssm._action_input(action))
         logits = rssm._prior_logits(deter)
         return {"deter": deter, "index": unimix_sample_index(logits, rssm.unimix, fast=True), "logits": logits}
 
