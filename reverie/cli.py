@@ -43,13 +43,14 @@ examples:
   reverie imagine runs/<run> --horizon 30
   reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
-TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
+TRAIN_HELP = """usage: reverie train [--cfg [--diff]] [OVERRIDE ...]
 
 Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train env=pendulum size=s seed=1
   reverie train env=gym env.id=Acrobot-v1
   reverie train exp=debug                 # tiny smoke run
   reverie train --cfg                     # print the resolved config and exit
+  reverie train exp=atari100k --cfg --diff   # only the keys that differ from the reference (agent=<agent> exp=reference)
   reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
   reverie train --resume RUN train.steps=50000  # run a finished run longer
   reverie train trainer.nproc=2           # data parallel: 2 processes through torchrun (docs/speed.md)
@@ -168,6 +169,25 @@ def check_setup(cfg: DictConfig) -> None:
             raise ConfigError(str(err)) from err
 
 
+def config_diff(cfg: DictConfig) -> list[str]:
+    """The keys of the resolved ``cfg`` whose values differ from the reference config of the same agent
+    (``agent=<agent> exp=reference``: the paper's values on the default env and size), one line each:
+    ``key: reference -> value`` (``(absent)`` for a key only one side has), after a header naming the reference.
+    What a preset or an override changes, and nothing else."""
+    from reverie.state.resume import flatten
+
+    reference = f"agent={cfg.agent.name} exp=reference"
+    ref = flatten(OmegaConf.to_container(load_config(reference.split()), resolve=True))
+    new = flatten(OmegaConf.to_container(cfg, resolve=True))
+    missing = "(absent)"
+    lines = [f"# keys that differ from `reverie train {reference}` (reference -> this config)"]
+    for key in sorted(ref.keys() | new.keys()):
+        old, value = ref.get(key, missing), new.get(key, missing)
+        if old != value:
+            lines.append(f"{key}: {old} -> {value}")
+    return lines
+
+
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
     """``runs/<date>_<time>_<exp_name>/`` (or ``cfg.run_dir``), created, with the resolved ``config.yaml``."""
     if cfg.get("run_dir"):
@@ -216,8 +236,11 @@ def cmd_train(args: list[str]) -> int:
 
         args = merge_overrides(saved_overrides(resume_dir) or [], args)
     if "--cfg" in args:
-        print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
+        cfg = load_config([a for a in args if a not in ("--cfg", "--diff")])
+        print("\n".join(config_diff(cfg)) if "--diff" in args else OmegaConf.to_yaml(cfg))
         return 0
+    if "--diff" in args:
+        raise ConfigError("config error: --diff goes with --cfg: `reverie train [OVERRIDE ...] --cfg --diff`")
     from reverie.runtime import launch, process_group  # deferred: torch import only when training
     from reverie.train import train
 

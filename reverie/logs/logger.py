@@ -1,6 +1,6 @@
 """Run logging: ``metrics.jsonl`` and ``scores.jsonl`` always, TensorBoard by default, wandb optional.
 
-Files written under the run directory (DESIGN.md section 3)::
+Files written under the run directory (docs/metrics.md)::
 
     metrics.jsonl   one JSON object per Logger.write():  {"step": env_step, "<name>": interval mean, ...}
     scores.jsonl    one JSON object per finished episode:
@@ -14,7 +14,7 @@ Files written under the run directory (DESIGN.md section 3)::
 The x axis everywhere is the env step (policy steps summed over parallel envs), passed by the caller.
 
 Videos and TensorBoard: TensorBoard's ``add_video`` needs ``moviepy<2`` and silently writes nothing with
-moviepy 2.x (DESIGN.md section 7); it only encodes an animated GIF into an image summary, which is what
+moviepy 2.x; it only encodes an animated GIF into an image summary, which is what
 :meth:`Logger.video` writes itself (the GIF encoded with Pillow, no moviepy): TensorBoard's Images tab
 plays it under the video's name. A *filmstrip* (up to 8 evenly spaced frames side by side) goes under
 ``<name>/filmstrip``, to see the whole clip at a glance.

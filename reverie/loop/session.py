@@ -274,7 +274,8 @@ class Session:
         loop, clocks, tc = self.loop, self.loop.clocks, self.cfg.train
         stop = False
         if clocks["eval"](loop.env_steps) and self.info.is_main:  # rank 0 evaluates; the others wait at `agree`
-            stop = tc.stop_return is not None and self.evaluate() >= tc.stop_return
+            mean_return = self.evaluate()
+            stop = tc.stop_return is not None and mean_return >= tc.stop_return
         if clocks["log"](loop.env_steps) or stop:
             self.write_metrics()
         if clocks["checkpoint"](loop.env_steps):

@@ -12,7 +12,7 @@ Valid windows (time-order positions ``p .. p+T-1`` counted from the oldest store
 - before wrapping, ``p >= 0``: position 0 is the first row ever added, nothing came before it, and its
   ``prev_action`` is 0.
 
-Windows may cross episode boundaries; ``is_first`` marks every crossing (DESIGN.md section 2).
+Windows may cross episode boundaries; ``is_first`` marks every crossing (:mod:`reverie.types`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A protocol picks a window ``[lo, hi]`` of environment **frames** (never agent st
 mean return of the episodes that *ended* in it; a task's score is then the mean over seeds.
 
 * ``atari100k``: episodes ending in ``[390_000, 400_000]`` frames (the last 10k frames of the 100k-agent-step,
-  400k-frame budget), per seed, then the mean over seeds (reverie DESIGN.md section 4).
+  400k-frame budget), per seed, then the mean over seeds (docs/compare.md).
 * ``atari57``: ``[196M, 200M]`` frames (the last 2% of the 200M-frame budget; our choice, not the paper's).
 * ``dmc_proprio`` / ``dmc_vision``: the step budget of the DreamerV3 runs (500k / 1M frames, action repeat 2),
   episodes ending in the last 10k frames before it.

@@ -1,4 +1,4 @@
-"""Learning checks: real runs with thresholds (DESIGN.md test layer 6). Slow: `make test-slow`."""
+"""Learning checks: real runs with thresholds. The slow ones (`make test-slow`) train the default presets."""
 
 import json
 
