@@ -1,4 +1,4 @@
-"""Median CPU and wall time of reverie's full DreamerV3 update per size and precision (docs/speed.md "Hot path").
+"""Median CPU and wall time of reverie's full DreamerV3 update per size and precision (docs/speed.md).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/update_time.py --sizes xs s --precision float32 auto
     OMP_NUM_THREADS=1 .venv/bin/python bench/update_time.py --sizes xs --kernels off  # the readable path

@@ -21,7 +21,7 @@ SAFE_KEYS = (
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
     "logger", "exp_name",
     "run_dir",
-    "train.async_collect",  # wall time only: the run is the same with it on or off (tests/test_async_collect.py)
+    "train.async_collect",  # wall time only: the run is the same with it on or off (tests/loop/test_async_collect.py)
     "replay.preflight", "trainer.timeout_min",
     "train.policy_sync_every",  # with train.control_hz: how fresh the acting copy is; no state depends on it
 )  # not trainer.nproc: each rank's replay shard, env and RNG state belong to one process count
