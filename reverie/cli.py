@@ -24,6 +24,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from reverie.configs.ranges import check_ranges
+
 
 USAGE = """usage: reverie COMMAND [ARGS]
 
@@ -116,11 +118,11 @@ def _explain(err: Exception, overrides: list[str]) -> str:
 
 def check_setup(cfg: DictConfig) -> None:
     """Build one env copy and the agent so that a bad id, an unsupported space or a bad agent value fails
-    before any run directory exists.
+    before any run directory exists (numeric ranges: :func:`reverie.configs.ranges.check_ranges`, called first).
 
     Raises:
         ConfigError: the env cannot be created or uses a space reverie cannot handle; the agent cannot be
-            built from ``agent.module`` (unknown or invalid argument); a numeric setting is not a number.
+            built from ``agent.module`` (unknown or invalid argument); a bad update schedule.
     """
     from hydra.errors import InstantiationException
 
@@ -143,12 +145,9 @@ def check_setup(cfg: DictConfig) -> None:
         raise ConfigError(f"config error: {err}") from err
     try:
         make_schedule(cfg.agent)
-        int(cfg.agent.batch_size), int(cfg.agent.batch_length)
-        for key in ("steps", "prefill", "log_every", "eval_every", "eval_episodes", "checkpoint_every"):
-            int(cfg.train[key])
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"config error: a numeric setting is not a number: {err}. Check agent.train_ratio, "
-                          f"agent.batch_size, agent.batch_length and the train.* counts.") from err
+        raise ConfigError(f"config error: {err}. Check agent.schedule, agent.train_ratio, agent.batch_size and "
+                          f"agent.batch_length.") from err
     try:
         agent = build_agent(cfg.agent, obs_shapes, spec)
     except (InstantiationException, ValueError, TypeError) as err:
@@ -164,7 +163,8 @@ def check_setup(cfg: DictConfig) -> None:
         try:
             preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage,
                       cfg.replay.directory or run_dir / "replay", run_dir / "checkpoints",
-                      int(cfg.train.get("checkpoint_keep", 2)))
+                      int(cfg.train.get("checkpoint_keep", 2)), steps=int(cfg.train.steps),
+                      num_envs=int(cfg.env.get("num_envs", 1) or 1))
         except PreflightError as err:
             raise ConfigError(str(err)) from err
 
@@ -253,9 +253,10 @@ def cmd_train(args: list[str]) -> int:
         return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
     cfg = load_config(args)
     try:
+        check_ranges(cfg)  # before anything is built or written
         nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
     except ValueError as err:
-        raise ConfigError(f"config error: {err}") from err
+        raise ConfigError(str(err) if str(err).startswith("config error") else f"config error: {err}") from err
     if resume_dir is not None:
         from reverie.state.checkpoint import load_checkpoint
         from reverie.state.resume import ResumeError, check_resumable, check_resume_config, read_summary
@@ -287,13 +288,21 @@ def cmd_train(args: list[str]) -> int:
     return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
 
 
+def _checkpoint_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", default="best",
+                        help="best (default: checkpoints/best.pt, the weights of the run's best evaluation; the "
+                             "newest checkpoint when it has none), last (the newest checkpoint) or a file")
+
+
 EVAL_HELP = """Evaluate a trained run: reverie eval RUN [options]
 
-RUN is a run directory (newest checkpoint), a checkpoint file, or a wandb artifact
+RUN is a run directory (--checkpoint best, the default: the weights of its best evaluation; last: its newest
+checkpoint), a checkpoint file, or a wandb artifact
 wandb:<entity>/<project>/<run id>-checkpoint:latest (logged by runs with logger=wandb).
 The env and its wrappers are rebuilt from the run's resolved config (protocol settings included) and seeded
-as the run's own evaluations, so the default seed reproduces the run's final evaluation (within the noise of
-the latent samples). Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
+as the run's own evaluations, so the default seed reproduces the run's evaluation at that checkpoint's step
+(within the noise of the latent samples; --checkpoint last: its final evaluation). Prints which checkpoint it
+used. Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
 per-episode returns and lengths) and an mp4 per episode; prints the table as JSON."""
 
 
@@ -311,16 +320,18 @@ def cmd_eval(argv: list[str]) -> int:
                              "prediction of the same actions (episode_<k>_openloop.mp4; a PNG for vector obs)")
     parser.add_argument("--context", type=int, default=5, help="observed steps before the open loop (default 5)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    _checkpoint_option(parser)
     args = parser.parse_args(argv)
     from reverie.loop.evaluate import evaluate, write_returns
-    from reverie.state.saved_run import RunError, load_run, version_mismatches
+    from reverie.state.saved_run import RunError, describe_checkpoint, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
     try:
-        run = load_run(args.run, device=args.device)
+        run = load_run(args.run, device=args.device, checkpoint=args.checkpoint)
     except RunError as err:
         print(f"eval error: {err}", file=sys.stderr)
         return 2
+    print(f"[reverie] eval: {describe_checkpoint(run)}", file=sys.stderr)
     if args.episodes < 1:
         print(f"eval error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
         return 2
@@ -369,14 +380,16 @@ def cmd_imagine(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
     parser.add_argument("--out", default=None, help="output folder (default RUN/imagine/<date>_<time>)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    _checkpoint_option(parser)
     args = parser.parse_args(argv)
     import numpy as np
 
-    from reverie.state.saved_run import RunError, load_run
+    from reverie.state.saved_run import RunError, describe_checkpoint, load_run
     from reverie.viz.imagine import imagine, write_imagined
 
     try:
-        run = load_run(args.run, device=args.device)
+        run = load_run(args.run, device=args.device, checkpoint=args.checkpoint)
+        print(f"[reverie] imagine: {describe_checkpoint(run)}", file=sys.stderr)
         actions = args.actions
         if actions not in ("policy", "random"):
             if not Path(actions).is_file():

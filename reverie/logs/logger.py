@@ -20,8 +20,9 @@ plays it under the video's name. A *filmstrip* (up to 8 evenly spaced frames sid
 ``<name>/filmstrip``, to see the whole clip at a glance.
 
 Checkpoints and wandb: with the wandb backend, ``close()`` logs the newest ``checkpoints/ckpt_*.pt`` of the
-run directory as a wandb artifact of type ``model`` (named ``<run id>-checkpoint``, aliases ``latest`` and
-``step_<env step>``), so ``reverie eval wandb:<entity>/<project>/<run id>-checkpoint:latest`` can load it.
+run directory (with ``config.yaml`` and ``checkpoints/best.pt``) as a wandb artifact of type ``model`` (named
+``<run id>-checkpoint``, aliases ``latest`` and ``step_<env step>``), so
+``reverie eval wandb:<entity>/<project>/<run id>-checkpoint:latest`` can load it.
 
 JSON: non-finite values are written as ``NaN`` / ``Infinity`` (Python's ``json`` default), which Python's
 ``json.loads`` and pandas read back; a diverged loss stays visible instead of turning into ``null``.
@@ -288,7 +289,7 @@ class Logger:
         """
         if self._wandb_run is None:
             return None
-        from reverie.state.checkpoint import CKPT_PATTERN, list_checkpoints
+        from reverie.state.checkpoint import BEST_FILE, CKPT_PATTERN, list_checkpoints
 
         found = list_checkpoints(self.directory / "checkpoints")
         if not found:
@@ -299,6 +300,9 @@ class Logger:
         artifact.add_file(str(found[-1]), name=found[-1].name)
         if (self.directory / "config.yaml").exists():
             artifact.add_file(str(self.directory / "config.yaml"), name="config.yaml")
+        best = self.directory / "checkpoints" / BEST_FILE
+        if best.is_file():  # the best evaluation's weights: what `reverie eval` loads by default
+            artifact.add_file(str(best), name=BEST_FILE)
         self._wandb_run.log_artifact(artifact, aliases=["latest", f"step_{step}"])
         return name
 

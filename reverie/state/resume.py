@@ -9,6 +9,10 @@ logs, evaluates and checkpoints), and any other change is rejected with :class:`
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -192,3 +196,34 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """The summary of a finished run, or None when the run has not finished."""
     path = Path(run_dir) / SUMMARY_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None,
+                   argv0: str | None = None) -> str:
+    """The shell command that resumes ``run_dir``, runnable as printed from the current directory.
+
+    Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``): ``make train ARGS="--resume <run_dir>"``. Otherwise
+    ``reverie train --resume <run_dir>``, with the launcher this process was started by: ``reverie`` when that
+    is the one on ``PATH``, else its path (``.venv/bin/reverie``); ``python -m reverie`` (the interpreter's path
+    when ``python`` on ``PATH`` is another one) for ``python -m reverie``.
+    """
+    environ = os.environ if environ is None else environ
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    target = shlex.quote(str(run_dir))
+    if environ.get("REVERIE_MAKE_TRAIN"):
+        return f'make train ARGS="--resume {target}"'
+    if os.path.basename(argv0) == "__main__.py":  # python -m reverie
+        python = "python" if _same_file(shutil.which("python"), sys.executable) else shlex.quote(sys.executable)
+        launcher = f"{python} -m reverie"
+    elif os.path.basename(argv0) == "reverie" and not _same_file(shutil.which("reverie"), argv0):
+        launcher = shlex.quote(argv0)
+    else:
+        launcher = "reverie"
+    return f"{launcher} train --resume {target}"
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    try:
+        return a is not None and b is not None and os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -22,17 +22,17 @@ def test_stopped_and_resumed_equals_straight(tmp_path, agent):
     train(tmp_path, "split", *common, "train.steps=120")  # the same run_dir: resumes from its checkpoint
     assert without_timing(read_jsonl(split / "metrics.jsonl")) == without_timing(read_jsonl(straight / "metrics.jsonl"))
     assert (split / "scores.jsonl").read_text() == (straight / "scores.jsonl").read_text()
-    a, b = load_run(straight).agent.state_dict(), load_run(split).agent.state_dict()
+    a, b = (load_run(d, checkpoint="last").agent.state_dict() for d in (straight, split))
     for key, value in a["modules"].items():
         assert torch.equal(value, b["modules"][key]), key
 
 
 def test_a_loaded_run_holds_the_checkpointed_agent_and_acts_as_it(tmp_path):
     run_dir = train(tmp_path, "run", "train.steps=64", "train.eval_episodes=1")
-    run, payload = load_run(run_dir), load_checkpoint(run_dir)
+    run, payload = load_run(run_dir, checkpoint="last"), load_checkpoint(run_dir)
     for key, value in payload["agent"]["modules"].items():
         assert torch.equal(run.agent.state_dict()["modules"][key], value), key
-    twin = load_run(run_dir)
+    twin = load_run(run_dir, checkpoint="last")
     obs = {"vector": np.linspace(-1, 1, 4, dtype=np.float32)}
     torch.manual_seed(0)
     first, state = run.act(obs)
