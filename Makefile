@@ -65,7 +65,6 @@ test-slow: venv sysdeps
 	$(BIN)/pytest -q -m slow $(PYTEST_ARGS)
 
 bench: venv
-	@test -f bench/run.py || { echo "bench/run.py does not exist yet (see DESIGN.md section 6)."; exit 1; }
 	$(BIN)/python bench/run.py $(ARGS)
 
 # Build and test leftovers only: runs/ (your experiments) and the venv are kept. `make distclean` drops the venv.

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from reverie.agents.dreamer_planning import PLAN_DEFAULTS  # noqa: E402
 from reverie.cli import plan_settings  # noqa: E402
-from reverie.cpu_memory import keep_freed_memory  # noqa: E402
-from reverie.evaluate import evaluate  # noqa: E402
-from reverie.run import load_run  # noqa: E402
+from reverie.runtime.cpu_memory import keep_freed_memory  # noqa: E402
+from reverie.loop.evaluate import evaluate  # noqa: E402
+from reverie.state.saved_run import load_run  # noqa: E402
 
 
 class TimedAgent:

@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from reverie.config_ranges import check_ranges
+from reverie.configs.ranges import check_ranges
 
 
 USAGE = """usage: reverie COMMAND [ARGS]
@@ -49,13 +49,14 @@ examples:
   reverie play runs/<run>
   reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
-TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
+TRAIN_HELP = """usage: reverie train [--cfg [--diff]] [OVERRIDE ...]
 
 Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train env=pendulum size=s seed=1
   reverie train env=gym env.id=Acrobot-v1
   reverie train exp=debug                 # tiny smoke run
   reverie train --cfg                     # print the resolved config and exit
+  reverie train exp=atari100k --cfg --diff   # only the keys that differ from the reference (agent=<agent> exp=reference)
   reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
   reverie train --resume RUN train.steps=50000  # run a finished run longer
   reverie train trainer.nproc=2           # data parallel: 2 processes through torchrun (docs/speed.md)
@@ -121,7 +122,7 @@ def _explain(err: Exception, overrides: list[str]) -> str:
 
 def check_setup(cfg: DictConfig) -> None:
     """Build one env copy and the agent so that a bad id, an unsupported space or a bad agent value fails
-    before any run directory exists (numeric ranges: :func:`reverie.config_ranges.check_ranges`, called first).
+    before any run directory exists (numeric ranges: :func:`reverie.configs.ranges.check_ranges`, called first).
 
     Raises:
         ConfigError: the env cannot be created or uses a space reverie cannot handle; the agent cannot be
@@ -131,8 +132,8 @@ def check_setup(cfg: DictConfig) -> None:
 
     from reverie.envs import action_spec, make_env
     from reverie.replay.cycle import make_schedule
-    from reverie.collector import check_async_collect
-    from reverie.train import build_agent
+    from reverie.loop.collector import check_async_collect
+    from reverie.agents.build import build_agent
 
     try:
         env = make_env(cfg.env, cfg.seed)
@@ -158,7 +159,7 @@ def check_setup(cfg: DictConfig) -> None:
         raise ConfigError(f"agent error: {cause}\n(the agent is built from `agent.module`; `reverie train --cfg` "
                           f"prints it)") from err
     if cfg.replay.get("preflight", True):  # before any run directory exists
-        from reverie.preflight import PreflightError, preflight
+        from reverie.state.preflight import PreflightError, preflight
         from reverie.replay import Replay
 
         replay_spec = Replay.spec_for(obs_space, spec.dim)
@@ -170,6 +171,25 @@ def check_setup(cfg: DictConfig) -> None:
                       num_envs=int(cfg.env.get("num_envs", 1) or 1))
         except PreflightError as err:
             raise ConfigError(str(err)) from err
+
+
+def config_diff(cfg: DictConfig) -> list[str]:
+    """The keys of the resolved ``cfg`` whose values differ from the reference config of the same agent
+    (``agent=<agent> exp=reference``: the paper's values on the default env and size), one line each:
+    ``key: reference -> value`` (``(absent)`` for a key only one side has), after a header naming the reference.
+    What a preset or an override changes, and nothing else."""
+    from reverie.state.resume import flatten
+
+    reference = f"agent={cfg.agent.name} exp=reference"
+    ref = flatten(OmegaConf.to_container(load_config(reference.split()), resolve=True))
+    new = flatten(OmegaConf.to_container(cfg, resolve=True))
+    missing = "(absent)"
+    lines = [f"# keys that differ from `reverie train {reference}` (reference -> this config)"]
+    for key in sorted(ref.keys() | new.keys()):
+        old, value = ref.get(key, missing), new.get(key, missing)
+        if old != value:
+            lines.append(f"{key}: {old} -> {value}")
+    return lines
 
 
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
@@ -191,7 +211,7 @@ def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
 
 def _resume_target(args: list[str]) -> tuple[list[str], Path | None]:
     """Split ``--resume RUN`` off ``args``; a ``run_dir=D`` override whose D has a checkpoint also resumes."""
-    from reverie.checkpoint import list_checkpoints
+    from reverie.state.checkpoint import list_checkpoints
 
     args = list(args)
     if "--resume" in args:
@@ -216,16 +236,19 @@ def cmd_train(args: list[str]) -> int:
         return 0
     args, resume_dir = _resume_target(args)
     if resume_dir is not None:  # the run's own overrides first, then the new ones (which win)
-        from reverie.resume import merge_overrides, saved_overrides
+        from reverie.state.resume import merge_overrides, saved_overrides
 
         args = merge_overrides(saved_overrides(resume_dir) or [], args)
     if "--cfg" in args:
-        print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
+        cfg = load_config([a for a in args if a not in ("--cfg", "--diff")])
+        print("\n".join(config_diff(cfg)) if "--diff" in args else OmegaConf.to_yaml(cfg))
         return 0
-    from reverie import distributed  # deferred: torch import only when training
+    if "--diff" in args:
+        raise ConfigError("config error: --diff goes with --cfg: `reverie train [OVERRIDE ...] --cfg --diff`")
+    from reverie.runtime import launch, process_group  # deferred: torch import only when training
     from reverie.train import train
 
-    if distributed.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
+    if process_group.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
         cfg = load_config(args)
         if not cfg.get("run_dir"):
             raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
@@ -235,12 +258,12 @@ def cmd_train(args: list[str]) -> int:
     cfg = load_config(args)
     try:
         check_ranges(cfg)  # before anything is built or written
-        nproc, _ = distributed.trainer_settings(cfg.get("trainer"), cfg.device)
+        nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
     except ValueError as err:
         raise ConfigError(str(err) if str(err).startswith("config error") else f"config error: {err}") from err
     if resume_dir is not None:
-        from reverie.checkpoint import load_checkpoint
-        from reverie.resume import ResumeError, check_resumable, check_resume_config, read_summary
+        from reverie.state.checkpoint import load_checkpoint
+        from reverie.state.resume import ResumeError, check_resumable, check_resume_config, read_summary
 
         payload = load_checkpoint(resume_dir)
         saved = payload["config"]
@@ -256,12 +279,12 @@ def cmd_train(args: list[str]) -> int:
             return 0
     check_setup(cfg)
     run_dir = make_run_dir(cfg)
-    from reverie.resume import save_overrides
+    from reverie.state.resume import save_overrides
 
     save_overrides(run_dir, args)
     if nproc > 1:  # data parallel: torchrun starts nproc copies of this command, all writing to run_dir
         try:
-            return distributed.launch(nproc, ["train", *[a for a in args if not a.startswith("run_dir=")],
+            return launch.launch(nproc, ["train", *[a for a in args if not a.startswith("run_dir=")],
                                               f"run_dir={run_dir}"])
         except RuntimeError as err:
             raise ConfigError(f"config error: {err}") from err
@@ -344,8 +367,8 @@ def cmd_eval(argv: list[str]) -> int:
     _checkpoint_option(parser)
     add_planner_arguments(parser)
     args = parser.parse_args(argv)
-    from reverie.evaluate import evaluate, write_returns
-    from reverie.run import RunError, describe_checkpoint, load_run, version_mismatches
+    from reverie.loop.evaluate import evaluate, write_returns
+    from reverie.state.saved_run import RunError, describe_checkpoint, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
     planner, plan = planner_arguments(args)
@@ -407,7 +430,7 @@ def cmd_imagine(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import numpy as np
 
-    from reverie.run import RunError, describe_checkpoint, load_run
+    from reverie.state.saved_run import RunError, describe_checkpoint, load_run
     from reverie.viz.imagine import imagine, write_imagined
 
     try:
@@ -457,7 +480,7 @@ def cmd_play(argv: list[str]) -> int:
         print(f"play error: the web server needs the play extra ({err}): pip install 'reverie[play]'", file=sys.stderr)
         return 2
     from reverie.play.session import PlaySession
-    from reverie.run import RunError, load_run
+    from reverie.state.saved_run import RunError, load_run
 
     planner, plan = planner_arguments(args)
     try:

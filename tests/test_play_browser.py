@@ -17,8 +17,8 @@ import torch
 
 from reverie.cli import main
 from reverie.envs import make_env
-from reverie.evaluate import EVAL_SEED_OFFSET
-from reverie.run import load_run
+from reverie.loop.evaluate import EVAL_SEED_OFFSET
+from reverie.state.saved_run import load_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -78,15 +78,15 @@ def predicted_rewards(run_dir, actions, from_real):
     if from_real:
         obs, _ = make_env(run.config["env"], run.config["seed"] + EVAL_SEED_OFFSET).reset()
         data = wm.tensors({k: np.asarray(obs[k])[None, None] for k in wm.obs_shapes})  # (1, 1, ...)
-        post, _ = wm.rssm.observe(wm.encode(data), torch.zeros(1, 1, dim), torch.ones(1, 1, dtype=torch.bool),
-                                  None, sample=False)
+        post, _ = wm.dynamics.observe(wm.encode(data), torch.zeros(1, 1, dim), torch.ones(1, 1, dtype=torch.bool),
+                                      None, sample=False)
         state = {k: v[0] for k, v in post.items()}
     else:
-        state = wm.rssm.initial(1)
+        state = wm.dynamics.initial(1)
     rewards = []
     for a in actions:
-        state = wm.rssm.img_step(state, torch.eye(dim)[[a]], sample=False)
-        rewards.append(float(wm.reward(wm.rssm.feat(state)).mean[0]))
+        state = wm.dynamics.img_step(state, torch.eye(dim)[[a]], sample=False)
+        rewards.append(float(wm.reward(wm.dynamics.features(state)).mean[0]))
     return rewards
 
 

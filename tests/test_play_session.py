@@ -9,6 +9,7 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 import torch
+from helpers.agents import dreamer
 from omegaconf import OmegaConf
 
 from reverie.agents.dreamer import DreamerV3
@@ -54,8 +55,8 @@ def test_discrete_and_box_keys():
 
 def image_agent(actions=2):
     torch.manual_seed(0)
-    return DreamerV3({"image": (3, 16, 16), "vector": (2,)}, ActionSpec(True, actions), deter=16, stoch=4, classes=4,
-                     units=16, layers=1, cnn_depth=4, precision="float32")
+    return DreamerV3({"image": (3, 16, 16), "vector": (2,)}, ActionSpec(True, actions),
+                     **dreamer(deter=16, units=16, cnn_depth=4))
 
 
 def decode_png(uri):
@@ -67,8 +68,8 @@ def dream_rewards(wm, start, actions):
     """The world model's predicted rewards along ``actions`` (indices) from ``start`` ``(1, ...)``, latents' mode."""
     out, state = [], start
     for a in actions:
-        state = wm.rssm.img_step(state, torch.eye(2)[[a]], sample=False)
-        out.append(float(wm.reward(wm.rssm.feat(state)).mean[0]))
+        state = wm.dynamics.img_step(state, torch.eye(2)[[a]], sample=False)
+        out.append(float(wm.reward(wm.dynamics.features(state)).mean[0]))
     return out
 
 
@@ -97,8 +98,8 @@ def test_session_on_an_image_run_matches_the_world_model():
     session.set_modes(dream_start="initial")  # the dream restarts from the model's initial state
     assert (session.real_step, session.dream_step) == (3, 0)
     session.step(0)  # the 4th step ends the episode
-    np.testing.assert_allclose(session.dream_out["reward"], dream_rewards(agent.wm, agent.wm.rssm.initial(1), [0])[0],
-                               rtol=0, atol=1e-6)
+    expected = dream_rewards(agent.wm, agent.wm.dynamics.initial(1), [0])[0]
+    np.testing.assert_allclose(session.dream_out["reward"], expected, rtol=0, atol=1e-6)
     assert session.done and session.real_return == 10.0
     with pytest.raises(StepRefused, match="press reset"):
         session.step(0)
@@ -117,8 +118,7 @@ def test_session_on_atari_uses_the_minimal_action_meanings():
     cfg = OmegaConf.load(CONFIGS / "atari100k.yaml")
     cfg.task = "breakout"
     torch.manual_seed(0)
-    agent = DreamerV3({"image": (3, 64, 64)}, ActionSpec(True, 4), deter=16, stoch=4, classes=4, units=16, layers=1,
-                      cnn_depth=4, precision="float32")
+    agent = DreamerV3({"image": (3, 64, 64)}, ActionSpec(True, 4), **dreamer(deter=16, units=16, cnn_depth=4))
     session = PlaySession(agent, cfg, ActionSpec(True, 4), seed=0)
     assert session.keymap.labels == ["NOOP", "FIRE", "RIGHT", "LEFT"]
     session.step(session.keymap.action([" "]))
@@ -140,8 +140,7 @@ def test_http_routes():
 
     env = {"id": "reverie.envs.testing.CountingEnv", "kwargs": {"length": 3, "obs_dim": 2, "discrete": False}}
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (2,)}, ActionSpec(False, 1), deter=16, stoch=4, classes=4, units=16, layers=1,
-                      precision="float32")
+    agent = DreamerV3({"vector": (2,)}, ActionSpec(False, 1), **dreamer(deter=16, units=16))
     sock = bind("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(create_app(PlaySession(agent, env, ActionSpec(False, 1), seed=0)),

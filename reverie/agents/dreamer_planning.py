@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from reverie.agents.planning import WorldModelDynamics, make_planner
+from reverie.agents.planning import WorldModelPlanning, make_planner
 from reverie.types import ActionSpec
 
 #: How a DreamerV3 agent acts: its actor (the reference), or a planner over its world model and critic.
@@ -62,16 +62,16 @@ class DreamerPlanner:
                                     iterations=int(s["iterations"]), policy_candidates=int(s["policy_candidates"]),
                                     temperature=float(s["temperature"]) if kind == "mppi" else None)
 
-    def dynamics(self, agent: Any) -> WorldModelDynamics:
+    def model(self, agent: Any) -> WorldModelPlanning:
         """The agent's world model with its critic (unless ``value=False``), actor and discount."""
-        dynamics = WorldModelDynamics.from_dreamer(agent, sample=bool(self.settings["sample"]))
+        model = WorldModelPlanning.from_dreamer(agent, sample=bool(self.settings["sample"]))
         if not self.settings["value"]:
-            dynamics.value_fn = None
-        return dynamics
+            model.value_fn = None
+        return model
 
     def act(self, agent: Any, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
         """Action ``(N, A)`` float32 for posterior states ``(N, ...)``: one-hot (Discrete) or in ``[-1, 1]``."""
-        return self.planner.act(self.dynamics(agent), post, mode, float(self.settings["noise"])).float()
+        return self.planner.act(self.model(agent), post, mode, float(self.settings["noise"])).float()
 
 
 def make_dreamer_planner(spec: ActionSpec, planner: str = "actor", plan: dict | None = None) -> DreamerPlanner | None:

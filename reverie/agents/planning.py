@@ -1,9 +1,9 @@
 """Cross-entropy-method planning in a learned latent space (PlaNet, Hafner et al. 2019, section 3 and algorithm 2).
 
-The planner only needs a :class:`Dynamics`: ``step(state, action)``, ``reward(state)`` and optionally
-``cont(state)`` and ``value(state)``. :class:`WorldModelDynamics` adapts either world model (PlaNet's Gaussian
-RSSM or DreamerV3's categorical one, optionally with DreamerV3's critic as a value bootstrap); tests use toy
-dynamics. States are dicts of tensors with a leading batch dim ``M``.
+The planner only needs a :class:`PlanningModel`: ``step(state, action)``, ``reward(state)`` and optionally
+``cont(state)``, ``value(state)`` and ``policy(state)``. :class:`WorldModelPlanning` adapts a world model (with any dynamics model, e.g.
+PlaNet's Gaussian RSSM or DreamerV3's categorical one, optionally with DreamerV3's critic as a value bootstrap);
+tests use toy models. States are dicts of tensors with a leading batch dim ``M``.
 
 Scoring a candidate action sequence ``a_0 .. a_{H-1}`` from state ``s_0`` (timing of :mod:`reverie.types`: the
 reward head at ``s_{t+1}`` predicts the reward received on arriving there)::
@@ -12,7 +12,7 @@ reward head at ``s_{t+1}`` predicts the reward received on arriving there)::
 
 where ``c_{<=t}`` is the product of predicted continue probabilities up to ``s_{t+1}`` (1 without a
 continue head) and the value term is left out without a critic. ``gamma`` is the planner's ``gamma`` when given,
-else the dynamics' ``discount``: the critic's discount for :meth:`WorldModelDynamics.from_dreamer` (a value
+else the model's ``discount``: the critic's discount for :meth:`WorldModelPlanning.from_dreamer` (a value
 trained at gamma 0.997 bootstraps a return discounted at 0.997), 1 otherwise (PlaNet's plain sum).
 
 Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horizon 12, 1000 candidates, top 100,
@@ -24,7 +24,7 @@ Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horiz
   ``exp((R - max R) / (temperature * (max R - min R)))`` instead of equally (CEM), so the refit leans to the
   best elites; the range normalisation makes it free of the reward scale (the worst elite weighs
   ``exp(-1 / temperature)`` of the best).
-- ``policy_candidates``: ``P`` extra candidates per iteration rolled out by the dynamics' own ``policy`` (e.g.
+- ``policy_candidates``: ``P`` extra candidates per iteration rolled out by the model's own ``policy`` (e.g.
   DreamerV3's actor, TD-MPC's ``num_pi_trajs``): sampled once per plan, scored with the others every iteration.
 """
 
@@ -40,7 +40,7 @@ from reverie.types import ActionSpec
 State = dict[str, torch.Tensor]
 
 
-class Dynamics(Protocol):
+class PlanningModel(Protocol):
     """What a planner needs from a model. All tensors have a leading batch dim ``M``.
 
     - ``step(state, action (M, A)) -> state``: one open-loop (prior) step.
@@ -61,18 +61,18 @@ class Dynamics(Protocol):
     def value(self, state: State) -> torch.Tensor | None: ...
 
 
-class WorldModelDynamics:
-    """:class:`Dynamics` of a :class:`reverie.models.world_model.WorldModel` (either latent type).
+class WorldModelPlanning:
+    """:class:`PlanningModel` of a :class:`reverie.models.world_model.WorldModel` (any dynamics: it uses only the
+    :class:`reverie.models.dynamics.Dynamics` protocol).
 
     Args:
-        wm: the world model; its ``rssm.img_step``, ``rssm.features``, ``reward(feat).mean`` and
-            ``cont(feat).mean`` are used (``features``: the one-hot latent by row gathers where the model does so,
-            the same values as the dense ``feat`` in fewer FLOPs).
+        wm: the world model; its ``dynamics.img_step``, ``dynamics.features``, ``reward(feat).mean`` and
+            ``cont(feat).mean`` are used.
         value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean); it gets
-            what ``rssm.features`` returns, which every reverie head accepts.
+            what ``dynamics.features`` returns, which every reverie head accepts.
         sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
         use_cont: weight rewards by the predicted continue probabilities.
-        discount: the discount planners use with these dynamics unless given their own (1.0: a plain sum).
+        discount: the discount planners use with this model unless given their own (1.0: a plain sum).
         policy_fn: optional ``features (M, F) -> action (M, A)`` proposals (``policy_candidates``), given as
             ``value_fn``.
     """
@@ -84,8 +84,8 @@ class WorldModelDynamics:
         self.discount, self.policy_fn = float(discount), policy_fn
 
     @classmethod
-    def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelDynamics":
-        """Dynamics of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap, the
+    def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelPlanning":
+        """The planning model of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap, the
         critic's discount ``agent.gamma`` (``1 - 1/333``) as :attr:`discount`, so planned rewards and the bootstrap
         are discounted as the critic's lambda-returns are, and its actor's samples as proposals."""
         from reverie.models.distributions import TwoHotSymlog
@@ -98,40 +98,40 @@ class WorldModelDynamics:
                    discount=agent.gamma, policy_fn=policy)
 
     def step(self, state: State, action: torch.Tensor) -> State:
-        return self.wm.rssm.img_step(state, action, sample=self.sample)
+        return self.wm.dynamics.img_step(state, action, sample=self.sample)
 
     def reward(self, state: State) -> torch.Tensor:
-        return self.wm.reward(self.wm.rssm.features(state)).mean
+        return self.wm.reward(self.wm.dynamics.features(state)).mean
 
     def cont(self, state: State) -> torch.Tensor | None:
-        return self.wm.cont(self.wm.rssm.features(state)).mean if self.use_cont else None
+        return self.wm.cont(self.wm.dynamics.features(state)).mean if self.use_cont else None
 
     def value(self, state: State) -> torch.Tensor | None:
-        return None if self.value_fn is None else self.value_fn(self.wm.rssm.features(state))
+        return None if self.value_fn is None else self.value_fn(self.wm.dynamics.features(state))
 
     def policy(self, state: State) -> torch.Tensor | None:
-        return None if self.policy_fn is None else self.policy_fn(self.wm.rssm.features(state))
+        return None if self.policy_fn is None else self.policy_fn(self.wm.dynamics.features(state))
 
 
-def discount_of(dynamics: Dynamics, gamma: float | None = None) -> float:
-    """``gamma`` when given, else the dynamics' ``discount`` attribute (1.0 when it has none)."""
-    return float(getattr(dynamics, "discount", 1.0)) if gamma is None else float(gamma)
+def discount_of(model: PlanningModel, gamma: float | None = None) -> float:
+    """``gamma`` when given, else the model's ``discount`` attribute (1.0 when it has none)."""
+    return float(getattr(model, "discount", 1.0)) if gamma is None else float(gamma)
 
 
-def score(dynamics: Dynamics, start: State, actions: torch.Tensor, gamma: float | None = None) -> torch.Tensor:
+def score(model: PlanningModel, start: State, actions: torch.Tensor, gamma: float | None = None) -> torch.Tensor:
     """Predicted return of action sequences ``actions (H, M, A)`` from ``start`` ``(M, ...)`` -> ``(M,)``.
 
-    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the dynamics have a value;
-    ``gamma`` None: :func:`discount_of` the dynamics.
+    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the model has a value;
+    ``gamma`` None: :func:`discount_of` the model.
     """
-    gamma = discount_of(dynamics, gamma)
+    gamma = discount_of(model, gamma)
     state, total, weight = start, 0.0, 1.0
     for t in range(actions.shape[0]):
-        state = dynamics.step(state, actions[t])
-        total = total + weight * dynamics.reward(state).float()  # reward on arriving at s_{t+1}
-        cont = dynamics.cont(state)
+        state = model.step(state, actions[t])
+        total = total + weight * model.reward(state).float()  # reward on arriving at s_{t+1}
+        cont = model.cont(state)
         weight = weight * gamma * (1.0 if cont is None else cont.float())  # no reward after a predicted end
-    value = dynamics.value(state)
+    value = model.value(state)
     return total + weight * value.float() if value is not None else total
 
 
@@ -167,33 +167,33 @@ class _SequencePlanner:
         self.horizon, self.candidates, self.top_k, self.iterations = horizon, candidates, top_k, iterations
         self.gamma, self.temperature, self.policy_candidates = gamma, temperature, int(policy_candidates)
 
-    def _proposals(self, dynamics: Dynamics, start: State, n: int, dim: int) -> torch.Tensor | None:
-        """``P = policy_candidates`` action sequences ``(N, P, H, A)`` rolled out by ``dynamics.policy`` from each
+    def _proposals(self, model: PlanningModel, start: State, n: int, dim: int) -> torch.Tensor | None:
+        """``P = policy_candidates`` action sequences ``(N, P, H, A)`` rolled out by ``model.policy`` from each
         start state (None when ``P = 0``).
 
         Raises:
-            ValueError: ``P > 0`` but the dynamics have no policy.
+            ValueError: ``P > 0`` but the model has no policy.
         """
         P, H = self.policy_candidates, self.horizon
         if P == 0:
             return None
-        policy = getattr(dynamics, "policy", None)
+        policy = getattr(model, "policy", None)
         state, actions = _repeat(start, P), []
         for _ in range(H):
             action = policy(state) if policy is not None else None
             if action is None:
-                raise ValueError(f"policy_candidates={P} needs dynamics with a policy (e.g. "
-                                 f"WorldModelDynamics.from_dreamer); set policy_candidates=0")
+                raise ValueError(f"policy_candidates={P} needs a planning model with a policy (e.g. "
+                                 f"WorldModelPlanning.from_dreamer); set policy_candidates=0")
             actions.append(action.float())
-            state = dynamics.step(state, action)
+            state = model.step(state, action)
         return torch.stack(actions).view(H, n, P, dim).permute(1, 2, 0, 3)  # (H, N*P, A) -> (N, P, H, A)
 
-    def _elites(self, dynamics: Dynamics, starts: State, cand: torch.Tensor,
+    def _elites(self, model: PlanningModel, starts: State, cand: torch.Tensor,
                 gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Score candidates ``(N, C, H, A)`` from ``starts`` ``(N*C, ...)``; returns the ``top_k`` best
         ``(N, K, H, A)`` and their refit weights ``(N, K)`` (equal for CEM, MPPI's with a temperature)."""
         n, C, H, A = cand.shape
-        returns = score(dynamics, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), gamma).view(n, C)
+        returns = score(model, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), gamma).view(n, C)
         # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
         top = returns.topk(self.top_k, dim=1)  # values sorted, best first: (N, K)
         elites = cand.gather(1, top.indices[:, :, None, None].expand(n, self.top_k, H, A))  # (N, K, H, A)
@@ -215,10 +215,10 @@ class GaussianCEM(_SequencePlanner):
 
     Args:
         low, high: ``(A,)`` action bounds (the agent acts in ``[-1, 1]``). horizon: ``H`` (12). candidates:
-        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards; None (default): the dynamics'
+        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards; None (default): the model's
         ``discount`` (:func:`discount_of`: 1, PlaNet's plain sum, or the critic's with
-        :meth:`WorldModelDynamics.from_dreamer`). temperature: None (CEM) or the MPPI temperature (module
-        docstring). policy_candidates: proposals of the dynamics' policy among the candidates (0).
+        :meth:`WorldModelPlanning.from_dreamer`). temperature: None (CEM) or the MPPI temperature (module
+        docstring). policy_candidates: proposals of the model's policy among the candidates (0).
 
     Raises:
         ValueError: bad sizes, or bounds with ``low > high`` or of different shapes.
@@ -235,20 +235,20 @@ class GaussianCEM(_SequencePlanner):
         if self.low.shape != self.high.shape or bool((self.low > self.high).any()):
             raise ValueError(f"GaussianCEM: bounds must have one shape and low <= high; got {low} and {high}")
 
-    def plan(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+    def plan(self, model: PlanningModel, start: State) -> torch.Tensor:
         """Best first action ``(N, A)`` (the final mean, inside the box) for start states ``(N, ...)``."""
-        return self.plan_sequence(dynamics, start)[:, 0]
+        return self.plan_sequence(model, start)[:, 0]
 
     @torch.no_grad()
-    def plan_sequence(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+    def plan_sequence(self, model: PlanningModel, start: State) -> torch.Tensor:
         """The final mean ``(N, H, A)`` (inside the box): the planned sequence, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
         low, high = self.low.to(device), self.high.to(device)
-        H, C, A, gamma = self.horizon, self.candidates, low.numel(), discount_of(dynamics, self.gamma)
+        H, C, A, gamma = self.horizon, self.candidates, low.numel(), discount_of(model, self.gamma)
         mean = ((low + high) / 2).expand(n, H, A).clone()  # (N, H, A)
         std = ((high - low) / 2).expand(n, H, A).clone()
-        proposals = self._proposals(dynamics, start, n, A)  # (N, P, H, A) or None
+        proposals = self._proposals(model, start, n, A)  # (N, P, H, A) or None
         if proposals is not None:
             proposals = torch.maximum(torch.minimum(proposals, high), low)
         starts = _repeat(start, C + self.policy_candidates)  # (N*(C+P), ...)
@@ -257,7 +257,7 @@ class GaussianCEM(_SequencePlanner):
             cand = torch.maximum(torch.minimum(cand, high), low)
             if proposals is not None:
                 cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
-            elites, weights = self._elites(dynamics, starts, cand, gamma)
+            elites, weights = self._elites(model, starts, cand, gamma)
             if self.temperature is None:
                 mean, var = elites.mean(1), elites.var(1, unbiased=False)
             else:
@@ -267,10 +267,10 @@ class GaussianCEM(_SequencePlanner):
             std = (var + _REFIT_VAR_EPS).sqrt()
         return torch.maximum(torch.minimum(mean, high), low)
 
-    def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
+    def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
         """Action to execute ``(N, A)``: the plan, plus ``noise * N(0, 1)`` at ``mode="explore"`` (PlaNet action
         noise 0.3), clipped back into the box; no noise at ``"eval"``/``"sample"``."""
-        action = self.plan(dynamics, start)
+        action = self.plan(model, start)
         if mode == "explore" and noise > 0:
             low, high = self.low.to(action.device), self.high.to(action.device)
             action = torch.maximum(torch.minimum(action + noise * torch.randn_like(action), high), low)
@@ -303,18 +303,18 @@ class CategoricalCEM(_SequencePlanner):
             raise ValueError(f"CategoricalCEM: num_actions must be >= 1, got {num_actions}")
         self.num_actions = int(num_actions)
 
-    def plan(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+    def plan(self, model: PlanningModel, start: State) -> torch.Tensor:
         """Probabilities of the first action ``(N, A)`` after the last refit, for start states ``(N, ...)``."""
-        return self.plan_sequence(dynamics, start)[:, 0]
+        return self.plan_sequence(model, start)[:, 0]
 
     @torch.no_grad()
-    def plan_sequence(self, dynamics: Dynamics, start: State) -> torch.Tensor:
+    def plan_sequence(self, model: PlanningModel, start: State) -> torch.Tensor:
         """Per-step action probabilities ``(N, H, A)`` after the last refit, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
-        H, C, A, gamma = self.horizon, self.candidates, self.num_actions, discount_of(dynamics, self.gamma)
+        H, C, A, gamma = self.horizon, self.candidates, self.num_actions, discount_of(model, self.gamma)
         probs = torch.full((n, H, A), 1.0 / A, device=device)
-        proposals = self._proposals(dynamics, start, n, A)  # (N, P, H, A) one-hot, or None
+        proposals = self._proposals(model, start, n, A)  # (N, P, H, A) one-hot, or None
         starts = _repeat(start, C + self.policy_candidates)
         for _ in range(self.iterations):
             cdf = probs.cumsum(-1)[:, None]  # (N, 1, H, A)
@@ -322,15 +322,15 @@ class CategoricalCEM(_SequencePlanner):
             cand = one_hot_index((cdf < u).sum(-1).clamp_(max=A - 1), A)  # inverse CDF -> (N, C, H, A) one-hot
             if proposals is not None:
                 cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
-            elites, weights = self._elites(dynamics, starts, cand, gamma)
+            elites, weights = self._elites(model, starts, cand, gamma)
             probs = elites.mean(1) if self.temperature is None else (weights[:, :, None, None] * elites).sum(1)
         return probs
 
-    def act(self, dynamics: Dynamics, start: State, mode: str = "eval", noise: float = 0.0) -> torch.Tensor:
+    def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.0) -> torch.Tensor:
         """One-hot action ``(N, A)``: the most frequent elite first action (``"eval"``), a draw from the elite
         frequencies (``"sample"``), or at ``"explore"`` the argmax replaced by a uniform action with
         probability ``noise`` (epsilon-greedy)."""
-        probs = self.plan(dynamics, start)
+        probs = self.plan(model, start)
         if mode == "sample":
             index = torch.multinomial(probs, 1).squeeze(-1)
         else:

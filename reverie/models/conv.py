@@ -25,7 +25,7 @@ from torch import distributions as td
 from torch import nn
 
 from reverie.models.networks import trunc_normal_init_
-from reverie.models.onehot_linear import FeatLinear, SplitFeat
+from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat
 
 ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "none": nn.Identity}
 NORMS = ("layer", "none")
@@ -182,8 +182,9 @@ class ConvEncoder(nn.Module):
 
         Runs in float32 and channels-last memory (see :func:`conv_compute`), also under autocast.
         """
+        dtype = self.layers[0].weight.dtype  # float32 (float64 in the float64 tests)
         with conv_compute(x):
-            return self.layers(scale_image(x).contiguous(memory_format=torch.channels_last))
+            return self.layers(scale_image(x).to(dtype).contiguous(memory_format=torch.channels_last))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if tuple(x.shape[-3:]) != self.in_shape:
@@ -245,7 +246,8 @@ class ConvDecoder(nn.Module):
         lead = feat.lead if isinstance(feat, SplitFeat) else feat.shape[:-1]
         x = self.linear(feat).reshape(-1, *self.in_shape)  # (..., F) -> (N, C' * h * w) -> (N, C', h, w)
         with conv_compute(x):
-            x = self.layers(x.float().contiguous(memory_format=torch.channels_last))  # (N, C', h, w) -> (N, C, H, W)
+            x = x.to(self.layers[0].weight.dtype)  # float32 (float64 in the float64 tests), also under autocast
+            x = self.layers(x.contiguous(memory_format=torch.channels_last))  # (N, C', h, w) -> (N, C, H, W)
         return x.contiguous().reshape(*lead, *self.out_shape)  # (N, C, H, W) -> (..., C, H, W)
 
 

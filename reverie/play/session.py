@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from reverie.envs import make_env, to_env_action
-from reverie.evaluate import EVAL_SEED_OFFSET, render_config
+from reverie.loop.evaluate import EVAL_SEED_OFFSET, render_config
 from reverie.play.keymap import KeyMap
 from reverie.viz.grid import to_hwc
 from reverie.viz.openloop import decode_mode, find_world_model
@@ -86,14 +86,14 @@ class PlaySession:
         first = action is None
         prev = torch.zeros(1, 1, self.spec.dim, device=self.device) if first else \
             torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, 1, -1)
-        post, _ = self.wm.rssm.observe(self.wm.encode(self._tensor_obs(obs)), prev,
-                                       torch.tensor([[first]], device=self.device), None if first else self.post,
-                                       sample=False)
+        post, _ = self.wm.dynamics.observe(self.wm.encode(self._tensor_obs(obs)), prev,
+                                           torch.tensor([[first]], device=self.device), None if first else self.post,
+                                           sample=False)
         return {k: v[0] for k, v in post.items()}  # (1, 1, ...) -> (1, ...)
 
     def _decode(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Decoded observation, predicted reward and continue probability of a state ``(1, ...)``."""
-        feat = self.wm.rssm.feat(state)
+        feat = self.wm.dynamics.features(state)
         cont = self.wm.cont(feat).mean if hasattr(self.wm, "cont") else None
         return {"obs": {k: v[0] for k, v in decode_mode(self.wm, feat).items()},
                 "reward": float(self.wm.reward(feat).mean[0]), "cont": None if cont is None else float(cont[0])}
@@ -126,7 +126,7 @@ class PlaySession:
     def restart_dream(self) -> None:
         """The dream starts again from the real env's posterior (``"real"``) or the initial state."""
         self.dream = {k: v.clone() for k, v in self.post.items()} if self.dream_start == "real" else \
-            self.wm.rssm.initial(1)
+            self.wm.dynamics.initial(1)
         self.dream_step, self.dream_return = 0, 0.0
         self.dream_out = self._decode(self.dream)
 
@@ -173,8 +173,8 @@ class PlaySession:
         self.real_step, self.real_reward = self.real_step + 1, float(reward)
         self.real_return += float(reward)
         self.done = bool(terminated or truncated)
-        self.dream = self.wm.rssm.img_step(self.dream, torch.as_tensor(model_action, device=self.device)[None],
-                                           sample=self.sample)
+        self.dream = self.wm.dynamics.img_step(self.dream, torch.as_tensor(model_action, device=self.device)[None],
+                                               sample=self.sample)
         self.dream_out = self._decode(self.dream)
         self.dream_step += 1
         self.dream_return += self.dream_out["reward"]

@@ -12,10 +12,10 @@ Valid windows (time-order positions ``p .. p+T-1`` counted from the oldest store
 - before wrapping, ``p >= 0``: position 0 is the first row ever added, nothing came before it, and its
   ``prev_action`` is 0.
 
-Windows may cross episode boundaries; ``is_first`` marks every crossing.
+Windows may cross episode boundaries; ``is_first`` marks every crossing (:mod:`reverie.types`).
 
 Snapshots (:meth:`Replay.save`, :meth:`Replay.load`; a checkpoint's ``ckpt_<step>.replay/``) hold only the filled
-rows, ``(fill, N, ...)`` per key, so they cost what the buffer holds, not its capacity (issue 20).
+rows, ``(fill, N, ...)`` per key, so they cost what the buffer holds, not its capacity.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from reverie.cli import main
 from reverie.models.conv import ConvEncoder
 from reverie.models.networks import MLP
 from reverie.types import ActionSpec
+from helpers.agents import planet
 
-TINY = dict(deter=16, stoch=4, units=16, head_units=16, head_layers=1, horizon=3, candidates=20, top_k=4, iterations=2, cnn_depth=4)
+TINY = planet(layers=1, horizon=3, candidates=20, top_k=4, iterations=2, cnn_depth=4)
 # exp=debug shrinks PlaNet through configs/agent_exp/planet_debug.yaml (3 updates per cycle, tiny model and CEM)
 DEBUG_PLANET = ["agent=planet"]
 
@@ -33,7 +34,7 @@ def batch(T=6, B=3, F=4, A=2, discrete=False, seed=0):
 @pytest.mark.parametrize("discrete", [True, False])
 def test_update_and_act(discrete):
     torch.manual_seed(0)
-    agent = PlaNet({"vector": (4,)}, ActionSpec(discrete, 2), overshooting=2, **TINY)
+    agent = PlaNet({"vector": (4,)}, ActionSpec(discrete, 2), **{**TINY, **planet(overshooting=2)})
     before = [p.detach().clone() for p in agent.wm.parameters()]
     metrics = agent.update(batch(discrete=discrete))
     for key in ("loss/vector", "loss/reward", "loss/cont", "loss/kl", "loss/global_kl", "loss/overshooting",
@@ -100,21 +101,21 @@ def test_presets_resolve_per_agent_and_agent_planet_builds_under_the_default_pre
     assert repeats == {"cartpole_swingup": 8, "cheetah_run": 4, "walker_walk": 2, "hopper_hop": 2}
     cfg = load_config(["agent=planet", "env=pendulum"])  # exp=classic -> agent_exp/planet_classic.yaml
     assert cfg.agent.name == "planet" and cfg.env.id == "Pendulum-v1" and cfg.agent.schedule == "episodes"
-    assert (cfg.agent.module.deter, cfg.agent.module.candidates, cfg.env.action_repeat) == (100, 150, 4)
+    assert (cfg.agent.module.dynamics.deter, cfg.agent.module.candidates, cfg.env.action_repeat) == (100, 150, 4)
     # the CPU preset's documented departures: 2 x 100 heads, reward scale 1 (agent_exp/planet_classic.yaml)
     assert (cfg.agent.module.head_units, cfg.agent.module.head_layers, cfg.agent.module.reward_scale) == (100, 2, 1.0)
     assert (cfg.agent.module.act, cfg.agent.module.planet_dreamer_nets) == ("relu", False)
     assert "actor_lr" not in cfg.agent.module  # DreamerV3's classic learning rates stay with DreamerV3
     dreamer = load_config([])  # exp=classic -> agent_exp/dreamerv3_classic.yaml
     assert (dreamer.agent.train_ratio, dreamer.agent.module.actor_lr) == (128, 1.0e-4)
-    assert load_config(["agent=planet", "exp=debug"]).agent.module.deter == 16
+    assert load_config(["agent=planet", "exp=debug"]).agent.module.dynamics.deter == 16
     check_setup(load_config(["agent=planet", "env=pendulum"]))  # builds env and agent without error
 
 
 def reference_agent(overrides=(), obs_shapes=None):
     """The agent that `agent=planet exp=reference` builds (the reference's values, no CPU preset)."""
     from reverie.cli import load_config
-    from reverie.train import build_agent
+    from reverie.agents.build import build_agent
 
     cfg = load_config(["agent=planet", "exp=reference", "device=cpu", *overrides])
     return cfg, build_agent(cfg.agent, obs_shapes or {"image": (3, 64, 64)}, ActionSpec(False, 6))
@@ -130,22 +131,22 @@ def test_agent_planet_builds_the_reference_networks_and_loss_scales():
     assert cfg.agent.module.reward_scale == 10.0 and agent.loss_scales["reward"] == 10.0
     assert agent.loss_scales["image"] == agent.loss_scales["kl"] == 1.0 and agent.loss_scales["global_kl"] == 0.0
     wm = agent.wm
-    assert isinstance(wm.rssm.act, nn.ReLU) and isinstance(wm.rssm.prior_net[1], nn.ReLU)
-    assert isinstance(wm.rssm.gru, BlockGRUCell) and wm.rssm.gru.hidden_size == 200
-    assert (wm.rssm.deter, wm.rssm.stoch, wm.rssm.in_z.out_features, wm.rssm.min_std) == (200, 30, 200, 0.1)
+    assert isinstance(wm.dynamics.act, nn.ReLU) and isinstance(wm.dynamics.prior_net[1], nn.ReLU)
+    assert isinstance(wm.dynamics.gru, BlockGRUCell) and wm.dynamics.gru.hidden_size == 200
+    assert (wm.dynamics.deter, wm.dynamics.stoch, wm.dynamics.in_z.out_features, wm.dynamics.min_std) == (200, 30, 200, 0.1)
     assert isinstance(wm.image_encoder, ConvHaEncoder) and wm.image_encoder.out_dim == 1024
-    assert isinstance(wm.image_decoder, ConvHaDecoder) and wm.rssm.post_e.in_features == 1024
+    assert isinstance(wm.image_decoder, ConvHaDecoder) and wm.dynamics.post_e.in_features == 1024
     for head in (wm.reward_head, wm.cont_head):
         assert isinstance(head, FeedForward)
         assert [m.out_features for m in head.modules() if isinstance(m, nn.Linear)] == [300, 300, 300, 1]
         assert sum(isinstance(m, nn.ReLU) for m in head.modules()) == 3
     assert not any(isinstance(m, (nn.LayerNorm, nn.SiLU, nn.ELU)) for m in wm.modules())
     x = torch.linspace(-2, 2, 9)
-    torch.testing.assert_close(wm.rssm.act(x), x.clamp(min=0))
+    torch.testing.assert_close(wm.dynamics.act(x), x.clamp(min=0))
     assert (agent.planner.horizon, agent.planner.candidates, agent.planner.top_k, agent.planner.iterations) == (12, 1000, 100, 10)
     _, old = reference_agent(["agent.module.planet_dreamer_nets=true", "agent.module.act=elu"])
     assert isinstance(old.wm.image_encoder, ConvEncoder) and isinstance(old.wm.reward_head, MLP)
-    assert isinstance(old.wm.rssm.act, nn.ELU) and any(isinstance(m, nn.LayerNorm) for m in old.wm.modules())
+    assert isinstance(old.wm.dynamics.act, nn.ELU) and any(isinstance(m, nn.LayerNorm) for m in old.wm.modules())
 
 
 def test_tf_adam_epsilon_makes_the_step_tensorflows():
@@ -178,8 +179,8 @@ def test_decoder_std_s_times_s2_has_the_gradients_of_divergence_scale_s2(s, free
     (x - mean)^2 / (2 s^2) + a constant; the KL terms are scaled outside the free-nats hinge, so it holds with free
     nats too). The continue head's Bernoulli is not a Gaussian: it is off here, as the reference has none. float64."""
     obs_shapes = {"image": (3, 64, 64), "vector": (4,)}
-    kw = dict(TINY, cnn_depth=4, cont_scale=0.0, free_nats=free_nats, overshooting=3, overshooting_scale=0.5,
-              global_divergence_scale=0.25)
+    kw = dict(TINY, **planet(free_nats=free_nats, overshooting=3), cnn_depth=4, cont_scale=0.0,
+              overshooting_scale=0.5, global_divergence_scale=0.25)
     torch.manual_seed(0)
     a = PlaNet(obs_shapes, ActionSpec(False, 2), decoder_std=s, **kw).double()
     b = PlaNet(obs_shapes, ActionSpec(False, 2), decoder_std=1.0, **{**kw, "divergence_scale": s**2,

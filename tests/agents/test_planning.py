@@ -6,9 +6,10 @@ import torch
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.planet import PlaNet
 from reverie.agents import planning
-from reverie.agents.planning import CategoricalCEM, GaussianCEM, WorldModelDynamics, make_planner, score
+from reverie.agents.planning import CategoricalCEM, GaussianCEM, WorldModelPlanning, make_planner, score
 from reverie.envs import VectorStepper, make_vector_env
 from reverie.types import ActionSpec
+from helpers.agents import dreamer, planet
 
 LOW, HIGH = [-0.5, 1.0], [0.5, 2.0]
 
@@ -85,9 +86,9 @@ def test_categorical_cem_through_a_vector_env():
     """PlaNet's act -> categorical CEM (toy dynamics) -> to_env_action -> Discrete(3) env receives action 2."""
     torch.manual_seed(0)
     spec = ActionSpec(True, 3)
-    agent = PlaNet({"vector": (3,)}, spec, deter=8, stoch=4, units=8, layers=1, horizon=3, candidates=30, top_k=5,
+    agent = PlaNet({"vector": (3,)}, spec, **planet(deter=8, units=8), layers=1, horizon=3, candidates=30, top_k=5,
                    iterations=3, action_noise=0.0)
-    agent.dynamics = SumOfAction(index=2)
+    agent.plan_model = SumOfAction(index=2)
     cfg = {"id": "reverie.envs.testing.IdentityEnv", "kwargs": {"n": 3, "length": 4},
            "wrappers": [{"_target_": "reverie.envs.testing.RecordActions"}]}
     stepper = VectorStepper(make_vector_env(cfg, seed=0, num_envs=2))
@@ -106,7 +107,7 @@ def test_gaussian_planner_rejects_discrete_spaces():
     with pytest.raises(ValueError, match="planner=gaussian"):
         make_planner(ActionSpec(False, 2), "categorical")
     with pytest.raises(ValueError, match="Discrete"):
-        PlaNet({"vector": (3,)}, ActionSpec(True, 3), deter=8, stoch=4, units=8, planner="gaussian")
+        PlaNet({"vector": (3,)}, ActionSpec(True, 3), **planet(deter=8, units=8), planner="gaussian")
     assert isinstance(make_planner(ActionSpec(True, 3)), CategoricalCEM)
     assert isinstance(make_planner(ActionSpec(False, 2)), GaussianCEM)
     with pytest.raises(ValueError, match="top_k <= candidates"):
@@ -124,14 +125,13 @@ def test_score_discounts_continue_and_value_bootstrap():
 
 def test_cem_works_with_dreamer_world_model_and_critic():
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), deter=16, stoch=4, classes=4, units=16, layers=1,
-                      precision="float32")
-    dynamics = WorldModelDynamics.from_dreamer(agent)
-    state = {k: v.detach() for k, v in agent.wm.rssm.initial(3).items()}
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **dreamer(deter=16, units=16))
+    model = WorldModelPlanning.from_dreamer(agent)
+    state = {k: v.detach() for k, v in agent.wm.dynamics.initial(3).items()}
     with torch.no_grad():
-        critic_mean = dynamics.value(state)
+        critic_mean = model.value(state)
     assert critic_mean.shape == (3,)
-    action = GaussianCEM([-1.0, -1.0], [1.0, 1.0], horizon=3, candidates=20, top_k=4, iterations=2).plan(dynamics, state)
+    action = GaussianCEM([-1.0, -1.0], [1.0, 1.0], horizon=3, candidates=20, top_k=4, iterations=2).plan(model, state)
     assert action.shape == (3, 2) and bool((action.abs() <= 1.0).all())
 
 
@@ -151,12 +151,11 @@ def test_planners_discount_by_the_dynamics_discount_unless_given_one(monkeypatch
     GaussianCEM(LOW, HIGH, horizon=2, candidates=4, top_k=2, iterations=1, gamma=1.0).plan(toy, start(1))
     GaussianCEM(LOW, HIGH, horizon=2, candidates=4, top_k=2, iterations=1).plan(SumOfAction(), start(1))
     assert seen == [0.5, 0.9, 1.0, 1.0]
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), deter=16, stoch=4, classes=4, units=16, layers=1,
-                      precision="float32")
-    assert agent.gamma == pytest.approx(1 - 1 / 333) and WorldModelDynamics.from_dreamer(agent).discount == agent.gamma
-    assert WorldModelDynamics(agent.wm).discount == 1.0
-    planet = PlaNet({"vector": (3,)}, ActionSpec(False, 2), deter=8, stoch=4, units=8, layers=1)
-    assert planet.planner.gamma == 1.0  # plan_gamma: the reference's plain sum of rewards
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **dreamer(deter=16, units=16))
+    assert agent.gamma == pytest.approx(1 - 1 / 333) and WorldModelPlanning.from_dreamer(agent).discount == agent.gamma
+    assert WorldModelPlanning(agent.wm).discount == 1.0
+    plan_agent = PlaNet({"vector": (3,)}, ActionSpec(False, 2), **planet(deter=8, units=8))
+    assert plan_agent.planner.gamma == 1.0  # plan_gamma: the reference's plain sum of rewards
 
 
 def test_gaussian_cem_refits_std_as_sqrt_of_the_elite_variance_plus_1e_6():

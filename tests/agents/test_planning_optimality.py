@@ -6,10 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.agents import dreamer
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.dreamer_planning import PLAN_DEFAULTS
-from reverie.agents.planning import CategoricalCEM, GaussianCEM, WorldModelDynamics
+from reverie.agents.planning import CategoricalCEM, GaussianCEM, WorldModelPlanning
 from reverie.types import ActionSpec
 
 TARGET_BOX = torch.tensor([[0.8, -0.5], [-0.3, 0.6], [0.1, -0.9], [0.5, 0.4]])  # (H, A) inside [-1, 1]
@@ -17,7 +18,7 @@ TARGET_INDEX = [2, 0, 3, 1, 3]  # Discrete(4), H = 5
 
 
 class Toy:
-    """Toy dynamics without a continue head or a value (``Dynamics`` protocol); subclasses step and reward."""
+    """Toy dynamics without a continue head or a value (``PlanningModel`` protocol); subclasses step and reward."""
 
     def cont(self, state):
         return None
@@ -131,8 +132,8 @@ def test_value_bootstrap_changes_the_action_exactly_when_the_horizon_is_too_shor
         assert chosen[horizon, False] == (1 if horizon >= DELAY + 1 else 0), horizon
 
 
-def test_planner_discount_defaults_to_the_dynamics_discount():
-    """gamma=None takes the dynamics' discount: with Fork's 0.9 the long branch is worth 1.458; a planner with
+def test_planner_discount_defaults_to_the_model_discount():
+    """gamma=None takes the model's discount: with Fork's 0.9 the long branch is worth 1.458; a planner with
     gamma=0.5 values it at 0.25 and takes the short branch."""
     start = {"t": torch.zeros(1), "branch": torch.full((1,), -1.0)}
     torch.manual_seed(0)
@@ -196,24 +197,23 @@ def test_policy_candidates_join_the_search():
     torch.manual_seed(0)
     seeded = CategoricalCEM(4, horizon=5, candidates=16, top_k=2, iterations=2, policy_candidates=1)
     assert seeded.plan_sequence(LockWithPolicy(), start).argmax(-1).tolist() == [TARGET_INDEX] * 2
-    with pytest.raises(ValueError, match="needs dynamics with a policy"):
+    with pytest.raises(ValueError, match="needs a planning model with a policy"):
         seeded.plan(Lock(), start)
 
 
 # --- DreamerV3 acting by planning -------------------------------------------------------------------------------
 def tiny_dreamer(spec, **kwargs):
     torch.manual_seed(0)
-    return DreamerV3({"vector": (3,)}, spec, deter=16, stoch=4, classes=4, units=16, layers=1, precision="float32",
-                     gamma=0.95, **kwargs)
+    return DreamerV3({"vector": (3,)}, spec, **dreamer(deter=16, units=16, gamma=0.95, **kwargs))
 
 
 def test_from_dreamer_proposes_with_the_actor():
     agent = tiny_dreamer(ActionSpec(True, 3))
-    dynamics = WorldModelDynamics.from_dreamer(agent)
-    assert dynamics.discount == 0.95
-    state = {k: v.detach() for k, v in agent.wm.rssm.initial(4).items()}
+    model = WorldModelPlanning.from_dreamer(agent)
+    assert model.discount == 0.95
+    state = {k: v.detach() for k, v in agent.wm.dynamics.initial(4).items()}
     with torch.no_grad():
-        proposal = dynamics.policy(state)
+        proposal = model.policy(state)
     assert proposal.shape == (4, 3) and torch.equal(proposal.sum(-1), torch.ones(4))  # one-hot actor draws
 
 
@@ -248,7 +248,7 @@ def test_training_collects_and_evaluates_with_the_planner(tmp_path, monkeypatch)
     """`agent.module.planner=cem` in `reverie train`: the planner acts at collection (explore) and evaluation."""
     from reverie.agents import dreamer_planning
     from reverie.cli import main
-    from reverie.run import load_run
+    from reverie.state.saved_run import load_run
 
     modes = []
     act = dreamer_planning.DreamerPlanner.act

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from reverie.cli import main
-from reverie.evaluate import evaluate
-from reverie.run import RunError, load_run
+from reverie.loop.evaluate import evaluate
+from reverie.state.saved_run import RunError, load_run
 from reverie.viz.episodes import EpisodeRecorder
 from reverie.viz.imagine import imagine, write_imagined
 
@@ -137,7 +137,7 @@ def test_imagined_video_of_an_image_world_model(tmp_path, tiny_agent):
 def test_simulator_version_mismatch_is_reported(run_dir, tmp_path):
     import shutil
 
-    from reverie.run import version_mismatches
+    from reverie.state.saved_run import version_mismatches
 
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
@@ -153,7 +153,7 @@ def test_eval_with_a_planner_and_load_run_overrides(run_dir, tmp_path, capsys):
     """`reverie eval --planner cem --plan ...` acts by planning and records it; load_run checks the choice."""
     from omegaconf import OmegaConf
 
-    from reverie.run import set_planner
+    from reverie.state.saved_run import set_planner
 
     args = ["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path), "--planner", "cem",
             "--plan", "candidates=8", "--plan", "top_k=2", "--plan", "iterations=1", "--plan", "horizon=3"]
