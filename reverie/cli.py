@@ -485,8 +485,9 @@ def cmd_play(argv: list[str]) -> int:
     planner, plan = planner_arguments(args)
     try:
         run = load_run(args.run, device=args.device, checkpoint=args.checkpoint, planner=planner, plan=plan)
-        session = PlaySession(run.agent, run.config["env"], run.action_spec,
-                              run.config["seed"] if args.seed is None else args.seed, sample=args.sample)
+        seed = run.config["seed"] if args.seed is None else args.seed
+        app = create_app(lambda: PlaySession(run.agent, run.config["env"], run.action_spec, seed, sample=args.sample),
+                         title=f"reverie play: {run.directory.name}")
     except (RunError, ValueError, TypeError) as err:
         print(f"play error: {err}", file=sys.stderr)
         return 2
@@ -499,7 +500,7 @@ def cmd_play(argv: list[str]) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"[reverie] play {run.directory} at http://{shown}:{port}/ (Ctrl-C stops)", flush=True)
-    serve(create_app(session, title=f"reverie play: {run.directory.name}"), sock)
+    serve(app, sock)
     return 0
 
 

@@ -127,8 +127,9 @@ def test_session_on_atari_uses_the_minimal_action_meanings():
     assert decode_png(snap["dream"]["images"]["image"]).shape == (256, 256, 3)
 
 
-def test_http_routes():
-    """The routes through uvicorn on a free port (a thread), requests from the standard library."""
+def test_http_routes(monkeypatch):
+    """The routes through uvicorn on a free port (a thread), requests from the standard library; the env is built
+    and stepped on one thread only (an OpenGL simulator such as dm_control's EGL renders on its context's thread)."""
     import json
     import threading
     import urllib.error
@@ -136,15 +137,22 @@ def test_http_routes():
 
     import uvicorn
 
+    from reverie.envs.testing import CountingEnv
     from reverie.play.server import bind, create_app
 
+    env_threads = set()
+    for name in ("__init__", "reset", "step"):
+        def record(*args, _method=getattr(CountingEnv, name), **kwargs):
+            env_threads.add(threading.get_ident())
+            return _method(*args, **kwargs)
+        monkeypatch.setattr(CountingEnv, name, record)
     env = {"id": "reverie.envs.testing.CountingEnv", "kwargs": {"length": 3, "obs_dim": 2, "discrete": False}}
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (2,)}, ActionSpec(False, 1), **dreamer(deter=16, units=16))
     sock = bind("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(create_app(PlaySession(agent, env, ActionSpec(False, 1), seed=0)),
-                                           log_level="warning"))
+    app = create_app(lambda: PlaySession(agent, env, ActionSpec(False, 1), seed=0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
 
@@ -175,6 +183,8 @@ def test_http_routes():
         assert request("/api/step", {"keys": [" "]}) == (409, {"detail": "the real episode is over: press reset"})
         assert request("/api/dream", {})[1]["dream"]["step"] == 0
         assert request("/api/reset", {})[1]["real"]["step"] == 0
+        assert app.state.session.real_step == 0
+        assert len(env_threads) == 1 and threading.get_ident() not in env_threads  # the session's own thread
     finally:
         server.should_exit = True
         thread.join(timeout=30)

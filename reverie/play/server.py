@@ -10,15 +10,19 @@ Routes (JSON bodies; every ``/api`` answer is :meth:`PlaySession.snapshot`)::
     POST /api/mode         {"driver": "person"|"policy", "dream_start": "real"|"initial"}
 
 A step the session refuses (the real episode is over) answers 409; bad input 422 (FastAPI's validation) or 400.
-Requests are served one at a time (a lock): the session is one env and one model state.
+The session is built and used on one thread of its own, which serves the requests one at a time (the session is
+one env and one model state): a simulator that renders through OpenGL binds its context to the thread that made
+it (dm_control's EGL context: rendering from another thread raises), and FastAPI runs plain routes on a pool of
+worker threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
@@ -38,26 +42,40 @@ class ModeRequest(BaseModel):
     dream_start: str | None = None
 
 
-def create_app(session: PlaySession, title: str = "reverie play") -> FastAPI:
-    """The FastAPI app serving ``session`` (module docstring)."""
+def create_app(make_session: Callable[[], PlaySession], title: str = "reverie play") -> FastAPI:
+    """The FastAPI app serving the session ``make_session()`` builds (module docstring).
+
+    ``make_session`` runs on the session's own thread, before this returns.
+
+    Raises:
+        what ``make_session`` raises (e.g. ``ValueError`` for a space the page cannot drive).
+    """
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reverie-play")
+    session = thread.submit(make_session).result()
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
-    lock = threading.Lock()
     static = resources.files("reverie.play") / "static"
     page = (static / "index.html").read_text(encoding="utf-8").replace("{{title}}", title)
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+
+    async def on_session(change: Callable[[], Any] | None = None) -> dict[str, Any]:
+        """Run ``change`` (may raise HTTPException), then answer the snapshot, on the session's thread."""
+        def call() -> dict[str, Any]:
+            if change is not None:
+                change()
+            return session.snapshot()
+        return await asyncio.wrap_future(thread.submit(call))
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return page
 
     @app.get("/api/state")
-    def state() -> dict[str, Any]:
-        with lock:
-            return session.snapshot()
+    async def state() -> dict[str, Any]:
+        return await on_session()
 
     @app.post("/api/step")
-    def step(request: StepRequest) -> dict[str, Any]:
-        with lock:
+    async def step(request: StepRequest) -> dict[str, Any]:
+        def change() -> None:
             try:
                 if request.policy:
                     session.step(session.policy_action())
@@ -68,29 +86,26 @@ def create_app(session: PlaySession, title: str = "reverie play") -> FastAPI:
                     session.step(action)
             except StepRefused as err:
                 raise HTTPException(409, str(err)) from err
-            return session.snapshot()
+        return await on_session(change)
 
     @app.post("/api/reset")
-    def reset() -> dict[str, Any]:
-        with lock:
-            session.reset()
-            return session.snapshot()
+    async def reset() -> dict[str, Any]:
+        return await on_session(session.reset)
 
     @app.post("/api/dream")
-    def dream() -> dict[str, Any]:
-        with lock:
-            session.restart_dream()
-            return session.snapshot()
+    async def dream() -> dict[str, Any]:
+        return await on_session(session.restart_dream)
 
     @app.post("/api/mode")
-    def mode(request: ModeRequest) -> dict[str, Any]:
-        with lock:
+    async def mode(request: ModeRequest) -> dict[str, Any]:
+        def change() -> None:
             try:
                 session.set_modes(request.driver, request.dream_start)
             except ValueError as err:
                 raise HTTPException(400, str(err)) from err
-            return session.snapshot()
+        return await on_session(change)
 
+    app.state.session = session  # what the routes serve (tests read it)
     return app
 
 
