@@ -8,7 +8,7 @@ DreamerV3 reached it at 300 / 250 / 350 env steps, in 28 / 20 / 33 CPU seconds; 
 CPU seconds. With learning broken the best evaluation stayed far below: 7.0 with DreamerV3's actor learning rate
 0 (its untrained actor maps the targets to actions by chance), 5.4 with PlaNet's model learning rate 0
 (``test_broken_learning_fails_the_fast_check``, slow). The slow checks (``make test-slow``) also train the
-default presets on CartPole and Pendulum.
+default presets on CartPole and Pendulum, and `exp=dmc_cpu` on DMC proprio cartpole_swingup (an hour).
 """
 
 import json
@@ -81,3 +81,19 @@ def test_planet_learns_pendulum(tmp_path):
                  "train.progress=false", "train.video=false", "train.report_every=0", "train.stop_return=-300"]) == 0
     best = max(ret for _, ret in eval_returns(run_dir))
     assert best >= -300.0
+
+
+@pytest.mark.slow
+def test_dreamerv3_dmc_cpu_cartpole_swingup(tmp_path):
+    """`exp=dmc_cpu` on DMC proprio cartpole_swingup, seed 0, the whole 100k env frames (about an hour on one core
+    of this project's CPU): the mean eval return over the 90k-110k frames window (evaluations at 45,000, 47,500
+    and 50,000 agent steps, action repeat 2). Measured: 349 (seed 0; docs/dreamerv3.md); the official DreamerV3
+    mean there is 513. The threshold fails a run that stops learning early (its evaluations at 5k-30k frames: 75-208)."""
+    pytest.importorskip("dm_control")
+    run_dir = tmp_path / "swingup"
+    assert main(["train", "exp=dmc_cpu", "env.task=cartpole_swingup", "seed=0", f"run_dir={run_dir}",
+                 "train.progress=false", "train.video=false"]) == 0
+    window = [ret for step, ret in eval_returns(run_dir) if step >= 45000]
+    assert len(window) == 3, eval_returns(run_dir)
+    assert sum(window) / len(window) >= 250.0, window
+
