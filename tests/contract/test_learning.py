@@ -8,7 +8,7 @@ DreamerV3 reached it at 300 / 250 / 350 env steps, in 28 / 20 / 33 CPU seconds; 
 CPU seconds. With learning broken the best evaluation stayed far below: 7.0 with DreamerV3's actor learning rate
 0 (its untrained actor maps the targets to actions by chance), 5.4 with PlaNet's model learning rate 0
 (``test_broken_learning_fails_the_fast_check``, slow). The slow checks (``make test-slow``) also train the
-default presets on CartPole and Pendulum, and `exp=dmc_cpu` on DMC proprio cartpole_swingup (an hour).
+default presets on CartPole and Pendulum, and `exp=dmc_cpu` on DMC proprio cartpole_swingup (30k frames, ~18 min).
 """
 
 import json
@@ -85,15 +85,13 @@ def test_planet_learns_pendulum(tmp_path):
 
 @pytest.mark.slow
 def test_dreamerv3_dmc_cpu_cartpole_swingup(tmp_path):
-    """`exp=dmc_cpu` on DMC proprio cartpole_swingup, seed 0, the whole 100k env frames (about an hour on one core
-    of this project's CPU): the mean eval return over the 90k-110k frames window (evaluations at 45,000, 47,500
-    and 50,000 agent steps, action repeat 2). Measured: 349 (seed 0; docs/dreamerv3.md); the official DreamerV3
-    mean there is 513. The threshold fails a run that stops learning early (its evaluations at 5k-30k frames: 75-208)."""
+    """`exp=dmc_cpu` on DMC proprio cartpole_swingup, seed 0, for 30k env frames (15,000 agent steps at action
+    repeat 2; about 18 minutes on one core of this project's CPU). Measured with the same command: mean eval
+    returns 75 / 123 / 139 / 186 / 178 / 208 at 5k..30k frames (the official DreamerV3 curve: 261 at 30k); at the
+    first evaluation, before learning shows, 75. The whole 100k-frame runs are in docs/dreamerv3.md."""
     pytest.importorskip("dm_control")
     run_dir = tmp_path / "swingup"
-    assert main(["train", "exp=dmc_cpu", "env.task=cartpole_swingup", "seed=0", f"run_dir={run_dir}",
-                 "train.progress=false", "train.video=false"]) == 0
-    window = [ret for step, ret in eval_returns(run_dir) if step >= 45000]
-    assert len(window) == 3, eval_returns(run_dir)
-    assert sum(window) / len(window) >= 250.0, window
-
+    assert main(["train", "exp=dmc_cpu", "env.task=cartpole_swingup", "seed=0", "train.steps=15000",
+                 f"run_dir={run_dir}", "train.progress=false", "train.video=false"]) == 0
+    returns = eval_returns(run_dir)
+    assert len(returns) == 6 and max(ret for _, ret in returns) >= 150.0, returns
