@@ -1,0 +1,207 @@
+"""The RSSM of the current official DreamerV3 (danijar/dreamerv3 at e3f0224, ``dreamerv3/rssm.py`` ``RSSM``): a
+block-diagonal GRU, RMSNorm everywhere, zero initial state.
+
+State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)``, ``stoch`` ``z_t`` ``(..., S, K)`` one-hot latents with 1%
+unimix, and their ``logits`` ``(..., S, K)``. One step (``_core``, ``rssm.py:135-159``)::
+
+    x0, x1, x2 = silu(rms(W h_{t-1})), silu(rms(W z_{t-1})), silu(rms(W a_{t-1}))     dynin0..2, width `hidden`
+    x = concat over G blocks of [h_{t-1} block g, x0, x1, x2]   (G*(D/G + 3*hidden),)  each block sees all of x
+    x = silu(rms(BlockLinear(x)))  x dynlayers                   (D,)  dynhid{i}
+    r, c, u = BlockLinear(x) cut per block into 3 x (D/G)       dyngru
+    h_t = sigmoid(u - 1) * tanh(sigmoid(r) * c) + (1 - sigmoid(u - 1)) * h_{t-1}
+    prior     p(z_t | h_t):       logits = W silu(rms(W h_t)) x imglayers           (_prior, prior{i})
+    posterior q(z_t | h_t, e_t):  logits = W silu(rms(W [h_t, e_t])) x obslayers    (_observe, obs{i})
+
+Where ``is_first_t`` is set the previous state and action are zeroed (``nn.mask(..., ~reset)``): the initial state
+is zeros, not learned (``initial``). Actions enter scaled into ``[-1, 1]`` (``action /= sg(max(1, |action|))``,
+the same as the 2023 ``action_clip: 1``; :func:`reverie.models.rssm.scale_action`). Losses (``loss``,
+``rssm.py:120-133``): ``dyn = max(1, KL(sg(post) || prior))`` and ``rep = max(1, KL(post || sg(prior)))``, as in
+2023 (:func:`reverie.models.world_model.kl_losses`); the agent scales them 1.0 and 0.1.
+
+The deterministic state is kept in float32 under bfloat16 autocast (the official code rounds it to its 16-bit
+compute dtype; reverie's 2023 RSSM keeps float32, see docs/speed.md round 3); everything else follows autocast.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from reverie.models.block_linear import BlockLinear
+from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
+from reverie.models.rms_mlp import Dense, NormDense, RMSMLP
+from reverie.models.rmsnorm import RMSNorm
+from reverie.models.rssm import scale_action
+from reverie.models.world_model import kl_losses
+
+State = dict[str, torch.Tensor]
+
+
+class BlockGRU(nn.Module):
+    """The recurrent core ``h_t = f(h_{t-1}, z_{t-1}, a_{t-1})`` of the official RSSM (``rssm.py:135-159``).
+
+    Args:
+        deter: ``D``. stoch: ``S*K`` (the flat one-hot latent). action_dim: ``A``.
+        hidden: width of the three input projections (official ``hidden``).
+        blocks: ``G``, the GRU's diagonal blocks (official ``blocks: 8``). dynlayers: hidden block layers (1).
+
+    ``forward(deter (N, D), stoch (N, S*K), action (N, A)) -> deter (N, D)``; ``action`` as it enters the
+    dynamics (already scaled and masked).
+
+    Raises:
+        ValueError: ``deter`` not divisible by ``blocks``.
+    """
+
+    def __init__(self, deter: int, stoch: int, action_dim: int, hidden: int, blocks: int = 8, dynlayers: int = 1):
+        super().__init__()
+        if blocks < 1 or deter % blocks:
+            raise ValueError(f"BlockGRU: deter {deter} must be a multiple of blocks {blocks} (official: "
+                             f"deter 8192, blocks 8); pick agent.module.dynamics.deter/blocks to match")
+        self.deter, self.blocks, self.hidden_dim = deter, blocks, hidden
+        self.in_deter, self.in_stoch, self.in_action = (NormDense(deter, hidden), NormDense(stoch, hidden),
+                                                        NormDense(action_dim, hidden))  # dynin0, dynin1, dynin2
+        dim, layers = deter + blocks * 3 * hidden, []  # G * (D/G + 3*hidden)
+        for _ in range(dynlayers):  # dynhid{i}: block linear, then RMSNorm over all D features and SiLU
+            layers += [BlockLinear(dim, deter, blocks), RMSNorm(deter), nn.SiLU()]
+            dim = deter
+        self.hidden = nn.Sequential(*layers)
+        self.gates = BlockLinear(dim, 3 * deter, blocks)  # dyngru
+
+    def forward(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.in_deter(deter), self.in_stoch(stoch), self.in_action(action)], -1)  # (N, 3*hidden)
+        n, g = x.shape[0], self.blocks
+        x = x.unsqueeze(1).expand(n, g, x.shape[-1])  # (N, 3*hidden) -> (N, G, 3*hidden), the same for every block
+        x = torch.cat([deter.to(x.dtype).view(n, g, self.deter // g), x], -1).flatten(1)  # -> (N, G*(D/G + 3*hidden))
+        gates = self.gates(self.hidden(x)).view(n, g, 3, self.deter // g)  # (N, 3D) -> (N, G, 3, D/G)
+        reset, cand, update = (gates[:, :, i].reshape(n, self.deter) for i in range(3))  # 3 x (N, G, D/G) -> (N, D)
+        cand = torch.tanh(torch.sigmoid(reset) * cand)
+        update = torch.sigmoid(update - 1.0)
+        dtype = torch.promote_types(deter.dtype, update.dtype)  # the state keeps its (float32) dtype under autocast
+        return torch.lerp(deter.to(dtype), cand.to(dtype), update.to(dtype))  # update * cand + (1 - update) * deter
+
+
+class BlockRSSM(nn.Module):
+    """The current official RSSM (module docstring), with the members of reverie's dynamics interface:
+    ``feat_dim``, ``loss_keys``, ``initial``, ``observe``, ``img_step``, ``imagine``, ``features``, ``loss``.
+
+    Args:
+        action_dim: ``A``. embed_dim: ``E``, the encoder's output width.
+        deter, hidden, stoch, classes, blocks: sizes (official ``configs.yaml`` ``dyn.rssm``: 8192, 1024, 32, 64, 8;
+            the size presets ``size1m``..``size400m`` change deter, hidden and classes).
+        dynlayers, imglayers, obslayers: depths of the GRU input, prior and posterior stacks (1, 2, 1).
+        unimix: uniform mix of the latents (0.01). free_nats: free bits of dyn and rep (1.0).
+        outscale: init scale of the two logit layers (1.0). action_clip: actions scaled into
+            ``[-action_clip, action_clip]`` before the dynamics (the official ``_core``'s ``max(1, |a|)``: 1.0).
+
+    State entries: ``deter (..., D)`` float32, ``stoch (..., S, K)``, ``logits (..., S, K)``.
+    """
+
+    loss_keys = ("dyn", "rep")
+    state_keys = ("deter", "stoch", "logits")
+
+    def __init__(self, action_dim: int, embed_dim: int, deter: int = 8192, hidden: int = 1024, stoch: int = 32,
+                 classes: int = 64, blocks: int = 8, dynlayers: int = 1, imglayers: int = 2, obslayers: int = 1,
+                 unimix: float = 0.01, free_nats: float = 1.0, outscale: float = 1.0, action_clip: float = 1.0):
+        super().__init__()
+        self.deter, self.stoch, self.classes, self.unimix, self.free_nats = deter, stoch, classes, unimix, free_nats
+        self.action_dim, self.embed_dim, self.action_clip = action_dim, embed_dim, float(action_clip)
+        self.feat_dim = deter + stoch * classes
+        self.core = BlockGRU(deter, stoch * classes, action_dim, hidden, blocks, dynlayers)
+        self.prior_net = RMSMLP(deter, stoch * classes, hidden, imglayers, outscale)  # prior{i}, priorlogit
+        self.post_net = RMSMLP(deter + embed_dim, stoch * classes, hidden, obslayers, outscale)  # obs{i}, obslogit
+
+    # ------------------------------------------------------------------------------------------------ states
+    def initial(self, batch: int) -> State:
+        """Zeros ``(batch, ...)`` (official ``initial``): what ``is_first`` resets to."""
+        zeros = self.core.gates.weight.new_zeros
+        return {"deter": zeros(batch, self.deter), "stoch": zeros(batch, self.stoch, self.classes),
+                "logits": zeros(batch, self.stoch, self.classes)}
+
+    def features(self, state: State) -> torch.Tensor:
+        """``cat(deter, flat stoch)`` ``(..., D + S*K)`` (official ``feat2tensor``)."""
+        return torch.cat([state["deter"], state["stoch"].flatten(-2).to(state["deter"].dtype)], -1)
+
+    feat = features  # the name reverie's visualisations call
+
+    def dist(self, state: State | torch.Tensor) -> torch.distributions.Independent:
+        """The latent distribution of a state (or of logits ``(..., S, K)``); event shape ``(S, K)``."""
+        logits = state["logits"] if isinstance(state, dict) else state
+        return torch.distributions.Independent(UnimixCategorical(logits, self.unimix), 1)
+
+    def _logits(self, net: RMSMLP, x: torch.Tensor) -> torch.Tensor:
+        return net(x).unflatten(-1, (self.stoch, self.classes))  # (..., S*K) -> (..., S, K)
+
+    def _draw(self, logits: torch.Tensor, sample: bool) -> torch.Tensor:
+        """Straight-through one-hot sample of the unimix latents ``(..., S, K)`` float32, or the mode."""
+        if sample:
+            return unimix_sample(logits, self.unimix)
+        return one_hot_index(logits.argmax(-1), self.classes)
+
+    def _step(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.core(deter, stoch.flatten(-2), scale_action(action, self.action_clip))  # (N, S, K) -> (N, S*K)
+
+    # ----------------------------------------------------------------------------------------------- observe
+    def observe(self, embed: torch.Tensor, prev_action: torch.Tensor, is_first: torch.Tensor,
+                state: State | None = None, sample: bool = True) -> tuple[State, State]:
+        """Posterior and prior states along observed sequences (official ``observe``/``_observe``).
+
+        Args:
+            embed: ``(T, B, E)``. prev_action: ``(T, B, A)``, the action that led to each row. is_first: ``(T, B)``.
+            state: the state before the first row ``(B, ...)`` (the replay context's stored latent, or the last
+                acting step's); None: :meth:`initial`.
+            sample: draw the latents (training, acting) or take their mode.
+
+        Returns:
+            ``(posterior, prior)`` with ``deter (T, B, D)``, ``stoch``/``logits (T, B, S, K)``; the prior's
+            ``stoch`` is drawn from the prior logits of the same ``deter``.
+        """
+        T, B = is_first.shape
+        state = self.initial(B) if state is None else state
+        deter, stoch = state["deter"], state["stoch"]
+        keep = (~is_first).unsqueeze(-1)  # (T, B) -> (T, B, 1); where is_first: zero state and zero action
+        out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
+        for t in range(T):
+            k = keep[t].to(deter.dtype)
+            deter = self._step(deter * k, stoch * k.unsqueeze(-1), prev_action[t] * k.to(prev_action.dtype))
+            logits = self._logits(self.post_net, torch.cat([deter.to(embed.dtype), embed[t]], -1))  # (B, S, K)
+            stoch = self._draw(logits, sample)
+            for key, value in (("deter", deter), ("stoch", stoch), ("logits", logits)):
+                out[key].append(value)
+        post = {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
+        prior_logits = self._logits(self.prior_net, post["deter"])  # all rows at once: (T, B, D) -> (T, B, S, K)
+        return post, {"deter": post["deter"], "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
+
+    # ----------------------------------------------------------------------------------------------- imagine
+    def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
+        """One prior step (official ``imagine`` with ``single=True``): state ``(N, ...)``, action ``(N, A)``."""
+        deter = self._step(state["deter"], state["stoch"], action)
+        logits = self._logits(self.prior_net, deter)
+        return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits}
+
+    def imagine(self, policy: Callable[[State], torch.Tensor], start: State,
+                horizon: int) -> tuple[State, torch.Tensor]:
+        """Roll the prior ``horizon`` steps from ``start`` ``(N, ...)`` with ``action_t = policy(state_t)``.
+
+        Returns:
+            ``(states, actions)``: states ``(H+1, N, ...)`` (``deter``, ``stoch``) with ``start`` at index 0,
+            actions ``(H+1, N, A)``, ``actions[t]`` chosen at ``states[t]`` (the last one is never executed;
+            the official code draws it as ``lastact``).
+        """
+        state = {"deter": start["deter"], "stoch": start["stoch"]}
+        states, actions = [state], []
+        for t in range(horizon + 1):
+            if t > 0:
+                state = self.img_step(state, actions[-1])
+                states.append({"deter": state["deter"], "stoch": state["stoch"]})
+            actions.append(policy(state))
+        return ({k: torch.stack([s[k] for s in states]) for k in ("deter", "stoch")},  # (H+1) x (N, ...) -> (H+1, N, ...)
+                torch.stack(actions))  # (H+1) x (N, A) -> (H+1, N, A)
+
+    # -------------------------------------------------------------------------------------------------- loss
+    def loss(self, post: State, prior: State, prev_action: torch.Tensor | None = None,
+             is_first: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """``dyn`` and ``rep`` ``(T, B)`` with free bits; info: the unclipped ``kl`` and the latent entropies."""
+        kl = kl_losses(post["logits"], prior["logits"], self.free_nats, self.unimix)
+        return {"dyn": kl["dyn"], "rep": kl["rep"]}, {k: kl[k].mean() for k in ("kl", "prior_entropy", "post_entropy")}
