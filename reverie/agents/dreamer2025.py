@@ -54,6 +54,20 @@ def replay_is_last(is_last: torch.Tensor, is_first: torch.Tensor) -> torch.Tenso
     return is_last | following
 
 
+def replay_returns(reward: torch.Tensor, boot: torch.Tensor, is_terminal: torch.Tensor, is_last: torch.Tensor,
+                   gamma: float, lam: float) -> torch.Tensor:
+    """Lambda-returns ``(K-1, B)`` of replayed rows ``(K, B)`` that bootstrap with ``boot``, each row's imagined
+    return (official ``repl_loss`` and ``lambda_return``, ``agent.py:449-490``)::
+
+        R_t = r_{t+1} + gamma (1 - term_{t+1}) ((1 - lam_{t+1}) boot_{t+1} + lam_{t+1} R_{t+1}),   R_{K-1} = boot_{K-1}
+
+    with ``lam_{t+1} = 0`` where ``is_last_{t+1}``: an episode's last row bootstraps from its own imagined return
+    and nothing after it enters. Rows that are themselves ``is_last`` get ``(1 - term_t) boot_t`` here (the official
+    code runs the recursion on into the next episode); the loss gives them weight 0 either way.
+    """
+    return lambda_return(reward, boot, 1.0 - is_terminal.float(), gamma, lam, is_last=is_last)
+
+
 class DreamerV3_2025(WorldModelAgent):
     """The current official DreamerV3 agent, with the :class:`reverie.agents.base.Agent` protocol.
 
@@ -244,8 +258,7 @@ class DreamerV3_2025(WorldModelAgent):
         value_out = self.critic(rows["feat"])  # (K, B, 255), gradient into the world model (repval_grad: True)
         with torch.no_grad():
             slow = TwoHotSymexp(self.slow_critic(rows["feat"])).mean  # (K, B)
-        cont = 1.0 - rows["is_terminal"].float()
-        ret = lambda_return(rows["reward"], rows["boot"], cont, self.gamma, self.lam, is_last=rows["is_last"])
+        ret = replay_returns(rows["reward"], rows["boot"], rows["is_terminal"], rows["is_last"], self.gamma, self.lam)
         weight = 1.0 - rows["is_last"][:-1].float()  # (K-1, B)
         return -weight * TwoHotSymexp(value_out[:-1]).log_prob_mix([ret, slow[:-1]], [1.0, self.slow_reg])
 

@@ -15,9 +15,10 @@ summed over pixels (``Decoder`` ``outs.MSE``, ``agent.py:181``); here the predic
 reverie's :func:`reverie.models.conv.scale_image` space, which gives the same error
 (:class:`reverie.models.conv.ImageMSE`).
 
-Smaller images use the first stages only: the official stack asserts a final side of 3..16 (``rssm.py:242-243``),
-which 64x64 and 96x96 inputs meet with four stages; here the stack stops before the side would drop below
-``min_res`` (4), e.g. two stages for 16x16. Both sides must be divisible by ``2 ** stages``. Convolutions run in
+Smaller images use the last stages only: the official stack asserts a final side of 3..16 (``rssm.py:242-243``),
+which 64x64 and 96x96 inputs meet with four stages; here the stack has as many stages as keep the side at least
+``min_res`` (4), e.g. two for 16x16, with the last multipliers (``depth * [4, 4]``), so the first decoder map keeps
+``4 * depth`` channels, which ``bspace`` blocks divide. Both sides must be divisible by ``2 ** stages``. Convolutions run in
 float32 on CPU (:func:`reverie.models.conv.conv_compute`).
 """
 
@@ -79,7 +80,7 @@ class SimpleConvEncoder(nn.Module):
         self.in_shape = tuple(int(v) for v in in_shape)
         c, h, w = self.in_shape
         n = min(simple_stages(h, len(mults), min_res), simple_stages(w, len(mults), min_res))
-        self.channels = [depth * m for m in mults[:n]]
+        self.channels = [depth * m for m in mults[len(mults) - n:]]
         layers: list[nn.Module] = []
         for cin, cout in zip([c] + self.channels[:-1], self.channels):
             layers += [_conv(cin, cout, kernel), nn.MaxPool2d(2), ChannelRMSNorm(cout), nn.SiLU()]
@@ -122,7 +123,7 @@ class SimpleConvDecoder(nn.Module):
         self.deter, self.bspace = deter, bspace
         c, h, w = self.out_shape
         n = min(simple_stages(h, len(mults), min_res), simple_stages(w, len(mults), min_res))
-        channels = [depth * m for m in mults[:n]]
+        channels = [depth * m for m in mults[len(mults) - n:]]
         self.map_shape = (channels[-1], h // 2 ** n, w // 2 ** n)  # (C', h, w)
         size = math.prod(self.map_shape)
         if bspace:
