@@ -72,14 +72,28 @@ class BlockGRU(nn.Module):
     def forward(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         x = torch.cat([self.in_deter(deter), self.in_stoch(stoch), self.in_action(action)], -1)  # (N, 3*hidden)
         n, g = x.shape[0], self.blocks
-        x = x.unsqueeze(1).expand(n, g, x.shape[-1])  # (N, 3*hidden) -> (N, G, 3*hidden), the same for every block
-        x = torch.cat([deter.to(x.dtype).view(n, g, self.deter // g), x], -1).flatten(1)  # -> (N, G*(D/G + 3*hidden))
-        gates = self.gates(self.hidden(x)).view(n, g, 3, self.deter // g)  # (N, 3D) -> (N, G, 3, D/G)
+        layers = list(self.hidden) or [self.gates]
+        x = self._first_block_layer(layers[0], deter.to(x.dtype), x)  # (N, D) or, without dynlayers, (N, 3D)
+        for layer in layers[1:]:
+            x = layer(x)
+        if self.hidden:
+            x = self.gates(x)
+        gates = x.view(n, g, 3, self.deter // g)  # (N, 3D) -> (N, G, 3, D/G)
         reset, cand, update = (gates[:, :, i].reshape(n, self.deter) for i in range(3))  # 3 x (N, G, D/G) -> (N, D)
         cand = torch.tanh(torch.sigmoid(reset) * cand)
         update = torch.sigmoid(update - 1.0)
         dtype = torch.promote_types(deter.dtype, update.dtype)  # the state keeps its (float32) dtype under autocast
         return torch.lerp(deter.to(dtype), cand.to(dtype), update.to(dtype))  # update * cand + (1 - update) * deter
+
+    def _first_block_layer(self, layer: BlockLinear, deter: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``layer`` on the official input, block ``g`` = ``[deter block g, x]`` (``(N, G*(D/G + 3*hidden))``),
+        without building it: ``deter block g @ W_g[:D/G]`` by one batched product plus ``x @ W_g[D/G:]`` for every
+        block by one dense product (``(3*hidden, G*O)``), then the bias. ``(N, D)``, ``(N, 3*hidden) -> (N, G*O)``."""
+        n, g, per = x.shape[0], self.blocks, self.deter // self.blocks
+        w = layer.weight  # (G, D/G + 3*hidden, O)
+        own = torch.bmm(deter.view(n, g, per).transpose(0, 1), w[:, :per])  # (G, N, D/G) @ (G, D/G, O) -> (G, N, O)
+        shared = x @ w[:, per:].permute(1, 0, 2).reshape(x.shape[-1], -1)  # (N, 3h) @ (3h, G*O) -> (N, G*O)
+        return (own.transpose(0, 1).reshape(n, -1) + shared) + layer.bias.to(shared.dtype)  # (G, N, O) -> (N, G*O)
 
 
 class BlockRSSM(nn.Module):
