@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from reverie.models.block_linear import BlockLinear
@@ -70,10 +71,23 @@ class BlockGRU(nn.Module):
         self.gates = BlockLinear(dim, 3 * deter, blocks)  # dyngru
 
     def forward(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([self.in_deter(deter), self.in_stoch(stoch), self.in_action(action)], -1)  # (N, 3*hidden)
+        return self.step(deter, stoch, self.in_action(action), self.shared_weight())
+
+    def shared_weight(self) -> torch.Tensor:
+        """The first block layer's weights on the inputs every block shares, as one dense ``(3*hidden, G*O)``
+        matrix (:meth:`step` takes it, so a scan computes it once)."""
+        layer = (list(self.hidden) or [self.gates])[0]
+        w = layer.weight[:, self.deter // self.blocks:]  # (G, 3*hidden, O)
+        return w.permute(1, 0, 2).reshape(w.shape[1], -1)  # (G, 3h, O) -> (3h, G, O) -> (3h, G*O)
+
+    def step(self, deter: torch.Tensor, stoch: torch.Tensor, action_x: torch.Tensor,
+             shared_weight: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` with the action already projected (``in_action(action)`` ``(N, hidden)``, e.g. for
+        all rows of a sequence at once) and :meth:`shared_weight` given."""
+        x = torch.cat([self.in_deter(deter), self.in_stoch(stoch), action_x], -1)  # (N, 3*hidden)
         n, g = x.shape[0], self.blocks
         layers = list(self.hidden) or [self.gates]
-        x = self._first_block_layer(layers[0], deter.to(x.dtype), x)  # (N, D) or, without dynlayers, (N, 3D)
+        x = self._first_block_layer(layers[0], deter.to(x.dtype), x, shared_weight)  # (N, D) or, without dynlayers, (N, 3D)
         for layer in layers[1:]:
             x = layer(x)
         if self.hidden:
@@ -85,14 +99,14 @@ class BlockGRU(nn.Module):
         dtype = torch.promote_types(deter.dtype, update.dtype)  # the state keeps its (float32) dtype under autocast
         return torch.lerp(deter.to(dtype), cand.to(dtype), update.to(dtype))  # update * cand + (1 - update) * deter
 
-    def _first_block_layer(self, layer: BlockLinear, deter: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def _first_block_layer(self, layer: BlockLinear, deter: torch.Tensor, x: torch.Tensor,
+                           shared_weight: torch.Tensor) -> torch.Tensor:
         """``layer`` on the official input, block ``g`` = ``[deter block g, x]`` (``(N, G*(D/G + 3*hidden))``),
         without building it: ``deter block g @ W_g[:D/G]`` by one batched product plus ``x @ W_g[D/G:]`` for every
-        block by one dense product (``(3*hidden, G*O)``), then the bias. ``(N, D)``, ``(N, 3*hidden) -> (N, G*O)``."""
+        block by one dense product (``shared_weight``), then the bias. ``(N, D)``, ``(N, 3*hidden) -> (N, G*O)``."""
         n, g, per = x.shape[0], self.blocks, self.deter // self.blocks
-        w = layer.weight  # (G, D/G + 3*hidden, O)
-        own = torch.bmm(deter.view(n, g, per).transpose(0, 1), w[:, :per])  # (G, N, D/G) @ (G, D/G, O) -> (G, N, O)
-        shared = x @ w[:, per:].permute(1, 0, 2).reshape(x.shape[-1], -1)  # (N, 3h) @ (3h, G*O) -> (N, G*O)
+        own = torch.bmm(deter.view(n, g, per).transpose(0, 1), layer.weight[:, :per])  # (G, N, D/G) @ (G, D/G, O)
+        shared = x @ shared_weight  # (N, 3h) @ (3h, G*O) -> (N, G*O)
         return (own.transpose(0, 1).reshape(n, -1) + shared) + layer.bias.to(shared.dtype)  # (G, N, O) -> (N, G*O)
 
 
@@ -175,17 +189,38 @@ class BlockRSSM(nn.Module):
         state = self.initial(B) if state is None else state
         deter, stoch = state["deter"], state["stoch"]
         keep = (~is_first).unsqueeze(-1)  # (T, B) -> (T, B, 1); where is_first: zero state and zero action
+        # what does not depend on the state is computed for all rows at once: the action's input projection and
+        # the embedding's part of the posterior's first layer (its weights split into deter and embed columns)
+        action = scale_action(prev_action, self.action_clip) * keep.to(prev_action.dtype)  # (T, B, A)
+        action_x = self.core.in_action(action)  # (T, B, hidden)
+        shared_weight = self.core.shared_weight()
+        first, rest = self._posterior_layers()
+        embed_x = F.linear(embed, first.weight[:, self.deter:], first.bias)  # (T, B, hidden)
+        deter_weight = first.weight[:, :self.deter]
+        resets = is_first.any(1).tolist() if is_first.device.type == "cpu" else [True] * T  # no host sync off CPU
         out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
         for t in range(T):
-            k = keep[t].to(deter.dtype)
-            deter = self._step(deter * k, stoch * k.unsqueeze(-1), prev_action[t] * k.to(prev_action.dtype))
-            logits = self._logits(self.post_net, torch.cat([deter.to(embed.dtype), embed[t]], -1))  # (B, S, K)
+            if resets[t]:
+                k = keep[t].to(deter.dtype)
+                deter, stoch = deter * k, stoch * k.unsqueeze(-1)
+            deter = self.core.step(deter, stoch.flatten(-2), action_x[t], shared_weight)  # (B, S, K) -> (B, S*K)
+            logits = rest(F.linear(deter.to(embed_x.dtype), deter_weight) + embed_x[t])  # (B, S*K)
+            logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
             stoch = self._draw(logits, sample)
             for key, value in (("deter", deter), ("stoch", stoch), ("logits", logits)):
                 out[key].append(value)
         post = {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
         prior_logits = self._logits(self.prior_net, post["deter"])  # all rows at once: (T, B, D) -> (T, B, S, K)
         return post, {"deter": post["deter"], "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
+
+    def _posterior_layers(self) -> tuple[nn.Linear, Callable[[torch.Tensor], torch.Tensor]]:
+        """The posterior net as ``(first linear layer on cat(deter, embed), the rest)``: ``post_net(x) ==
+        rest(first(x))``."""
+        net = self.post_net
+        if not len(net.hidden):
+            return net.out, lambda x: x
+        tail = nn.Sequential(*list(net.hidden[0])[1:], *list(net.hidden)[1:], net.out)  # norm, act, ..., logits
+        return net.hidden[0][0], tail
 
     # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
