@@ -25,7 +25,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from reverie.cli import main as reverie_main
-from reverie.collector import Collector
+from reverie.loop.collector import Collector
 
 train_module = importlib.import_module("reverie.train")
 MADE: list[Collector] = []

@@ -2,6 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/planning.py                       # reference: 1000 x 12 x 10, size 200/30/200
     .venv/bin/python bench/planning.py --candidates 250 --horizon 15 --iterations 5 --deter 100 --stoch 16 --units 100
+    .venv/bin/python bench/planning.py --candidates 150 --horizon 10 --iterations 4 --top-k 15 --deter 100 --stoch 16 \
+        --units 100 --head-units 100 --head-layers 2 --no-cont                   # agent_exp/planet_classic.yaml
 
 Times ``PlaNet.act`` (posterior filter + CEM, what one env step costs at collection time) for a batch of
 ``--envs`` envs on vector observations; the CEM dominates (``iterations x horizon`` open-loop steps over
@@ -13,12 +15,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 import torch
 
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.planet import PlaNet
+from reverie.models.dynamics import GaussianRSSM
 from reverie.types import ActionSpec
 
 
@@ -31,6 +35,8 @@ def main() -> None:
     parser.add_argument("--deter", type=int, default=200)
     parser.add_argument("--stoch", type=int, default=30)
     parser.add_argument("--units", type=int, default=200)
+    parser.add_argument("--head-units", type=int, default=300, help="reward/continue heads (reference 3 x 300)")
+    parser.add_argument("--head-layers", type=int, default=3)
     parser.add_argument("--action-dim", type=int, default=1)
     parser.add_argument("--discrete", action="store_true", help="categorical CEM over Discrete(action-dim)")
     parser.add_argument("--envs", type=int, default=1)
@@ -41,10 +47,12 @@ def main() -> None:
     parser.add_argument("--precision", default="float32", help="float32 | bfloat16 | auto (autocast compute dtype)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     torch.manual_seed(0)
     spec = ActionSpec(args.discrete, args.action_dim)
-    agent = PlaNet({"vector": (5,)}, spec, deter=args.deter, stoch=args.stoch, units=args.units,
+    dynamics = partial(GaussianRSSM, deter=args.deter, stoch=args.stoch, units=args.units)
+    agent = PlaNet({"vector": (5,)}, spec, dynamics=dynamics, units=args.units,
+                   head_units=args.head_units, head_layers=args.head_layers,
                    candidates=args.candidates, horizon=args.horizon, iterations=args.iterations,
                    top_k=min(args.top_k, args.candidates), plan_cont=not args.no_cont, device=args.device,
                    precision=args.precision)
@@ -60,7 +68,7 @@ def main() -> None:
     ms = [t * 1000 for t in times]
     steps = args.iterations * args.horizon
     print(f"CEM {args.candidates} candidates x horizon {args.horizon} x {args.iterations} iterations, model "
-          f"{args.deter}/{args.stoch}/{args.units}, {args.envs} env(s), {args.threads} thread(s), {args.device}, {args.precision}:")
+          f"{args.deter}/{args.stoch}/{args.units}, heads {args.head_layers} x {args.head_units}, {args.envs} env(s), {args.threads} thread(s), {args.device}, {args.precision}:")
     print(f"  {statistics.median(ms):.1f} ms per planned action (median of {args.repeats}; min {min(ms):.1f}, "
           f"max {max(ms):.1f}); {statistics.median(ms) / steps:.2f} ms per open-loop step of "
           f"{args.envs * args.candidates} states")

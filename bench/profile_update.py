@@ -53,11 +53,11 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from reverie.cpu_memory import keep_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
-from bench.run import SIZES, cartpole_batch
+from bench.run import SIZES, cartpole_batch, sized
 
 
 class PhaseTimer:
@@ -86,8 +86,8 @@ class PhaseTimer:
 def instrument(agent: DreamerV3, timer: PhaseTimer) -> None:
     """Wrap the agent's phases on the instance (and backward/clip globally, for this process only)."""
     agent.wm.loss = timer.wrap("wm forward (loss)", agent.wm.loss)
-    agent.wm.rssm.observe = timer.wrap("  of it: observe scan", agent.wm.rssm.observe)
-    agent.wm.rssm.imagine = timer.wrap("imagine rollout", agent.wm.rssm.imagine)
+    agent.wm.dynamics.observe = timer.wrap("  of it: observe scan", agent.wm.dynamics.observe)
+    agent.wm.dynamics.imagine = timer.wrap("imagine rollout", agent.wm.dynamics.imagine)
     for name in ("model_opt", "actor_opt", "critic_opt"):
         opt = getattr(agent, name)
         opt.step = timer.wrap(f"optimiser step ({name})", opt.step)
@@ -115,10 +115,8 @@ def instrument(agent: DreamerV3, timer: PhaseTimer) -> None:
 
 
 def build(size: str, precision: str, compile_: bool) -> DreamerV3:
-    s = SIZES[size]
     torch.manual_seed(0)
-    return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=s["deter"], stoch=s["stoch"], classes=s["classes"],
-                     units=s["units"], layers=s["layers"], precision=precision, compile=compile_)
+    return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, precision=precision, compile=compile_))
 
 
 def run_py_spy(args: argparse.Namespace) -> None:
@@ -200,7 +198,7 @@ def main() -> None:
     parser.add_argument("--no-torch-profiler", action="store_true", help=argparse.SUPPRESS)  # py-spy child run
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as reverie train does on CPU (reverie/cpu_memory.py)
+    keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
 
     agent = build(args.size, args.precision, args.compile)
     batch = cartpole_batch(64, 16)

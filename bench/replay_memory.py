@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from reverie.checkpoint import load_checkpoint, save_checkpoint
+from reverie.state.checkpoint import load_checkpoint, save_checkpoint
 from reverie.replay import Replay
 
 SPEC = {"image": ((3, 64, 64), np.uint8), "action": ((18,), np.float32), "reward": ((), np.float32),

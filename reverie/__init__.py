@@ -8,9 +8,9 @@ Public API::
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.planet import PlaNet
 from reverie.envs import make_env, make_vector_env
-from reverie.evaluate import evaluate
+from reverie.loop.evaluate import evaluate
 from reverie.replay import Replay
-from reverie.run import load_run
+from reverie.state.saved_run import load_run
 from reverie.train import train
 
 __all__ = ["DreamerV3", "PlaNet", "make_env", "make_vector_env", "Replay", "train", "evaluate", "load_run"]

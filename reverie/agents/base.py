@@ -1,4 +1,5 @@
-"""The Agent protocol the training loop knows (DESIGN.md section 1): it never names an algorithm."""
+"""The Agent protocol the training loop knows (it never names an algorithm), and what the two agents share: the
+Adam optimiser, the guarded optimiser step :meth:`WorldModelAgent._step`, acting state and checkpoint state."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 from torch.autograd.graph import increment_version
+
+from reverie.runtime.collectives import all_finite, average_gradients
+from reverie.runtime.precision import resolve_precision
 
 
 class Agent(Protocol):
@@ -46,8 +50,9 @@ class Agent(Protocol):
 
 def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     """Step post-hook of a fused optimiser: its kernel updates the parameters in place without bumping their
-    version counters, which autograd's saved-tensor checks and :class:`reverie.models.onehot_linear.FeatLinear`'s
-    weight caches read; bump them as any in-place op would."""
+    version counters, which autograd's saved-tensor checks and
+    :class:`reverie.models.kernels.onehot_linear.FeatLinear`'s weight caches read; bump them as any in-place op
+    would."""
     increment_version([p for group in opt.param_groups for p in group["params"]])
 
 
@@ -62,7 +67,7 @@ def _clear_autocast_cache(opt: torch.optim.Optimizer, args: Any, kwargs: Any) ->
 def adam(params: Iterable[nn.Parameter], lr: float, eps: float) -> torch.optim.Adam:
     """``torch.optim.Adam(params, lr, eps=eps)`` with the fused implementation (one kernel over all parameters
     instead of a loop of small ops per parameter: 4 ms instead of 12 ms per world-model step at size s on the
-    2-core CPU, docs/speed.md), falling back to the default where this torch has no fused Adam for the device.
+    2-core CPU, docs/changelog.md round 2), falling back to the default where this torch has no fused Adam for the device.
     The same update rule (Kingma and Ba 2015, Algorithm 1, with ``eps`` added to the root of the second moment).
     After each step autocast's cached casts are dropped, so later forward passes in the same autocast region
     read the new parameters."""
@@ -85,23 +90,57 @@ class WorldModelAgent(nn.Module):
     #: attribute names of the optimisers saved next to the module state (``state_dict``)
     optimizers: tuple[str, ...] = ("model_opt",)
 
+    def _place(self, device: str, precision: str) -> None:
+        """Set ``self.device`` and ``self.compute_dtype`` (:func:`reverie.runtime.precision.resolve_precision`) and
+        move the modules there; ``"float64"`` also makes the parameters float64 (exactness tests, debugging)."""
+        self.device = torch.device(device)
+        self.compute_dtype = resolve_precision(precision, self.device)
+        if self.compute_dtype == torch.float64:
+            self.to(device=self.device, dtype=torch.float64)
+        else:
+            self.to(self.device)
+
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[nn.Parameter],
+              clip: float, ok: bool = True) -> tuple[torch.Tensor, int]:
+        """One guarded optimiser step on ``loss`` (a scalar) for ``params``, the same for every optimiser of every
+        agent: zero the gradients, backpropagate into ``params`` only (``backward(inputs=...)``: through other
+        modules only the activation gradients on the way are computed), average them over data-parallel ranks,
+        clip their total norm to ``clip`` (reference ``*_opt.clip``), and step unless the loss or the norm is
+        non-finite on any rank or ``ok`` is False; a skipped step leaves parameters and optimiser moments untouched
+        and drops the gradients (the Agent protocol's guard).
+
+        Returns:
+            ``(grad_norm, skipped)``: the total norm before clipping and 1 when the step was skipped, else 0.
+        """
+        params = list(params)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=params)
+        average_gradients(params)  # data parallel: the mean over ranks (no-op in one process)
+        norm = nn.utils.clip_grad_norm_(params, clip)
+        finite = all_finite(loss)  # every rank's loss; in one process, True (the check below is this process's)
+        if ok and finite and bool(torch.isfinite(loss.detach()) & torch.isfinite(norm)):
+            optimizer.step()
+            return norm, 0
+        optimizer.zero_grad(set_to_none=True)
+        return norm, 1
+
     def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """``(rssm_state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
+        """``(dynamics state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
         with torch.inference_mode():
-            return self.wm.rssm.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
+            return self.wm.dynamics.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
 
     def _act_inputs(self, obs: dict[str, np.ndarray], state: Any,
                     mode: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
         """``act``'s common start: check ``mode``, start fresh where ``state`` is None and move the observation
-        ``(N, ...)`` (with ``is_first (N,)``) to tensors. Returns ``(data, rssm_state, prev_action)``.
+        ``(N, ...)`` (with ``is_first (N,)``) to tensors. Returns ``(data, dynamics_state, prev_action)``.
 
         Raises:
             ValueError: ``mode`` is not ``"explore"``, ``"eval"`` or ``"sample"``.
         """
         if mode not in ("explore", "eval", "sample"):
             raise ValueError(f"act: mode must be 'explore', 'eval' or 'sample', got {mode!r}")
-        rssm_state, prev_action = state if state is not None else self.initial_state(len(obs["is_first"]))
-        return self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")}), rssm_state, prev_action
+        latent, prev_action = state if state is not None else self.initial_state(len(obs["is_first"]))
+        return self.wm.tensors({k: obs[k] for k in (*self.obs_keys, "is_first")}), latent, prev_action
 
     def _update_inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """``update``'s common start: the replay sample's observation keys, ``prev_action``, ``reward``,
@@ -112,7 +151,7 @@ class WorldModelAgent(nn.Module):
     @staticmethod
     def _metric_floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
         """``update``'s common end: scalar tensors -> floats with one host sync for all of them."""
-        values = torch.stack([v.float() for v in metrics.values()]).tolist()
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in metrics.values()]).tolist()
         return dict(zip(metrics.keys(), values))
 
     def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]

@@ -18,7 +18,7 @@ One update (``dreamerv3/agent.py`` ``Agent.loss``, ``imag_loss``, ``repl_loss``)
   bootstrap with each row's imagined return (``gamma = 1 - 1/horizon``, ``lam`` 0.95, cut at ``is_last``),
   trained through the posterior features into the world model;
 - total ``rec 1, rew 1, con 1, dyn 1, rep 0.1, policy 1, value 1, repval 0.3``, one backward pass, LaProp with
-  AGC (:class:`reverie.optim.LaProp`) over all parameters; the slow value moves 2% towards the value after it.
+  AGC (:class:`reverie.agents.optim.LaProp`) over all parameters; the slow value moves 2% towards the value after it.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from torch import nn
 from reverie.agents.base import WorldModelAgent
 from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
-from reverie.distributed import all_finite, all_gather_cat, average_gradients
+from reverie.agents.optim import LaProp
 from reverie.models.distributions import TwoHotSymexp
+from reverie.models.kernels import resolve
 from reverie.models.rms_mlp import RMSMLP
 from reverie.models.world_model_2025 import WorldModel2025
-from reverie.optim import LaProp
-from reverie.precision import autocast, resolve_precision
+from reverie.runtime.collectives import all_gather_cat
+from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
 
 #: official ``loss_scales`` (``configs.yaml:86``); ``rec`` applies to every observation key
@@ -73,7 +74,7 @@ class DreamerV3_2025(WorldModelAgent):
 
     Args:
         obs_shapes: ``{key: shape}``. action_spec: :class:`reverie.types.ActionSpec`.
-        dynamics: the dynamics factory or :class:`reverie.models.block_rssm.BlockRSSM` arguments (config
+        dynamics: the dynamics factory or :class:`reverie.models.dynamics.BlockRSSM` arguments (config
             ``agent.module.dynamics``).
         units: width of encoder, decoder, heads, policy and value (size presets).
         enc_layers, dec_layers, reward_layers, cont_layers, actor_layers, critic_layers: hidden layers
@@ -93,7 +94,10 @@ class DreamerV3_2025(WorldModelAgent):
         slow_reg: ``slowreg`` (1.0) of the value and replay value losses.
         retnorm_decay, retnorm_limit, retnorm_low, retnorm_high: the return percentile normaliser (rate 0.01,
             limit 1.0, 5th and 95th percentiles; ``retnorm`` in ``configs.yaml:111``).
-        lr, agc, eps, beta1, beta2, warmup: :class:`reverie.optim.LaProp` (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000).
+        lr, agc, eps, beta1, beta2, warmup: :class:`reverie.agents.optim.LaProp` (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000).
+        kernels: ``"auto"`` or ``"off"`` (``agent.module.kernels``): the two-hot kernel in the reward, value and
+            replay value losses and the sampling kernel in the policy's draw (:mod:`reverie.models.kernels`; the
+            dynamics read the key through their own config block).
         device, precision: as :class:`reverie.agents.DreamerV3`.
 
     Raises:
@@ -114,8 +118,9 @@ class DreamerV3_2025(WorldModelAgent):
                  slow_reg: float = 1.0, retnorm_decay: float = 0.99, retnorm_limit: float = 1.0,
                  retnorm_low: float = 0.05, retnorm_high: float = 0.95, lr: float = 4e-5, agc: float = 0.3,
                  eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
-                 device: str = "cpu", precision: str = "auto"):
+                 kernels: str = "auto", device: str = "cpu", precision: str = "auto"):
         super().__init__()
+        self.fast = resolve(kernels)
         scales = LOSS_SCALES | dict(loss_scales or {})
         if set(scales) != set(LOSS_SCALES):
             raise ValueError(f"loss_scales keys {sorted(scales)}: the current DreamerV3 has {sorted(LOSS_SCALES)}")
@@ -129,17 +134,16 @@ class DreamerV3_2025(WorldModelAgent):
         self.obs_keys = sorted(obs_shapes)
         self.wm = WorldModel2025(obs_shapes, action_spec.dim, dynamics, units=units, enc_layers=enc_layers,
                                  dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
-                                 cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0)
-        feat = self.wm.rssm.feat_dim
+                                 cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
+                                 kernels=kernels)
+        feat = self.wm.dynamics.feat_dim
         out = action_spec.dim if action_spec.discrete else 2 * action_spec.dim
         self.actor = Actor(feat, action_spec, units, actor_layers, actor_unimix, min_std, max_std,
                            net=RMSMLP(feat, out, units, actor_layers, actor_outscale))
         self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer(retnorm_decay, retnorm_limit, retnorm_low, retnorm_high)
-        self.device = torch.device(device)
-        self.compute_dtype = resolve_precision(precision, self.device)
-        self.to(self.device)
+        self._place(device, precision)
         self.opt = LaProp(self.trainable(), lr=lr, agc=agc, eps=eps, beta1=beta1, beta2=beta2, warmup=warmup)
 
     def trainable(self) -> list[nn.Parameter]:
@@ -159,7 +163,7 @@ class DreamerV3_2025(WorldModelAgent):
         data, latent, prev_action = self._act_inputs(obs, state, mode)
         with autocast(self.device, self.compute_dtype):
             post = self.wm.posterior_step(data, prev_action, latent)
-            dist = self.actor(self.wm.rssm.features(post))
+            dist = self.actor(self.wm.dynamics.features(post))
             action = dist.mode if mode == "eval" else dist.sample()
         if not self.spec.discrete:
             action = action.clamp(-1.0, 1.0)
@@ -207,14 +211,14 @@ class DreamerV3_2025(WorldModelAgent):
         ``agent.py:188-200``: the imagined features are stop-gradient) and read rewards, continue probabilities
         and slow values. Returns ``feat (H+1, N, F)``, ``action (H+1, N, A)``, ``reward``, ``cont``, ``slow``
         ``(H+1, N)``."""
-        rssm, actor = self.wm.rssm, self.actor
+        dynamics, actor = self.wm.dynamics, self.actor
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
-            return actor.sample(actor.net(rssm.features(state)))
+            return actor.sample(actor.net(dynamics.features(state)), fast=self.fast)
 
         with torch.no_grad():
-            states, actions = rssm.imagine(policy, start, self.horizon)  # (H+1, N, ...)
-            feat = rssm.features(states)  # (H+1, N, F)
+            states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
+            feat = dynamics.features(states)  # (H+1, N, F)
             reward = self.wm.reward(feat).mean  # (H+1, N); row 0's is never read
             cont = self.wm.cont(feat).probs  # (H+1, N): probabilities, row 0 the start state's own prediction
             slow = TwoHotSymexp(self.slow_critic(feat)).mean  # (H+1, N)
@@ -238,7 +242,8 @@ class DreamerV3_2025(WorldModelAgent):
         logpi = policy.log_prob(imag["action"][:-1])  # (H, N)
         entropy = policy.entropy()  # (H, N)
         policy_loss = -weight * (logpi * adv.detach() + self.actor_entropy * entropy)
-        value_loss = -weight * TwoHotSymexp(value_out[:-1]).log_prob_mix([ret, imag["slow"][:-1]], [1.0, self.slow_reg])
+        value_loss = -weight * TwoHotSymexp(value_out[:-1], fast=self.fast).log_prob_mix([ret, imag["slow"][:-1]],
+                                                                                         [1.0, self.slow_reg])
         imag["ret"] = ret
         imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
                            "return/low": self.retnorm.low.clone(), "return/high": self.retnorm.high.clone(),
@@ -260,7 +265,8 @@ class DreamerV3_2025(WorldModelAgent):
             slow = TwoHotSymexp(self.slow_critic(rows["feat"])).mean  # (K, B)
         ret = replay_returns(rows["reward"], rows["boot"], rows["is_terminal"], rows["is_last"], self.gamma, self.lam)
         weight = 1.0 - rows["is_last"][:-1].float()  # (K-1, B)
-        return -weight * TwoHotSymexp(value_out[:-1]).log_prob_mix([ret, slow[:-1]], [1.0, self.slow_reg])
+        return -weight * TwoHotSymexp(value_out[:-1], fast=self.fast).log_prob_mix([ret, slow[:-1]],
+                                                                                   [1.0, self.slow_reg])
 
     def _optimize(self, loss: torch.Tensor, finite_returns: bool,
                   retnorm: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
@@ -271,18 +277,13 @@ class DreamerV3_2025(WorldModelAgent):
             ``(grad_norm, skipped)``: the total gradient norm before AGC and 1 when the step was skipped (a
             non-finite loss, gradient or return on any rank: parameters, moments, normaliser and slow value stay).
         """
-        params = self.trainable()
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        average_gradients(params)  # data parallel: the mean over ranks (no-op in one process)
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        finite = all_finite(loss) and finite_returns and bool(torch.isfinite(loss.detach()) & torch.isfinite(norm))
-        if not finite:
-            self.opt.zero_grad(set_to_none=True)
+        # the shared guarded step; no global-norm clip (``clip`` inf: the official chain clips per tensor, by AGC
+        # inside LaProp.step)
+        norm, skipped = self._step(self.opt, loss, self.trainable(), float("inf"), ok=finite_returns)
+        if skipped:
             self.retnorm.low.copy_(retnorm[0])
             self.retnorm.high.copy_(retnorm[1])
             return norm, 1
-        self.opt.step()
         with torch.no_grad():
             for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
                 slow.lerp_(fast, self.slow_fraction)

@@ -78,8 +78,8 @@ class ReturnNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, returns: torch.Tensor) -> None:
-        x = returns.detach().flatten().float()
-        quantiles = torch.quantile(x, torch.tensor([self.low_q, self.high_q], device=x.device))
+        x = returns.detach().flatten().to(self.low.dtype)  # float32 (float64 in the float64 tests)
+        quantiles = torch.quantile(x, torch.tensor([self.low_q, self.high_q], device=x.device, dtype=x.dtype))
         self.low.mul_(self.decay).add_((1.0 - self.decay) * quantiles[0])
         self.high.mul_(self.decay).add_((1.0 - self.decay) * quantiles[1])
 

@@ -25,10 +25,16 @@ from torch import distributions as td
 from torch import nn
 
 from reverie.models.networks import trunc_normal_init_
-from reverie.models.onehot_linear import FeatLinear, SplitFeat
+from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat
 
 ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "none": nn.Identity}
 NORMS = ("layer", "none")
+
+
+def float32_or_wider(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as float32, or as it is when already float64: 16-bit autocast outputs and integer pixels become
+    float32 for the distributions, float64 models stay float64 (exactness tests)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def scale_image(x: torch.Tensor) -> torch.Tensor:
@@ -37,9 +43,9 @@ def scale_image(x: torch.Tensor) -> torch.Tensor:
     The one place images are scaled (reference: ``image / 255`` in the agent's preprocessing, ``- 0.5`` in the
     encoder, ``+ 0.5`` on the decoder's output; here both offsets live in this function). Float inputs holding
     pixel values in ``[0, 255]`` give the same result as the uint8 tensor. Exact at the ends: 0 -> -0.5,
-    255 -> 0.5.
+    255 -> 0.5. float64 inputs stay float64 (exactness tests); every other dtype gives float32.
     """
-    return x.to(torch.float32) / 255.0 - 0.5
+    return float32_or_wider(x) / 255.0 - 0.5
 
 
 def unscale_image(x: torch.Tensor) -> torch.Tensor:
@@ -176,8 +182,9 @@ class ConvEncoder(nn.Module):
 
         Runs in float32 and channels-last memory (see :func:`conv_compute`), also under autocast.
         """
+        dtype = self.layers[0].weight.dtype  # float32 (float64 in the float64 tests)
         with conv_compute(x):
-            return self.layers(scale_image(x).contiguous(memory_format=torch.channels_last))
+            return self.layers(scale_image(x).to(dtype).contiguous(memory_format=torch.channels_last))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if tuple(x.shape[-3:]) != self.in_shape:
@@ -239,7 +246,8 @@ class ConvDecoder(nn.Module):
         lead = feat.lead if isinstance(feat, SplitFeat) else feat.shape[:-1]
         x = self.linear(feat).reshape(-1, *self.in_shape)  # (..., F) -> (N, C' * h * w) -> (N, C', h, w)
         with conv_compute(x):
-            x = self.layers(x.float().contiguous(memory_format=torch.channels_last))  # (N, C', h, w) -> (N, C, H, W)
+            x = x.to(self.layers[0].weight.dtype)  # float32 (float64 in the float64 tests), also under autocast
+            x = self.layers(x.contiguous(memory_format=torch.channels_last))  # (N, C', h, w) -> (N, C, H, W)
         return x.contiguous().reshape(*lead, *self.out_shape)  # (N, C, H, W) -> (..., C, H, W)
 
 
@@ -269,7 +277,7 @@ class ImageMSE(td.Distribution):
     arg_constraints: dict = {}
 
     def __init__(self, pred: torch.Tensor):
-        self.pred = pred.float()
+        self.pred = float32_or_wider(pred)
         super().__init__(batch_shape=pred.shape[:-3], event_shape=pred.shape[-3:], validate_args=False)
 
     @property

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import distributions as td
 
-from reverie.models.conv import ImageMSE, scale_image
+from reverie.models.conv import ImageMSE, float32_or_wider, scale_image
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -50,46 +50,6 @@ def _default_bins(num_bins: int, device: torch.device, space: str = "symlog") ->
     return _BINS[key]
 
 
-_LOG_OF_PROBS_MIN = 1e-30  # given probabilities at least this large enter the log-likelihood as log(p)
-
-
-class _SparseTargetLogProb(torch.autograd.Function):
-    """``sum_j weight[..., j] * log_softmax(logits)[..., index[..., j]]``: the log-likelihood of a target
-    distribution with ``J`` nonzero entries, ``logits (..., K)``, ``index``/``weight (..., J)`` -> ``(...)``.
-
-    The same numbers as gathering from ``log_softmax`` (in float32), with a backward that never builds a dense
-    ``(..., K)`` target or gather gradient: ``d/dlogits = scatter(weight) - softmax * sum_j weight_j`` (one pass
-    over ``(..., K)`` plus ``J`` scattered entries per row). ``weight`` gets no gradient (targets are constants).
-    With ``probs`` (``softmax(logits)`` float32, no autograd) given, the forward takes the log of its ``J``
-    gathered entries (equal to ``log_softmax`` up to float32 rounding; the full ``log_softmax`` where one of them
-    is below 1e-30) and the backward reads it instead of exponentiating: no ``(..., K)`` temporaries at all.
-    """
-
-    @staticmethod
-    def forward(ctx, logits, index, weight, probs):
-        ctx.dtype, ctx.given = logits.dtype, probs is not None
-        if probs is not None:  # the caller's float32 softmax: the backward reads it, the forward its J entries
-            at = probs.gather(-1, index)  # (..., J)
-            # log of a float32 probability of 1e-30 or more is log_softmax to float32 rounding; a smaller one (a
-            # target bin ~69 nats or more below the best: near or in the subnormals, or 0) is not, so then the
-            # full log_softmax below
-            if not bool(((at < _LOG_OF_PROBS_MIN) & (weight != 0)).any()):
-                ctx.save_for_backward(probs, index, weight)
-                return torch.special.xlogy(weight, at).sum(-1)  # 0 where a weight is 0, even at a 0 probability
-        logp = F.log_softmax(logits, -1, dtype=torch.float32)  # (..., K)
-        ctx.save_for_backward(logp if probs is None else probs, index, weight)  # the backward needs softmax
-        return (logp.gather(-1, index) * weight).sum(-1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        saved, index, weight = ctx.saved_tensors
-        g = grad.unsqueeze(-1)  # (..., 1)
-        scale = -(g * weight.sum(-1, keepdim=True))
-        grad_logits = saved * scale if ctx.given else saved.exp().mul_(scale)  # - softmax * sum_j g w_j
-        grad_logits.scatter_add_(-1, index, g * weight)  # + g w_j at index_j
-        return grad_logits.to(ctx.dtype), None, None, None
-
-
 _MEAN_CHUNK_ELEMENTS = 1 << 19  # logits per chunk of TwoHotSymlog.mean without autograd: 2,048 rows of 255 bins
 
 
@@ -103,13 +63,15 @@ class TwoHotSymlog(td.Distribution):
             DreamerV3's critic: the values for the returns, then the loss on the same outputs): ``probs`` and
             ``mean`` read it when no gradient is recorded through them, and ``log_prob``'s backward uses it
             instead of exponentiating the log-probabilities again.
+        fast: ``log_prob`` through its kernel (:mod:`reverie.models.kernels.two_hot`: the same values, a sparse
+            backward); False: ``log_softmax`` gathered at the two bins, under autograd.
 
-    Every quantity is computed in float32 (softmax and log_softmax take 16-bit logits with ``dtype=float32``; on
-    CPU the op makes the float32 copy inside). ``mean``/``mode``: ``(...)`` in the original (symexp) space; exactly ``0`` for all-zero logits,
-    which is why the reward and critic output layers are zero-initialised. ``log_prob(x)``: ``(...)``, the
-    cross-entropy of the two-hot encoding of ``symlog(x)`` against the predicted probabilities, computed by
-    gathering the two neighbouring bins (the same number as summing over a dense two-hot vector, without
-    materialising one, in the forward or the backward pass). ``log_prob_mix`` adds several targets in one pass.
+    Every quantity is computed in float32 at least (softmax and log_softmax take 16-bit logits with
+    ``dtype=float32``; on CPU the op makes the float32 copy inside). ``mean``/``mode``: ``(...)`` in the original
+    (symexp) space; exactly ``0`` for all-zero logits, which is why the reward and critic output layers are
+    zero-initialised. ``log_prob(x)``: ``(...)``, the cross-entropy of the two-hot encoding of ``symlog(x)`` against
+    the predicted probabilities, computed by gathering the two neighbouring bins (the same number as summing over a
+    dense two-hot vector). ``log_prob_mix`` adds several targets in one pass.
     """
 
     arg_constraints: dict = {}
@@ -118,11 +80,13 @@ class TwoHotSymlog(td.Distribution):
     _squash = staticmethod(symlog)  # target value -> bin space
     _unsquash = staticmethod(symexp)  # expected bin -> value
 
-    def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None, probs: torch.Tensor | None = None):
+    def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None, probs: torch.Tensor | None = None,
+                 fast: bool = False):
+        self.fast, self.dtype = bool(fast), _at_least_float32(logits.dtype)
         default_bins = bins is None
         if default_bins:
             bins = _default_bins(logits.shape[-1], logits.device, self._space)
-        bins = bins.to(device=logits.device, dtype=torch.float32)
+        bins = bins.to(device=logits.device, dtype=self.dtype)
         if bins.shape[-1] != logits.shape[-1]:
             raise ValueError(f"TwoHotSymlog: logits have {logits.shape[-1]} bins, bins tensor has {bins.shape[-1]}")
         self.logits = logits
@@ -131,8 +95,8 @@ class TwoHotSymlog(td.Distribution):
         # the default bins are symmetric by construction (symlog_bins); only given bins are checked (a host sync)
         self._symmetric = k % 2 == 1 and (default_bins or bool(torch.equal(bins, -bins.flip(0))))
         self._logp: torch.Tensor | None = None
-        if probs is not None and (probs.shape != logits.shape or probs.dtype != torch.float32 or probs.requires_grad):
-            raise ValueError(f"TwoHotSymlog: probs must be the float32 softmax of the logits, without autograd "
+        if probs is not None and (probs.shape != logits.shape or probs.dtype != self.dtype or probs.requires_grad):
+            raise ValueError(f"TwoHotSymlog: probs must be the {self.dtype} softmax of the logits, without autograd "
                              f"(shape {tuple(logits.shape)}); got shape {tuple(probs.shape)}, {probs.dtype}, "
                              f"requires_grad={probs.requires_grad}")
         self._given_probs = probs
@@ -140,9 +104,10 @@ class TwoHotSymlog(td.Distribution):
 
     @property
     def log_probs(self) -> torch.Tensor:
-        """``log_softmax(logits)`` ``(..., K)`` float32, computed once and shared by ``mean`` and ``entropy``."""
+        """``log_softmax(logits)`` ``(..., K)`` (float32 at least), computed once and shared by ``mean``,
+        ``entropy`` and ``log_prob``."""
         if self._logp is None:
-            self._logp = F.log_softmax(self.logits, -1, dtype=torch.float32)
+            self._logp = F.log_softmax(self.logits, -1, dtype=self.dtype)
         return self._logp
 
     @property
@@ -151,7 +116,7 @@ class TwoHotSymlog(td.Distribution):
             return self._given_probs
         # softmax for a distribution only read by its mean (one exp); exp of the shared log_softmax otherwise
         if self._logp is None:
-            return torch.softmax(self.logits, -1, dtype=torch.float32)
+            return torch.softmax(self.logits, -1, dtype=self.dtype)
         return self._logp.exp()
 
     @property
@@ -161,12 +126,12 @@ class TwoHotSymlog(td.Distribution):
         if rows > chunk and self._given_probs is None and self._logp is None and \
                 not (self.logits.requires_grad and torch.is_grad_enabled()):
             # no gradient and nothing to share: the probabilities chunk by chunk, each chunk's float32 temporaries
-            # reused while in cache (at (15, 1024, 255) bf16 logits: 1.9 ms instead of 3.5, docs/speed.md round 4)
+            # reused while in cache (at (15, 1024, 255) bf16 logits: 1.9 ms instead of 3.5, docs/changelog.md round 4)
             flat = self.logits.reshape(rows, k)
-            out = torch.empty(rows, dtype=torch.float32, device=flat.device)
+            out = torch.empty(rows, dtype=self.dtype, device=flat.device)
             for start in range(0, rows, chunk):
                 out[start:start + chunk] = self._mean_of(torch.softmax(flat[start:start + chunk], -1,
-                                                                       dtype=torch.float32))
+                                                                       dtype=self.dtype))
             return out.view(self.logits.shape[:-1])
         return self._mean_of(self.probs)
 
@@ -191,11 +156,18 @@ class TwoHotSymlog(td.Distribution):
         e.g. DreamerV3's critic loss: the return target plus ``slow_reg`` times the slow critic's mean)."""
         index, weight = [], []
         for value, scale in zip(values, scales):
-            below, above, w_below, w_above = two_hot_indices(self._squash(value.float()), self.bins)
+            below, above, w_below, w_above = two_hot_indices(self._squash(value.to(self.dtype)), self.bins)
             index += [below, above]
             weight += [scale * w_below, scale * w_above]
-        return _SparseTargetLogProb.apply(self.logits, torch.stack(index, -1), torch.stack(weight, -1),
-                                          self._given_probs)
+        index, weight = torch.stack(index, -1), torch.stack(weight, -1)  # (..., 2 * len(values))
+        if self.fast:
+            from reverie.models.kernels.two_hot import SparseTargetLogProb
+
+            return SparseTargetLogProb.apply(self.logits, index, weight, self._given_probs)
+        picked = self.log_probs.gather(-1, index)  # (..., 2 * len(values))
+        # a zero weight contributes 0 even where its bin's log-probability is -inf (a -inf logit next to a target
+        # that sits exactly on a bin): 0 * -inf would be NaN
+        return torch.where(weight != 0, picked * weight, picked.new_zeros(())).sum(-1)
 
     def entropy(self) -> torch.Tensor:
         logp = self.log_probs
@@ -273,104 +245,67 @@ def one_hot_index(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.
 
 def one_hot_sample(probs: torch.Tensor) -> torch.Tensor:
     """One-hot sample ``(..., K)`` in ``probs``' dtype of categorical ``probs`` ``(..., K)`` (rows summing to 1):
-    the inverse CDF at one uniform draw per distribution (:func:`_unimix_index` without a uniform part)."""
-    return one_hot_index(_unimix_index(probs, 0.0), probs.shape[-1], probs.dtype)
+    the inverse CDF at one uniform draw per distribution (:func:`unimix_index` without a uniform part)."""
+    return one_hot_index(unimix_index(probs, 0.0), probs.shape[-1], probs.dtype)
 
 
-_SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
-                   torch.float16: torch.int16}
-
-
-def count_below(cdf: torch.Tensor, target: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
-    """Per row, how many entries of a nondecreasing ``cdf (..., K)`` are below ``target (..., 1)``: ``(..., 1)`` int32
-    (int64 for float64); the same numbers as ``torch.searchsorted(cdf, target)`` (left side).
-
-    Summed sign bits of ``cdf - target`` (one subtraction, one shift, one short sum): about 4x faster than
-    ``searchsorted``'s per-row binary search on CPU at ``K = 32`` (docs/speed.md, round 4). Exact for finite
-    values: IEEE subtraction gives ``a - b < 0`` exactly when ``a < b`` (with subnormals; a process that sets
-    ``torch.set_flush_denormal(True)`` could count a difference below ~1e-38 as not below) and ``+0`` when equal
-    (one exception: an entry ``-0.0`` counts as below a target ``+0.0``; a cumsum of probabilities has none).
-    ``overwrite=True`` works in ``cdf``'s memory (its values are lost; no new ``(..., K)`` tensor, which at the
-    rollout's 4 MiB per step is memory traffic saved).
-
-    Raises:
-        TypeError: ``cdf - target`` is not a float tensor of 16, 32 or 64 bits (or, with ``overwrite``, not
-            ``cdf``'s dtype).
-    """
-    dtype = cdf.dtype if overwrite else torch.promote_types(cdf.dtype, target.dtype)
-    if dtype not in _SAME_WIDTH_INT or (overwrite and target.dtype != dtype):
-        raise TypeError(f"count_below needs float16/bfloat16/float32/float64 cdf and target (one dtype with "
-                        f"overwrite=True), got {cdf.dtype} and {target.dtype}")
-    diff = cdf.sub_(target) if overwrite else cdf - target  # (..., K); the sign bit is set where cdf < target
-    bits = diff.view(_SAME_WIDTH_INT[dtype])
-    bits.bitwise_right_shift_(8 * bits.element_size() - 1)  # arithmetic shift: -1 where cdf < target, else 0
-    return bits.sum(-1, keepdim=True, dtype=torch.int64 if bits.element_size() == 8 else torch.int32).neg_()
-
-
-@torch.no_grad()
-def _unimix_index(probs: torch.Tensor, unimix: float, overwrite: bool = False) -> torch.Tensor:
+def unimix_index(probs: torch.Tensor, unimix: float, fast: bool = False, overwrite: bool = False) -> torch.Tensor:
     """Class index ``(...)`` int64 of one draw from ``(1 - unimix) * probs + unimix / K`` (``probs (..., K)``, rows
-    summing to 1), as the mixture it is: one uniform ``u`` per distribution; ``u < unimix`` picks class
+    summing to 1), drawn as the mixture it is: one uniform ``u`` per distribution; ``u < unimix`` picks class
     ``floor(u / unimix * K)`` (uniform), otherwise the inverse CDF of ``probs`` at ``(u - unimix) / (1 - unimix)``
-    (uniform on ``[0, 1)`` given ``u >= unimix``). Two passes over ``(..., K)`` (cumsum, :func:`count_below`) instead
-    of building the mixed probabilities and comparing every class, in one ``(..., K)`` buffer: the cumsum's, or
-    with ``overwrite=True`` ``probs``' own (its values are lost)."""
-    k = probs.shape[-1]
-    u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
-    # (..., K); cdf[..., -1] is 1 up to rounding: a target above it lands on class K-1
-    cdf = probs.cumsum_(-1) if overwrite else probs.cumsum(-1)
-    target = ((u - unimix) * (1.0 / (1.0 - unimix))).to(cdf.dtype)
-    index = count_below(cdf, target, overwrite=True).clamp_(max=k - 1).long()  # the count of classes with cdf < target
-    if unimix > 0.0:
-        index = torch.where(u < unimix, (u * (k / unimix)).long().clamp_(max=k - 1), index)
-    return index.squeeze(-1)
+    (uniform on ``[0, 1)`` given ``u >= unimix``). The CDF search is ``torch.searchsorted``, or with ``fast`` its
+    kernel (:func:`reverie.models.kernels.sampling.count_below`, the same counts) which with ``overwrite=True``
+    works in ``probs``' own memory (its values are lost)."""
+    with torch.no_grad():
+        k = probs.shape[-1]
+        u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
+        cdf = probs.cumsum_(-1) if fast and overwrite else probs.cumsum(-1)  # (..., K); cdf[..., -1] ~ 1
+        target = ((u - unimix) * (1.0 / (1.0 - unimix))).to(cdf.dtype)
+        if fast:
+            from reverie.models.kernels.sampling import count_below
+
+            below = count_below(cdf, target, overwrite=True)  # (..., 1): classes with cdf < target
+        else:
+            below = torch.searchsorted(cdf, target)  # (..., 1): classes with cdf < target
+        index = below.clamp_(max=k - 1).long()  # a target above the rounded cdf[..., -1] lands on class K-1
+        if unimix > 0.0:
+            index = torch.where(u < unimix, (u * (k / unimix)).long().clamp_(max=k - 1), index)
+        return index.squeeze(-1)
 
 
-def unimix_sample_index(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
+def unimix_sample_index(logits: torch.Tensor, unimix: float = 0.01, fast: bool = False) -> torch.Tensor:
     """Class index ``(...)`` int64 of a sample of :class:`UnimixCategorical` ``(logits (..., K), unimix)``: the
-    same draw :func:`unimix_sample` makes from the same random state, without the one-hot (imagination for
-    discrete actions needs no gradient through the latent; the heads read the index, docs/speed.md)."""
-    return _unimix_index(torch.softmax(logits, -1, dtype=torch.float32), unimix, overwrite=True)
+    same draw :func:`unimix_sample` makes from the same random state, without the one-hot."""
+    probs = torch.softmax(logits.detach(), -1, dtype=_at_least_float32(logits.dtype))
+    return unimix_index(probs, unimix, fast, overwrite=True)
 
 
-def straight_through_grad(grad: torch.Tensor, probs: torch.Tensor, unimix: float) -> torch.Tensor:
-    """Gradient w.r.t. the logits ``(..., K)`` float32 of the unimix probabilities ``(1 - unimix) * softmax(logits) +
-    unimix / K`` for an upstream gradient ``grad (..., K)`` on them: ``(1 - unimix) * p * (g - sum(g * p))`` with
-    ``p = softmax(logits)`` ``(..., K)`` float32 (the straight-through estimator's backward, Bengio et al. 2013)."""
-    grad_logits = (grad - (grad * probs).sum(-1, keepdim=True)).mul_(probs)
-    return grad_logits.mul_(1.0 - unimix) if unimix else grad_logits
-
-
-class _StraightThrough(torch.autograd.Function):
-    """The one-hot of ``index`` ``(...) -> (..., K)`` float32 as the value, the gradient of the unimix
-    probabilities ``(1 - unimix) * softmax(logits) + unimix / K`` as the gradient (Bengio et al. 2013; DreamerV3
-    section 3): ``d/dlogits = (1 - unimix) * p * (g - sum(g * p))`` with ``p = softmax(logits)`` (given, float32).
-    One autograd node instead of the ``sample + probs - probs.detach()`` graph (mix, subtract, add, softmax)."""
-
-    @staticmethod
-    def forward(ctx, logits, probs, index, unimix):
-        ctx.save_for_backward(probs)
-        ctx.unimix, ctx.dtype = unimix, logits.dtype
-        return one_hot_index(index, probs.shape[-1])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (p,) = ctx.saved_tensors
-        return straight_through_grad(grad, p, ctx.unimix).to(ctx.dtype), None, None, None
-
-
-def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
+def unimix_sample(logits: torch.Tensor, unimix: float = 0.01, fast: bool = False) -> torch.Tensor:
     """Straight-through one-hot sample of :class:`UnimixCategorical` without building the distribution.
 
-    The hot path of the RSSM (one call per latent step): ``logits (..., K)`` -> one-hot ``(..., K)`` float32 whose
-    value is a sample and whose gradient is that of the unimix probabilities. Same law as
-    ``UnimixCategorical(logits, unimix).rsample()``; the class is :func:`unimix_sample_index`'s draw.
+    ``logits (..., K)`` -> one-hot ``(..., K)`` (float32 at least) whose value is a sample and whose gradient is
+    that of the unimix probabilities (Bengio et al. 2013; DreamerV3 section 3): ``one_hot + probs - sg(probs)``.
+    Same law as ``UnimixCategorical(logits, unimix).rsample()``; the class is :func:`unimix_sample_index`'s draw.
+    ``fast``: the draw's and the straight-through graph's kernels (:mod:`reverie.models.kernels.sampling`,
+    :mod:`reverie.models.kernels.straight_through`; the same values and gradient).
     """
-    probs = torch.softmax(logits.detach(), -1, dtype=torch.float32)
-    index = _unimix_index(probs, unimix)
+    dtype = _at_least_float32(logits.dtype)
+    probs = torch.softmax(logits.detach(), -1, dtype=dtype)
+    index = unimix_index(probs, unimix, fast)
     if not (logits.requires_grad and torch.is_grad_enabled()):
-        return one_hot_index(index, logits.shape[-1])
-    return _StraightThrough.apply(logits, probs, index, unimix)
+        return one_hot_index(index, logits.shape[-1], dtype)
+    if fast:
+        from reverie.models.kernels.straight_through import StraightThrough
+
+        return StraightThrough.apply(logits, probs, index, unimix)
+    mixed = unimix_probs(logits.to(dtype), unimix)  # (..., K), with the gradient
+    return one_hot_index(index, logits.shape[-1], dtype) + (mixed - mixed.detach())
+
+
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """float32, or float64 for float64 inputs: distributions compute in float32 at least (16-bit logits under
+    autocast are widened; the float64 tests stay float64)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 class UnimixCategorical(td.OneHotCategorical):
@@ -389,7 +324,7 @@ class UnimixCategorical(td.OneHotCategorical):
     has_rsample = True
 
     def __init__(self, logits: torch.Tensor, unimix: float = 0.01):
-        super().__init__(logits=unimix_logits(logits.float(), unimix), validate_args=False)
+        super().__init__(logits=unimix_logits(float32_or_wider(logits), unimix), validate_args=False)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -418,8 +353,8 @@ class BoundedNormal(td.Independent):
     """
 
     def __init__(self, mean_raw: torch.Tensor, std_raw: torch.Tensor, min_std: float = 0.1, max_std: float = 1.0):
-        mean = torch.tanh(mean_raw.float())
-        std = (max_std - min_std) * torch.sigmoid(std_raw.float() + 2.0) + min_std
+        mean = torch.tanh(float32_or_wider(mean_raw))
+        std = (max_std - min_std) * torch.sigmoid(float32_or_wider(std_raw) + 2.0) + min_std
         super().__init__(td.Normal(mean, std), 1, validate_args=False)
 
     @property
@@ -436,7 +371,7 @@ class SymlogMSE(td.Distribution):
     arg_constraints: dict = {}
 
     def __init__(self, pred: torch.Tensor):
-        self.pred = pred.float()
+        self.pred = float32_or_wider(pred)
         super().__init__(batch_shape=pred.shape[:-1], event_shape=pred.shape[-1:], validate_args=False)
 
     @property
@@ -455,7 +390,7 @@ class Bernoulli(td.Bernoulli):
     """Bernoulli continue head (DreamerV3 section 3). ``logits`` ``(...)``; ``mode`` is ``probs > 0.5``."""
 
     def __init__(self, logits: torch.Tensor):
-        super().__init__(logits=logits.float(), validate_args=False)
+        super().__init__(logits=float32_or_wider(logits), validate_args=False)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -485,7 +420,7 @@ class FixedNormal(td.Distribution):
     def __init__(self, mean: torch.Tensor, std: float = 1.0, event_dims: int = 1):
         if std <= 0:
             raise ValueError(f"FixedNormal: std must be > 0 (decoder_std), got {std}")
-        self.loc = mean.float()
+        self.loc = float32_or_wider(mean)
         self.scale = float(std)
         self.event_dims = int(event_dims)
         shape = self.loc.shape
@@ -506,7 +441,7 @@ class FixedNormal(td.Distribution):
             return self.loc.expand(shape) + self.scale * torch.randn(shape, device=self.loc.device)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        z = (value.float() - self.loc) / self.scale
+        z = (value.to(self.loc.dtype) - self.loc) / self.scale
         logp = -0.5 * z**2 - math.log(self.scale * math.sqrt(2.0 * math.pi))
         return logp.sum(tuple(range(-self.event_dims, 0))) if self.event_dims else logp
 
@@ -538,20 +473,20 @@ class GaussianImage(ImageMSE):
 def reduce_bits(image: torch.Tensor, bits: int = 5, noise: bool = True) -> torch.Tensor:
     """Bit-depth reduction with dequantisation noise (PlaNet ``preprocess``: 5 bits, uniform noise).
 
-    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 pixel values in
-    ``[0, 256)``: ``floor(x / 2^(8 - bits)) * 2^(8 - bits)`` plus ``U[0, 2^(8 - bits))`` noise (``noise=True``,
-    training) or plus half a bin (``noise=False``: the noise's mean; acting and evaluation). ``bits == 8``
-    without noise returns the pixels as float unchanged. Feed the result to the image encoder and the image
-    likelihood, which scale pixel values themselves.
+    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 (float64 for float64
+    input) pixel values ``v = (floor(x / 2^(8 - bits)) + u) * 2^(8 - bits) * 255 / 256`` in ``[0, 255)``, ``u ~
+    U[0, 1)`` (``noise=True``, training) or ``u = 1/2`` (``noise=False``: the noise's mean; acting and evaluation).
+    The image encoder and likelihood scale pixel values by ``v / 255 - 0.5``
+    (:func:`reverie.models.conv.scale_image`), which makes that ``(floor(x / 2^(8 - bits)) + u) / 2^bits - 0.5``, the
+    reference's ``tools/preprocess.py`` (bins of ``1 / 2^bits`` in ``[-0.5, 0.5)``). Feed the result to the image
+    encoder and the image likelihood.
 
     Raises:
         ValueError: ``bits`` outside ``1..8``.
     """
     if not 1 <= bits <= 8:
         raise ValueError(f"reduce_bits: bits must be in 1..8 (image_bits), got {bits}")
-    x = image.to(torch.float32)
-    if bits == 8 and not noise:
-        return x
+    x = float32_or_wider(image)
     step = float(2 ** (8 - bits))
-    x = torch.floor(x / step) * step
-    return x + (torch.rand_like(x) * step if noise else step / 2.0)
+    x = torch.floor(x / step) + (torch.rand_like(x) if noise else 0.5)
+    return x * (step * 255.0 / 256.0)

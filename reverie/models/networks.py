@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from reverie.models.onehot_linear import FeatLinear, SplitFeat
+from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat
 
 
 def trunc_normal_init_(weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -64,9 +64,9 @@ class MLP(nn.Module):
 
     Args:
         in_dim: input features; input ``(..., in_dim)``, or RSSM features as a :class:`SplitFeat` (the first
-            layer then reads the one-hot latent by row gathers, :mod:`reverie.models.onehot_linear`).
+            layer then reads the one-hot latent by row gathers, :mod:`reverie.models.kernels.onehot_linear`).
         out_dim: size of the output layer, or ``None`` for no output layer (output ``(..., units)``).
-        units, layers: width and depth of the hidden stack (size presets, DESIGN.md section 4).
+        units, layers: width and depth of the hidden stack (size presets, ``reverie/configs/size/``).
         out_scale: init scale of the output layer; ``0.0`` zero-initialises it (reward and critic heads).
     """
 

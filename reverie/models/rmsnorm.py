@@ -14,7 +14,7 @@ from torch import nn
 
 
 class RMSNorm(nn.RMSNorm):
-    """``torch.nn.RMSNorm`` over the last dim ``(..., D)`` with the official ``eps`` (1e-4), always in float32
+    """``torch.nn.RMSNorm`` over the last dim ``(..., D)`` with the official ``eps`` (1e-4), in float32 at least
     (the official ``Norm`` casts to float32 and back; under autocast the input may be bfloat16). Output: ``x``'s
     shape and dtype."""
 
@@ -22,7 +22,8 @@ class RMSNorm(nn.RMSNorm):
         super().__init__(dim, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x.float(), self.normalized_shape, self.weight, self.eps).to(x.dtype)
+        dtype = torch.promote_types(x.dtype, torch.float32)  # float32 at least (float64 stays float64)
+        return F.rms_norm(x.to(dtype), self.normalized_shape, self.weight.to(dtype), self.eps).to(x.dtype)
 
 
 class ChannelRMSNorm(RMSNorm):

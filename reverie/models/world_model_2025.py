@@ -4,7 +4,7 @@
 - Encoder (``rssm.py`` ``Encoder``): vector keys concatenated, symlog-squashed, ``layers`` (3) x ``Linear -> RMSNorm
   -> SiLU`` of ``units``; image keys concatenated along channels through
   :class:`reverie.models.conv_simple.SimpleConvEncoder`; the tokens are both, concatenated.
-- Dynamics: :class:`reverie.models.block_rssm.BlockRSSM` (or any module with its members, from a factory).
+- Dynamics: :class:`reverie.models.dynamics.BlockRSSM` (or any module with its members, from a factory).
 - Decoder (``rssm.py`` ``Decoder``): vectors by ``layers`` (3) hidden layers and a linear output per key, symlog
   squared error (``symlog_mse``); images by :class:`reverie.models.conv_simple.SimpleConvDecoder`, squared error.
 - Reward head (``rewhead``): 1 hidden layer, 255 symexp two-hot bins (:class:`TwoHotSymexp`), output scale 0.
@@ -23,12 +23,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from reverie.models.block_rssm import BlockRSSM, State
+from reverie.models.dynamics import BlockRSSM, State
 from reverie.models.conv import ImageMSE
 from reverie.models.conv_simple import SimpleConvDecoder, SimpleConvEncoder
 from reverie.models.distributions import Bernoulli, SymlogMSE, TwoHotSymexp, symlog
+from reverie.models.kernels import resolve
 from reverie.models.rms_mlp import RMSMLP
-from reverie.models.world_model import WorldModel
+from reverie.models.world_model import WorldModel, observation_layout
 
 
 class WorldModel2025(nn.Module):
@@ -46,6 +47,7 @@ class WorldModel2025(nn.Module):
             ``min_res``, ``bspace``).
         reward_bins: bins of the reward head (255). cont_discount: the continue target's factor for living rows
             (``1 - 1/horizon`` with the official ``contdisc``; 1.0 without).
+        kernels: ``"auto"`` or ``"off"``: the two-hot reward loss's kernel (:mod:`reverie.models.kernels.two_hot`).
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``, image keys of different
@@ -55,26 +57,18 @@ class WorldModel2025(nn.Module):
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
                  dynamics: Callable[..., Any] | dict | None = None, units: int = 1024, enc_layers: int = 3,
                  dec_layers: int = 3, reward_layers: int = 1, cont_layers: int = 1, cnn_depth: int = 64,
-                 cnn: dict | None = None, reward_bins: int = 255, cont_discount: float = 1.0 - 1.0 / 333.0):
+                 cnn: dict | None = None, reward_bins: int = 255, cont_discount: float = 1.0 - 1.0 / 333.0,
+                 kernels: str = "auto"):
         super().__init__()
-        bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
-        if bad:
-            raise ValueError(f"WorldModel2025: observation keys {bad} are neither vectors (F,) nor images (C, H, W); "
-                             f"flatten them to vectors or make them uint8 images in the env layer.")
-        self.obs_shapes = {k: tuple(int(v) for v in obs_shapes[k]) for k in sorted(obs_shapes)}
-        self.vector_keys = [k for k, s in self.obs_shapes.items() if len(s) == 1]
-        self.image_keys = [k for k, s in self.obs_shapes.items() if len(s) == 3]
+        self.fast = resolve(kernels)
+        self.obs_shapes, self.vector_keys, self.image_keys, self.image_shape = observation_layout(obs_shapes,
+                                                                                                  "WorldModel2025")
         self.cont_discount = float(cont_discount)
         cnn = dict(cnn or {})
         dec_cnn = {k: cnn.pop(k) for k in ("bspace",) if k in cnn}
         embed = 0
         self.encoder = self.decoder = self.image_encoder = self.image_decoder = None
         if self.image_keys:
-            sides = {self.obs_shapes[k][1:] for k in self.image_keys}
-            if len(sides) > 1:
-                raise ValueError(f"WorldModel2025: image keys {self.image_keys} have different sizes {sorted(sides)}; "
-                                 f"they are concatenated along channels, so resize them to one size in the env layer.")
-            self.image_shape = (sum(self.obs_shapes[k][0] for k in self.image_keys), *sides.pop())  # (C_total, H, W)
             self.image_encoder = SimpleConvEncoder(self.image_shape, depth=cnn_depth, **cnn)
             embed += self.image_encoder.out_dim
         vector_dim = sum(self.obs_shapes[k][0] for k in self.vector_keys)
@@ -84,12 +78,12 @@ class WorldModel2025(nn.Module):
         if embed == 0:
             raise ValueError("WorldModel2025: no observation keys to encode")
         if dynamics is None or isinstance(dynamics, dict):
-            self.rssm = BlockRSSM(action_dim, embed, **(dynamics or {}))
+            self.dynamics = BlockRSSM(action_dim, embed, **(dynamics or {}))
         else:
-            self.rssm = dynamics(action_dim=action_dim, embed_dim=embed)
-        feat = self.rssm.feat_dim
+            self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
+        feat = self.dynamics.feat_dim
         if self.image_keys:
-            deter = getattr(self.rssm, "deter")
+            deter = getattr(self.dynamics, "deter")
             self.image_decoder = SimpleConvDecoder(deter, feat - deter, self.image_shape, depth=cnn_depth, units=units,
                                                    **cnn, **dec_cnn)
         if self.vector_keys:
@@ -98,14 +92,9 @@ class WorldModel2025(nn.Module):
         self.cont_head = RMSMLP(feat, 1, units, cont_layers, outscale=1.0)
 
     @property
-    def dynamics(self) -> nn.Module:
-        """The latent dynamics (also ``rssm``, the name reverie's visualisations read)."""
-        return self.rssm
-
-    @property
     def loss_keys(self) -> tuple[str, ...]:
         """Keys of :meth:`loss`: the observation keys, ``reward``, ``cont``, then the dynamics' (``dyn``, ``rep``)."""
-        return (*self.obs_shapes, "reward", "cont", *self.rssm.loss_keys)
+        return (*self.obs_shapes, "reward", "cont", *self.dynamics.loss_keys)
 
     tensors = WorldModel.tensors  # numpy -> tensors on the device: uint8 images and bool flags kept, rest float32
     posterior_step = WorldModel.posterior_step  # one filtering step for acting (observe with T = 1)
@@ -137,7 +126,7 @@ class WorldModel2025(nn.Module):
 
     def reward(self, feat: torch.Tensor) -> TwoHotSymexp:
         """Reward distribution ``(...)`` from features ``(..., F)``; ``.mean`` is the predicted reward."""
-        return TwoHotSymexp(self.reward_head(feat))
+        return TwoHotSymexp(self.reward_head(feat), fast=self.fast)  # kernels: the sparse two-hot backward
 
     def cont(self, feat: torch.Tensor) -> Bernoulli:
         """Continue distribution ``(...)``; its probability is ``(1 - is_terminal)`` times the continue discount."""
@@ -157,11 +146,11 @@ class WorldModel2025(nn.Module):
             posterior states ``(T, B, ...)``, their features ``(T, B, F)`` (with gradient: the replay value loss
             trains the representation through them) and detached diagnostics.
         """
-        post, prior = self.rssm.observe(self.encode(batch), batch["prev_action"], batch["is_first"], state)
-        feat = self.rssm.features(post)  # (T, B, F)
+        post, prior = self.dynamics.observe(self.encode(batch), batch["prev_action"], batch["is_first"], state)
+        feat = self.dynamics.features(post)  # (T, B, F)
         losses = {k: -dist.log_prob(batch[k]) for k, dist in self.decode(feat).items()}
         losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
         cont = (1.0 - batch["is_terminal"].float()) * self.cont_discount  # (T, B)
         losses["cont"] = -self.cont(feat).log_prob(cont)
-        dyn_losses, info = self.rssm.loss(post, prior, batch["prev_action"], batch["is_first"])
+        dyn_losses, info = self.dynamics.loss(post, prior, batch["prev_action"], batch["is_first"])
         return losses | dyn_losses, post, feat, info

@@ -1,6 +1,6 @@
 """Per-episode evaluation videos, optionally side by side with the world model's open loop of the same actions.
 
-Used by :func:`reverie.evaluate.evaluate` (``recorder=``) for ``reverie eval``. For every kept episode ``k``:
+Used by :func:`reverie.loop.evaluate.evaluate` (``recorder=``) for ``reverie eval``. For every kept episode ``k``:
 
     <directory>/episode_<k>.mp4            env.render() frames (``render_mode="rgb_array"``), one per step
     <directory>/episode_<k>_openloop.mp4   per image key (prefixed by the key when there are several): rows
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from reverie.video import mp4_writer, pad_even
+from reverie.logs.video import mp4_writer, pad_even
 from reverie.viz.grid import abs_error, upscale, video_grid
 from reverie.viz.openloop import find_world_model, open_loop
 from reverie.viz.vector_plot import vector_plot
@@ -28,7 +28,7 @@ from reverie.viz.vector_plot import vector_plot
 class EpisodeRecorder:
     """Streams each env copy's rendered frames to an mp4 and keeps the rows the open-loop video needs.
 
-    Call order (what :func:`reverie.evaluate.evaluate` does): ``observe(row, frames)`` after reset and after
+    Call order (what :func:`reverie.loop.evaluate.evaluate` does): ``observe(row, frames)`` after reset and after
     every step, ``act(action)`` after every policy step, ``finish(env, index)`` when an env's episode ends
     (``index`` None drops it), ``close()`` at the end.
 

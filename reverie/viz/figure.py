@@ -1,4 +1,4 @@
-"""matplotlib (Agg, no display needed) figures as uint8 RGB arrays for :meth:`reverie.logging.Logger.image`."""
+"""matplotlib (Agg, no display needed) figures as uint8 RGB arrays for :meth:`reverie.logs.logger.Logger.image`."""
 
 from __future__ import annotations
 

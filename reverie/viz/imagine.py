@@ -30,8 +30,8 @@ import torch
 
 from reverie.envs import make_vector_env
 from reverie.envs.stepper import VectorStepper
-from reverie.evaluate import EVAL_SEED_OFFSET
-from reverie.video import mp4_writer, pad_even
+from reverie.loop.evaluate import EVAL_SEED_OFFSET
+from reverie.logs.video import mp4_writer, pad_even
 from reverie.types import ActionSpec
 from reverie.viz.figure import figure_to_array, new_figure, shade_context
 from reverie.viz.grid import to_hwc, upscale, video_grid
@@ -70,6 +70,7 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
         ValueError: unknown ``actions`` string; an agent without an actor for ``"policy"``; an array of the
             wrong shape or with an index outside ``[0, A)``.
     """
+    device = next(agent.parameters()).device  # where the imagined actions go
     if isinstance(actions, str) and actions == "policy":
         actor = getattr(agent, "actor", None)
         if actor is None:
@@ -82,7 +83,7 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
             table = np.eye(spec.dim, dtype=np.float32)[rng.integers(spec.dim, size=horizon + 1)]
         else:
             table = rng.uniform(-1, 1, size=(horizon + 1, spec.dim)).astype(np.float32)
-        return lambda i, feat: torch.as_tensor(table[i][None], device=feat.device)
+        return lambda i, feat: torch.as_tensor(table[i][None], device=device)
     if isinstance(actions, str):
         raise ValueError(f"actions must be 'policy', 'random' or an array / .npy file, got {actions!r}")
     table = np.asarray(actions)
@@ -94,7 +95,7 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
         raise ValueError(f"actions must be shaped (H, A) = ({horizon}, {spec.dim}) (or (H,) indices for discrete "
                          f"actions), got {table.shape}")
     table = np.concatenate([table, table[-1:]]).astype(np.float32)  # one spare row: the never-executed last action
-    return lambda i, feat: torch.as_tensor(table[i][None], device=feat.device)
+    return lambda i, feat: torch.as_tensor(table[i][None], device=device)
 
 
 @torch.inference_mode()
@@ -129,19 +130,22 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
     prev = np.stack([np.zeros_like(taken[0]), *taken[:-1]])  # prev_action_t = action_{t-1}: (C, A)
     batch["prev_action"] = prev[:, None]
     data = to_tensors(wm, batch, (*keys, "is_first", "prev_action"))
-    post, _ = wm.rssm.observe(wm.encode({k: data[k] for k in keys}), data["prev_action"], data["is_first"],
-                              None, sample=False)
+    dynamics = wm.dynamics
+    post, _ = dynamics.observe(wm.encode({k: data[k] for k in keys}), data["prev_action"], data["is_first"],
+                               None, sample=False)
     source = action_source(agent, spec, actions, horizon, seed)
     state = {k: v[-1] for k, v in post.items()}  # (1, ...): the last context posterior
-    action = source(0, wm.rssm.feat(state)).float()  # a_{C-1}, (1, A): the first action of the imagination
-    feats, acts = [], []
+    action = source(0, dynamics.features(state)).float()  # a_{C-1}, (1, A): the first action of the imagination
+    states, acts = [], []
     for i in range(horizon):
-        state = wm.rssm.img_step(state, action, sample=False)
+        state = dynamics.img_step(state, action, sample=False)
         acts.append(action)
-        feats.append(wm.rssm.feat(state))
-        action = source(i + 1, feats[-1]).float()
+        states.append(state)
+        action = source(i + 1, dynamics.features(state)).float()
     acts.append(action)
-    feat = torch.cat([wm.rssm.feat(post)[:, 0], torch.cat(feats)])  # (C, F) + (H, F) -> (C + H, F)
+    # (C, 1, ...) + (H, 1, ...) -> (C + H, ...): the context posteriors, then the imagined states
+    trajectory = {k: torch.cat([post[k], torch.stack([s[k] for s in states])])[:, 0] for k in states[0]}
+    feat = dynamics.features(trajectory)  # (C + H, F)
     all_actions = np.concatenate([np.stack(taken[:-1]), torch.cat(acts).cpu().numpy()])  # (C - 1 + H + 1, A)
     cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)
     return Imagined(context, horizon, decode_mode(wm, feat), {k: batch[k][:, 0] for k in keys}, all_actions,

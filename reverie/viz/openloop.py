@@ -10,8 +10,8 @@ and decodes every state into observations, reward and continue probability. The 
 closed-loop paths: the posterior reconstruction of every step (0-step) and the one-step prior prediction
 (the prior at t from the posterior at t-1), so the three can be compared frame by frame.
 
-Only the world model's public API is used (``encode``, ``rssm.observe``, ``rssm.img_step``, ``rssm.initial``,
-``rssm.feat``, ``decode``, ``reward``, optional ``cont``), so any agent exposing ``agent.wm`` with that API
+Only the world model's public API is used (``encode``, ``dynamics.observe``, ``dynamics.img_step``,
+``dynamics.initial``, ``dynamics.features``, ``decode``, ``reward``, optional ``cont``), so any agent exposing ``agent.wm`` with that API
 works (DreamerV3's categorical RSSM, PlaNet's Gaussian one).
 """
 
@@ -67,15 +67,15 @@ class OpenLoop:
 
 
 def find_world_model(agent: Any) -> Any:
-    """``agent.wm``, or ``agent`` itself when it is a world model (has ``rssm`` and ``decode``).
+    """``agent.wm``, or ``agent`` itself when it is a world model (has ``dynamics`` and ``decode``).
 
     Raises:
-        TypeError: neither: the viz code needs a world model with ``encode``/``rssm``/``decode``/``reward``.
+        TypeError: neither: the viz code needs a world model with ``encode``/``dynamics``/``decode``/``reward``.
     """
     wm = getattr(agent, "wm", agent)
-    missing = [name for name in ("encode", "rssm", "decode", "reward") if not hasattr(wm, name)]
+    missing = [name for name in ("encode", "dynamics", "decode", "reward") if not hasattr(wm, name)]
     if missing:
-        raise TypeError(f"{type(agent).__name__} exposes no world model: expected `agent.wm` with encode, rssm, "
+        raise TypeError(f"{type(agent).__name__} exposes no world model: expected `agent.wm` with encode, dynamics, "
                         f"decode and reward (missing: {', '.join(missing)}). Pass an agent built by reverie "
                         f"(DreamerV3, PlaNet) or its world model.")
     return wm
@@ -136,23 +136,24 @@ def open_loop(agent_or_wm: Any, batch: Mapping[str, Any], context: int = 5, samp
     with fork:
         if seed is not None:
             torch.manual_seed(seed)
-        rssm = wm.rssm
+        dynamics = wm.dynamics
         embed = wm.encode({k: data[k] for k in obs_keys})  # (T, B, E)
-        post, prior = rssm.observe(embed, data["prev_action"], data["is_first"], None, sample=sample)
+        post, prior = dynamics.observe(embed, data["prev_action"], data["is_first"], None, sample=sample)
         # --- open loop from the last context posterior: prior steps with the replayed actions ---
-        init = rssm.initial(B)
+        init = dynamics.initial(B)
         state = {k: v[context - 1] for k, v in post.items()}  # (B, ...)
         imagined = []
         for t in range(context, T):
             first = data["is_first"][t].to(embed.dtype)  # (B,)
             state = {k: _where_first(first, init[k], v) for k, v in state.items() if k in init}
             action = data["prev_action"][t] * (1.0 - first)[:, None]  # (B, A), zero where is_first
-            state = rssm.img_step(state, action, sample=sample)
+            state = dynamics.img_step(state, action, sample=sample)
             imagined.append(state)
         imagined = _stack(imagined)  # (T - C, B, ...)
-        feat_post = rssm.feat(post)  # (T, B, F)
-        feat_open = torch.cat([feat_post[:context], rssm.feat(imagined)])  # (C, B, F) + (T - C, B, F) -> (T, B, F)
-        feat_prior = rssm.feat(prior)  # (T, B, F)
+        # (C, B, ...) + (T - C, B, ...) -> (T, B, ...): the context posteriors, then the open loop
+        open_states = {k: torch.cat([post[k][:context], imagined[k]]) for k in imagined}
+        feat_post, feat_open = dynamics.features(post), dynamics.features(open_states)  # (T, B, F)
+        feat_prior = dynamics.features(prior)  # (T, B, F)
         result = OpenLoop(
             context=context,
             truth={k: np.asarray(data[k].cpu().numpy()) for k in obs_keys},

@@ -51,7 +51,7 @@ def report(agent: Any, data: Any, logger: Any, step: int, *, length: int | None 
         agent: an agent exposing ``agent.wm`` (or a world model).
         data: a :class:`reverie.Replay` (``sequences`` windows of ``length`` rows are drawn with a separate RNG
             seeded by ``step``) or a replay batch ``(T, B, ...)`` (the first ``sequences`` columns are shown).
-        logger: :class:`reverie.logging.Logger`; its directory is the run directory.
+        logger: :class:`reverie.logs.logger.Logger`; its directory is the run directory.
         step: env step (file names and x axis).
         length: ``T`` when ``data`` is a replay (e.g. ``agent.batch_length``); required then.
         sequences: ``B`` sequences shown (grid columns, plot columns).

@@ -8,6 +8,7 @@ from torch import nn
 from reverie.agents.base import adam
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
+from helpers.agents import dreamer
 
 
 def test_forward_after_a_step_in_the_same_autocast_region_reads_the_new_weights():
@@ -32,9 +33,9 @@ def test_dreamer_imagines_with_the_world_model_of_after_its_step_in_bfloat16():
     seen in the rollout must be the stepped one (the reference imagines with the updated world model). ``in_a``
     (the action's input layer) is one that the world-model loss already ran through autocast."""
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=16, stoch=4, classes=4, units=16, layers=1,
-                      horizon=3, precision="bfloat16")
-    linear = agent.wm.rssm.in_a
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **dreamer(deter=16, units=16, horizon=3,
+                                                                       precision="bfloat16"))
+    linear = agent.wm.dynamics.in_a
     x = torch.randn(3, linear.in_features)
     seen = {}
     behavior = agent._behavior

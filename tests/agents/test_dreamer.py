@@ -5,8 +5,9 @@ import torch
 from reverie.agents.dreamer import DreamerV3
 from reverie.models.distributions import TwoHotSymlog
 from reverie.types import ActionSpec
+from helpers.agents import dreamer
 
-TINY = dict(deter=16, stoch=4, classes=4, units=16, layers=1, horizon=3, precision="float32")
+TINY = dreamer(deter=16, units=16, horizon=3)
 
 
 def batch(T=6, B=3, F=4, A=2, seed=0):
@@ -41,7 +42,7 @@ def test_update_returns_finite_metrics_and_act_shapes(discrete):
 
 
 def test_loss_scales_must_match_world_model_losses():
-    with pytest.raises(ValueError, match="loss_scales keys"):
+    with pytest.raises(ValueError, match="loss_scales keys \\['bogus'\\] are not losses"):
         DreamerV3({"vector": (4,)}, ActionSpec(True, 2), loss_scales={"bogus": 1.0}, **TINY)
 
 
@@ -76,12 +77,12 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
     (here always the opposite action) would lower it instead.
     """
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), actor_lr=1e-2, actor_entropy=0.0, onehot_gather=False,
-                      **(TINY | {"horizon": 1}))
-    rssm = agent.wm.rssm
-    start = {k: v.expand(64, *v.shape[1:]).clone() for k, v in rssm.initial(1).items()}
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), actor_lr=1e-2, actor_entropy=0.0,
+                      **dreamer(deter=16, units=16, horizon=1, kernels="off"))
+    dynamics = agent.wm.dynamics
+    start = {k: v.expand(64, *v.shape[1:]).clone() for k, v in dynamics.initial(1).items()}
 
-    def fake_imagine(policy, start_state, horizon, keys=("deter", "stoch", "logits")):
+    def fake_imagine(policy, start_state, horizon):
         n = start_state["deter"].shape[0]
         a0 = torch.arange(n) % 2
         nxt = {k: v.clone() for k, v in start_state.items()}
@@ -91,14 +92,14 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
         actions = torch.stack([torch.eye(2)[a0], torch.eye(2)[1 - a0]])  # action at t+1 is always the other one
         return states, actions
 
-    monkeypatch.setattr(rssm, "imagine", fake_imagine)
+    monkeypatch.setattr(dynamics, "imagine", fake_imagine)
     monkeypatch.setattr(agent.wm, "reward", lambda feat: TwoHotSymlog(torch.where(
         (feat[..., :1] > 50.0), torch.nn.functional.one_hot(torch.tensor(150), 255).float() * 50.0,
         torch.zeros(255))))  # reward ~1.2 after action 1, 0 after action 0
 
     def prob_action_1():
         with torch.no_grad():
-            return agent.actor(rssm.feat(start)).probs[0, 1].item()
+            return agent.actor(dynamics.features(start)).probs[0, 1].item()
 
     before = prob_action_1()
     for _ in range(5):
@@ -135,19 +136,20 @@ def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: boo
     autograd's gradient of ``reference_loss(agent, feat, actions, reward, cont)`` on that update's own rollout
     (``feat (H+1, N, F)`` dense, ``reward``/``cont (H+1, N)`` as the update builds them), with the networks as
     the update used them (before the step)."""
-    from reverie.models.onehot_linear import SplitFeat
+    from reverie.models.kernels.onehot_linear import SplitFeat
 
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
     agent.update(batch())  # move the heads off their zero-initialised outputs
-    rssm, module, opt, rollout, checked = agent.wm.rssm, getattr(agent, name), getattr(agent, f"{name}_opt"), {}, {}
-    imagine, step = rssm.imagine, opt.step
-    rssm.imagine = lambda *a, **k: rollout.setdefault("out", imagine(*a, **k))
+    dynamics, module, opt, rollout, checked = agent.wm.dynamics, getattr(agent, name), getattr(agent, f"{name}_opt"), \
+        {}, {}
+    imagine, step = dynamics.imagine, opt.step
+    dynamics.imagine = lambda *a, **k: rollout.setdefault("out", imagine(*a, **k))
 
     def reference_then_step(*args, **kwargs):
         states, actions = rollout["out"]
         with torch.no_grad():
-            feat = rssm.features(states)
+            feat = dynamics.features(states)
             feat = feat.dense() if isinstance(feat, SplitFeat) else feat  # (H+1, N, F), dense
             reward = torch.cat([torch.zeros_like(feat[:1, :, 0]), agent.wm.reward(feat[1:]).mean])
             cont = torch.cat([torch.ones_like(feat[:1, :, 0]), agent.wm.cont(feat[1:]).mode])
@@ -184,7 +186,7 @@ def test_critic_gradient_equals_the_one_pass_reference(discrete):
 def test_actor_gradient_equals_a_fresh_pass_reference():
     """Discrete actions: the actor's loss (REINFORCE: advantage-weighted log-likelihood of the rollout's actions
     plus the entropy bonus, weighted by the imagined continuation; eq. 8-9) written out with a fresh actor pass
-    over the imagined states; the update differentiates the rollout's own passes (reverie.models.mlp_tape)."""
+    over the imagined states; the update differentiates the rollout's own passes (reverie.models.kernels.mlp_tape)."""
     from reverie.agents.returns import imagination_weights, lambda_return
 
     def actor_loss(agent, feat, actions, reward, cont):

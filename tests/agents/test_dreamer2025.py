@@ -14,7 +14,7 @@ from reverie.agents.dreamer2025 import LOSS_SCALES, replay_is_last, replay_retur
 from reverie.cli import main
 from reverie import load_run, make_env
 from reverie.models.distributions import TwoHotSymexp, TwoHotSymlog, symexp
-from reverie.optim import LaProp
+from reverie.agents.optim import LaProp
 from reverie.types import ActionSpec
 
 TINY = dict(dynamics=dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4), units=8, horizon=3, precision="float32")
@@ -97,7 +97,7 @@ def test_replay_value_loss_on_a_tiny_example():
     logits = torch.linspace(-3.0, 3.0, 255)
     fixed_critic(agent, logits)
     last = torch.tensor([[False], [False], [True], [False]])
-    rows = {"feat": torch.randn(4, 1, agent.wm.rssm.feat_dim, requires_grad=True),
+    rows = {"feat": torch.randn(4, 1, agent.wm.dynamics.feat_dim, requires_grad=True),
             "reward": torch.tensor([[0.0], [1.0], [2.0], [3.0]]), "is_terminal": torch.zeros(4, 1, dtype=torch.bool),
             "is_last": last, "boot": torch.tensor([[10.0], [20.0], [30.0], [40.0]])}
     loss = agent._replay_value_loss(rows)  # (K-1, B)
@@ -118,7 +118,7 @@ def test_reinforce_continuous_actor_loss_against_a_written_out_reference():
     agent = DreamerV3_2025({"vector": (4,)}, ActionSpec(False, A), lam=0.8, **TINY)
     with torch.no_grad():
         agent.critic.out.weight.normal_(0.0, 0.3)  # a nonzero value
-    F_ = agent.wm.rssm.feat_dim
+    F_ = agent.wm.dynamics.feat_dim
     imag = {"feat": torch.randn(H + 1, N, F_), "action": 1.5 * torch.randn(H + 1, N, A),
             "reward": 100.0 * torch.randn(H + 1, N), "cont": torch.rand(H + 1, N) * 0.5 + 0.5,
             "slow": torch.randn(H + 1, N)}

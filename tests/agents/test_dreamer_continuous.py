@@ -10,10 +10,12 @@ import torch
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.returns import imagination_weights, lambda_return
 from reverie.models.distributions import TwoHotSymlog
-from reverie.models.rssm import RSSM, scale_action
+from reverie.models.dynamics import CategoricalRSSM, scale_action
 from reverie.types import ActionSpec
 
-TINY = dict(deter=16, stoch=4, classes=4, units=16, layers=1, horizon=3, precision="float32")
+from helpers.agents import dreamer
+
+TINY = dreamer(deter=16, units=16, horizon=3)
 
 
 def continuous_batch(T=6, B=3, F=4, A=2, seed=0):
@@ -39,14 +41,14 @@ def test_scale_action_values_and_gradient():
 
 def test_img_step_sees_the_scaled_action():
     torch.manual_seed(0)
-    rssm = RSSM(action_dim=2, embed_dim=3, deter=8, stoch=2, classes=3, units=8)
+    rssm = CategoricalRSSM(action_dim=2, embed_dim=3, deter=8, stoch=2, classes=3, units=8)
     state = rssm.initial(4)
     inside = torch.tensor([[0.3, -1.0]] * 4)
     outside = torch.tensor([[0.3, -4.0]] * 4)  # scales to exactly the value of `inside`
     with torch.no_grad():
         a = rssm.img_step(state, inside, sample=False)
         b = rssm.img_step(state, outside, sample=False)
-        c = RSSM(action_dim=2, embed_dim=3, deter=8, stoch=2, classes=3, units=8, action_clip=0.0)
+        c = CategoricalRSSM(action_dim=2, embed_dim=3, deter=8, stoch=2, classes=3, units=8, action_clip=0.0)
         c.load_state_dict(rssm.state_dict())
         unscaled = c.img_step(state, outside, sample=False)
     torch.testing.assert_close(a["deter"], b["deter"], rtol=0, atol=0)
@@ -56,7 +58,7 @@ def test_img_step_sees_the_scaled_action():
 def test_imagined_actions_enter_the_dynamics_inside_the_unit_box():
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
-    rssm, seen, rolled = agent.wm.rssm, [], {}
+    rssm, seen, rolled = agent.wm.dynamics, [], {}
     hook = rssm.in_a.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().abs().max()))
     imagine = rssm.imagine
     rssm.imagine = lambda *a, **k: rolled.setdefault("out", imagine(*a, **k))
@@ -71,10 +73,10 @@ def _reference_actor_grads(agent, start, start_cont, detach_baseline):
     """The 2023 reference's continuous actor loss written out step by step on dense features: roll the prior with
     reparameterised actor samples, lambda-returns through the reward head and critic, advantage ``(ret - value[:-1])
     / scale`` (``ImagActorCritic.loss``: ``base = value[:-1]`` keeps its gradient), entropy bonus, weights."""
-    rssm, H = agent.wm.rssm, agent.horizon
+    rssm, H = agent.wm.dynamics, agent.horizon
     state, feats, entropies = start, [], []
     for t in range(H + 1):
-        feat = rssm.feat(state)  # (N, F)
+        feat = torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # (N, D + S*K), dense
         feats.append(feat)
         dist = agent.actor(feat.detach())
         entropies.append(dist.entropy())

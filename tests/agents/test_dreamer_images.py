@@ -5,8 +5,9 @@ import torch
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
+from helpers.agents import dreamer
 
-TINY = dict(deter=16, stoch=4, classes=4, units=16, layers=1, horizon=3, precision="float32", cnn_depth=2)
+TINY = dreamer(deter=16, units=16, horizon=3, cnn_depth=2)
 SHAPES = {"image": (3, 16, 16), "vector": (4,)}
 
 

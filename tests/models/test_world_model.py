@@ -1,9 +1,17 @@
 import math
+from functools import partial
 
 import pytest
 import torch
 
-from reverie.models.world_model import WorldModel, categorical_kl, free_bits, kl_losses
+from reverie.models.dynamics import CategoricalRSSM, free_bits, kl_losses
+from reverie.models.dynamics.categorical import categorical_kl
+from reverie.models.world_model import WorldModel
+
+
+def rssm(stoch=4, classes=5, kernels="off"):
+    """A small categorical dynamics factory (readable path: features are dense tensors)."""
+    return partial(CategoricalRSSM, deter=16, stoch=stoch, classes=classes, units=16, kernels=kernels)
 
 
 def test_free_bits_exact():
@@ -40,7 +48,7 @@ def test_kl_stop_gradient_directions():
 
 @pytest.mark.parametrize("T,B", [(1, 1), (5, 3), (8, 2)])
 def test_world_model_loss_shapes(T, B):
-    wm = WorldModel({"vector": (4,), "extra": (2,)}, 3, deter=16, stoch=4, classes=5, units=16, layers=1)
+    wm = WorldModel({"vector": (4,), "extra": (2,)}, 3, rssm(), units=16, layers=1)
     batch = {"vector": torch.randn(T, B, 4), "extra": torch.randn(T, B, 2), "prev_action": torch.zeros(T, B, 3),
              "is_first": torch.zeros(T, B, dtype=torch.bool), "reward": torch.randn(T, B),
              "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
@@ -51,8 +59,8 @@ def test_world_model_loss_shapes(T, B):
 
 
 def test_zero_initialised_reward_head_predicts_exact_zero():
-    wm = WorldModel({"vector": (4,)}, 2, deter=16, stoch=4, classes=4, units=16, layers=1)
-    feat = torch.randn(7, wm.rssm.feat_dim)
+    wm = WorldModel({"vector": (4,)}, 2, rssm(classes=4), units=16, layers=1)
+    feat = torch.randn(7, wm.dynamics.feat_dim)
     assert torch.all(wm.reward(feat).mean == 0.0)
 
 
@@ -68,7 +76,7 @@ def image_batch(T, B, A=2, dict_obs=True):
 
 def small_image_model(shapes, **kwargs):
     torch.manual_seed(0)
-    return WorldModel(shapes, 2, deter=16, stoch=4, classes=5, units=16, layers=1, cnn_depth=2, **kwargs)
+    return WorldModel(shapes, 2, rssm(), units=16, layers=1, cnn_depth=2, **kwargs)
 
 
 @pytest.mark.parametrize("T,B", [(1, 1), (3, 2)])
@@ -82,7 +90,7 @@ def test_multimodal_world_model_loss_shapes_and_keys(T, B):
     losses, post, _ = wm.loss(batch)
     assert set(losses) == set(wm.loss_keys) == {"image", "vector", "reward", "cont", "dyn", "rep"}
     assert all(v.shape == (T, B) for v in losses.values())
-    dists = wm.decode(wm.rssm.feat(post))
+    dists = wm.decode(wm.dynamics.features(post))
     assert dists["image"].mode.shape == (T, B, 3, 16, 16) and dists["image"].mode.dtype == torch.uint8
     assert dists["vector"].mode.shape == (T, B, 4)
 
@@ -92,7 +100,7 @@ def test_image_only_world_model_and_image_loss_value():
     assert wm.encoder is None and wm.decoder is None and wm.loss_keys[0] == "image"
     batch = image_batch(2, 3, dict_obs=False)
     losses, post, _ = wm.loss(batch)
-    pred = wm.image_decoder(wm.rssm.feat(post))  # (T, B, 3, 16, 16)
+    pred = wm.image_decoder(wm.dynamics.features(post))  # (T, B, 3, 16, 16)
     expected = ((pred - (batch["image"].float() / 255 - 0.5)) ** 2).sum((-3, -2, -1))
     torch.testing.assert_close(losses["image"], expected)
 
@@ -100,7 +108,7 @@ def test_image_only_world_model_and_image_loss_value():
 def test_image_keys_are_concatenated_along_channels_and_split_back():
     wm = small_image_model({"a": (3, 8, 8), "b": (1, 8, 8)})
     assert wm.image_encoder.in_shape == (4, 8, 8)
-    dists = wm.decode(torch.zeros(5, wm.rssm.feat_dim))
+    dists = wm.decode(torch.zeros(5, wm.dynamics.feat_dim))
     assert dists["a"].mode.shape == (5, 3, 8, 8) and dists["b"].mode.shape == (5, 1, 8, 8)
     with pytest.raises(ValueError, match="different sizes"):
         small_image_model({"a": (3, 8, 8), "b": (3, 16, 16)})
@@ -124,6 +132,14 @@ def test_bad_observation_shapes_fail_with_a_clear_error():
         WorldModel({"grid": (4, 4)}, 2)
     with pytest.raises(ValueError, match="image side 48"):
         small_image_model({"image": (3, 48, 48)})
+
+
+@pytest.mark.parametrize("kwargs", [dict(nets="planet"), dict(nets="sheeprl", likelihood="gaussian"),
+                                    dict(likelihood="beta"), dict(likelihood="gaussian", image_bits=9)])
+def test_bad_nets_and_likelihood_fail_with_a_clear_error(kwargs):
+    """PlaNet's networks come with its Gaussian likelihoods only (the two-hot reward head is DreamerV3's)."""
+    with pytest.raises(ValueError, match="WorldModel: (nets must be|need likelihood)"):
+        WorldModel({"vector": (3,)}, 2, units=8, layers=1, **kwargs)
 
 
 def test_kl_losses_values_and_entropies_equal_the_distributions():

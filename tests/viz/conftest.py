@@ -7,11 +7,12 @@ import torch
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
+from helpers.agents import dreamer
+
 
 def tiny_agent(obs_shapes, actions=3, seed=0):
     torch.manual_seed(seed)
-    return DreamerV3(obs_shapes, ActionSpec(True, actions), deter=16, stoch=4, classes=4, units=16, layers=1,
-                     cnn_depth=4, precision="float32")
+    return DreamerV3(obs_shapes, ActionSpec(True, actions), **dreamer(deter=16, units=16, horizon=15, cnn_depth=4))
 
 
 def make_batch(obs_shapes, T=12, B=3, actions=3, seed=0):

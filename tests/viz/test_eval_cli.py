@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from reverie.cli import main
-from reverie.evaluate import evaluate
-from reverie.run import RunError, load_run
+from reverie.loop.evaluate import evaluate
+from reverie.state.saved_run import RunError, load_run
 from reverie.viz.episodes import EpisodeRecorder
 from reverie.viz.imagine import imagine, write_imagined
 
@@ -32,7 +32,7 @@ def test_eval_writes_the_returns_table_videos_and_openloop_plots(run_dir, tmp_pa
     assert table["mean"] == pytest.approx(np.mean(table["returns"])) and table["std"] == pytest.approx(
         np.std(table["returns"]))
     assert (table["min"], table["max"]) == (min(table["returns"]), max(table["returns"]))
-    assert table["seed"] == 0 and table["mode"] == "eval" and table["checkpoint"].endswith("ckpt_0000000064.pt")
+    assert table["seed"] == 0 and table["mode"] == "eval" and table["checkpoint"].endswith("checkpoints/best.pt")
     csv = (tmp_path / "returns.csv").read_text().splitlines()
     assert csv[0] == "episode,return,length"
     assert [float(line.split(",")[1]) for line in csv[1:]] == table["returns"]
@@ -137,7 +137,7 @@ def test_imagined_video_of_an_image_world_model(tmp_path, tiny_agent):
 def test_simulator_version_mismatch_is_reported(run_dir, tmp_path):
     import shutil
 
-    from reverie.run import version_mismatches
+    from reverie.state.saved_run import version_mismatches
 
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)

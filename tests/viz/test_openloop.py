@@ -13,9 +13,9 @@ def posterior_reconstruction(agent, batch):
     wm = agent.wm
     with torch.no_grad():
         data = agent.wm.tensors({k: batch[k] for k in (*agent.obs_keys, "prev_action", "is_first")})
-        post, _ = wm.rssm.observe(wm.encode({k: data[k] for k in agent.obs_keys}), data["prev_action"],
-                                  data["is_first"], None, sample=False)
-        feat = wm.rssm.feat(post)
+        post, _ = wm.dynamics.observe(wm.encode({k: data[k] for k in agent.obs_keys}), data["prev_action"],
+                                      data["is_first"], None, sample=False)
+        feat = wm.dynamics.features(post)
         return {k: d.mode.numpy() for k, d in wm.decode(feat).items()}, post
 
 
@@ -46,15 +46,15 @@ def test_open_loop_part_is_the_prior_rollout_with_replayed_actions(image_agent, 
     _, post = posterior_reconstruction(image_agent, image_batch)
     T, B = image_batch["is_first"].shape
     with torch.no_grad():
-        init = wm.rssm.initial(B)
+        init = wm.dynamics.initial(B)
         state = {k: v[C - 1] for k, v in post.items()}
         for t in range(C, T):
             first = torch.as_tensor(image_batch["is_first"][t], dtype=torch.float32)[:, None]
             state = {k: init[k] * first.view(-1, *[1] * (v.dim() - 1)) +
                      v * (1 - first.view(-1, *[1] * (v.dim() - 1))) for k, v in state.items()}
             action = torch.as_tensor(image_batch["prev_action"][t]) * (1 - first)
-            state = wm.rssm.img_step(state, action, sample=False)
-            feat = wm.rssm.feat(state)
+            state = wm.dynamics.img_step(state, action, sample=False)
+            feat = wm.dynamics.features(state)
             np.testing.assert_array_equal(result.openloop["image"][t], wm.decode(feat)["image"].mode.numpy())
             np.testing.assert_allclose(result.reward["openloop"][t], wm.reward(feat).mean.numpy(), atol=1e-6)
             np.testing.assert_allclose(result.cont["openloop"][t], wm.cont(feat).mean.numpy(), atol=1e-6)

@@ -6,7 +6,7 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from reverie.logging import Logger
+from reverie.logs.logger import Logger
 from reverie.replay import Replay
 from reverie.viz import report
 from reverie.viz.grid import MARKER

@@ -1,0 +1,1 @@
+"""Run logging (``metrics.jsonl``, ``scores.jsonl``, TensorBoard, wandb) and video encoding."""

@@ -1,0 +1,95 @@
+"""Frames to files: H.264 mp4 writers, animated GIFs, filmstrips (imageio + imageio-ffmpeg, Pillow).
+
+Shared by :class:`reverie.logs.logger.Logger` (videos in the run and in TensorBoard) and ``reverie.viz`` (open-loop
+grids, evaluation episodes, imagined trajectories). Frames are uint8 ``(T, H, W, 3)``.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Frames put side by side in the TensorBoard filmstrip that stands in for a video.
+FILMSTRIP_FRAMES = 8
+
+
+def filmstrip(video: np.ndarray, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
+    """Up to ``count`` evenly spaced frames of ``video`` (T, H, W, 3) side by side: (H, k*W, 3) uint8."""
+    index = np.unique(np.linspace(0, len(video) - 1, num=min(count, len(video))).round().astype(int))
+    return np.concatenate(list(video[index]), axis=1)
+
+
+def mp4_writer(path: str | Path, fps: int = 30) -> Any:
+    """An imageio writer of H.264 (yuv420p) mp4 frames ``(H, W, 3)`` uint8 with even ``H`` and ``W``
+    (see ``_pad_even``); use as a context manager and call ``append_data(frame)``."""
+    import imageio.v2 as imageio
+
+    # macro_block_size=1: imageio would otherwise resize to multiples of 16; callers make sizes even.
+    return imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p",
+                              macro_block_size=1, ffmpeg_log_level="error")
+
+
+def pad_even(frame: np.ndarray) -> np.ndarray:
+    """Pads one ``(H, W, 3)`` frame by its edge pixels so that ``H`` and ``W`` are even (H.264 needs it)."""
+    return _pad_even(frame[None])[0]
+
+
+#: Fixed 6 x 7 x 6 colour cube (252 colours) used for GIFs: Pillow's adaptive quantiser costs ~1 s per frame.
+_CUBE = (6, 7, 6)
+
+
+def gif_bytes(video: np.ndarray, fps: int = 10) -> bytes:
+    """Animated GIF (looping) of uint8 ``(T, H, W, 3)`` frames, colours mapped to a fixed 252-colour cube.
+
+    A fixed palette costs a few ms per frame (an adaptive one ~1 s on a busy CPU) and keeps colours steady
+    from frame to frame; the mp4 next to it has the full colours.
+    """
+    from PIL import Image
+
+    levels = np.asarray(_CUBE)
+    q = np.rint(video.astype(np.float32) * ((levels - 1) / 255.0)).astype(np.uint8)  # (T, H, W, 3) levels
+    index = (q[..., 0] * levels[1] + q[..., 1]) * levels[2] + q[..., 2]  # (T, H, W) palette index
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in _CUBE], indexing="ij"), -1).reshape(-1, 3)
+    palette = np.rint(grid * (255.0 / (levels - 1))).astype(np.uint8).ravel().tolist()
+    frames = []
+    for frame in index.astype(np.uint8):
+        image = Image.fromarray(frame, mode="P")
+        image.putpalette(palette)
+        frames.append(image)
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=max(1, round(1000 / fps)),
+                   loop=0, optimize=False, disposal=1)
+    return buffer.getvalue()
+
+
+def _as_video(frames: Any) -> np.ndarray:
+    """uint8 (T, H, W, 3) from (T, H, W, 3), (T, 3, H, W) or (T, H, W); raises on anything else."""
+    if hasattr(frames, "detach"):  # a torch tensor
+        frames = frames.detach().cpu().numpy()
+    video = np.asarray(frames)
+    if video.dtype != np.uint8:
+        raise TypeError(
+            f"Video frames must be uint8 in [0, 255], got dtype {video.dtype}; convert floats in [0, 1] "
+            f"with (frames * 255).clip(0, 255).astype(np.uint8)."
+        )
+    if video.ndim == 3:
+        video = np.repeat(video[..., None], 3, axis=-1)
+    elif video.ndim == 4 and video.shape[-1] != 3 and video.shape[1] == 3:
+        video = video.transpose(0, 2, 3, 1)  # (T, 3, H, W) -> (T, H, W, 3)
+    if video.ndim != 4 or video.shape[-1] != 3 or video.shape[0] == 0:
+        raise ValueError(
+            f"Video frames must be shaped (T, H, W, 3) with T >= 1 (or (T, 3, H, W), (T, H, W)), "
+            f"got {video.shape}."
+        )
+    return np.ascontiguousarray(video)
+
+
+def _pad_even(video: np.ndarray) -> np.ndarray:
+    """Pads (T, H, W, 3) by repeating the last row/column so that H and W are even."""
+    pad_h, pad_w = video.shape[1] % 2, video.shape[2] % 2
+    if not (pad_h or pad_w):
+        return video
+    return np.pad(video, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")

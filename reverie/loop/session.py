@@ -1,0 +1,371 @@
+"""One training run's objects and bookkeeping, for the loop in :mod:`reverie.train` (and the collector's loop in
+:mod:`reverie.loop.collector`): the envs, the agent, the replay, the logger and the :class:`LoopState`, with the
+loop's steps as methods: act, step the envs, count the updates owed, update, log / evaluate / checkpoint, finish.
+
+The data-parallel pieces stay in here: every rank runs the same loop on its own envs and replay shard; the updates
+owed are rank 0's count (:func:`reverie.runtime.collectives.broadcast_int`), stop and interrupt flags are agreed
+once per env step (:func:`reverie.runtime.collectives.agree`), rank 0 alone evaluates, reports and writes the run's
+checkpoint with the agent (ranks > 0 keep their own state and the agent's digest, :mod:`reverie.state.ranks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from reverie.agents.build import build_agent
+from reverie.envs import make_vector_env, write_env_metadata
+from reverie.envs.stepper import VectorStepper
+from reverie.logs.logger import Logger
+from reverie.loop.evaluate import evaluate, record_episode
+from reverie.loop.progress import Progress
+from reverie.loop.state import LoopState
+from reverie.replay import Replay
+from reverie.replay.cycle import make_schedule
+from reverie.runtime import collectives
+from reverie.runtime.cpu_memory import keep_freed_memory
+from reverie.runtime.process_group import DistInfo, rank_path, rank_seed
+from reverie.runtime.signals import SignalFlag, sigterm_as_interrupt
+from reverie.state import ranks
+from reverie.state.checkpoint import BEST_FILE, save_best, save_checkpoint
+from reverie.state.preflight import GIB, describe, preflight
+from reverie.state.resume import resume_command, truncate_jsonl, write_summary
+from reverie.state.rng import preserved_rng, seed_everything
+from reverie.types import ActionSpec
+from reverie.viz import report
+
+
+def random_actions(rng: np.random.Generator, spec: ActionSpec, n: int) -> np.ndarray:
+    """Uniform random policy: one-hot ``(N, A)`` for discrete, ``U[-1, 1]^A`` for continuous. float32."""
+    if spec.discrete:
+        return np.eye(spec.dim, dtype=np.float32)[rng.integers(spec.dim, size=n)]
+    return rng.uniform(-1.0, 1.0, size=(n, spec.dim)).astype(np.float32)
+
+
+class Session:
+    """A run being trained: built (and restored from ``saved``, a checkpoint payload) by the constructor.
+
+    Attributes the loops read: ``cfg``, ``info``, ``agent``, ``replay``, ``stepper``, ``logger``, ``loop``
+    (:class:`LoopState`), ``row`` (the envs' current row ``(N, ...)``), ``act_state`` (what ``agent.act``
+    returned last), ``diverged``, ``interrupted``.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo, saved: dict | None):
+        self.cfg, self.run_dir, self.info, self.saved = cfg, run_dir, info, saved
+        tc = cfg.train
+        self.seed = rank_seed(cfg.seed, info.rank)  # the run seed itself on rank 0
+        seed_everything(self.seed)
+        if cfg.get("threads"):
+            torch.set_num_threads(int(cfg.threads))
+        if str(cfg.device).startswith("cpu") and cfg.get("cpu_keep_freed_memory", True):
+            keep_freed_memory()  # no page faults on every big tensor (reverie/runtime/cpu_memory.py)
+        self.steps, self.prefill = int(tc.steps), int(tc.prefill)
+        self.batch = (int(cfg.agent.batch_size), int(cfg.agent.batch_length))  # B, T
+        self.keep = int(tc.get("checkpoint_keep", 2))
+        self.repeat = int(cfg.env.get("action_repeat", 1) or 1)
+        self.max_bad = int(tc.get("max_nonfinite_updates", 20))
+        self.overlap = bool(tc.get("async_collect", False))
+        self._build_envs()
+        self._build_agent_and_replay()
+        self._build_logger()
+        every = {"log": tc.log_every, "eval": tc.eval_every, "checkpoint": tc.checkpoint_every,
+                 "report": tc.get("report_every", 0)}
+        self.loop = LoopState.create(make_schedule(cfg.agent), self.seed, every)
+        self.row, self.act_state, self._step = None, None, None
+        self.diverged = self.interrupted = False
+        self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
+        self.progress: Progress | None = None
+        self._flag: SignalFlag | None = None  # several ranks: the signal flag they agree on (see running)
+        self._first_update = True
+        print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; {self.loop.schedule} with batch "
+              f"{self.batch[0]}x{self.batch[1]} ({self.steps} env steps, prefill {self.prefill}); run dir {run_dir}")
+        if saved is not None:
+            self._restore(saved)
+        if self.row is None:
+            self.row, self.act_state = self.stepper.reset(), None
+
+    # ------------------------------------------------------------------------------------------------- build
+    def _build_envs(self) -> None:
+        cfg = self.cfg
+
+        def make_envs(restart: int = 0):  # restarts after env failures get fresh seeds
+            return make_vector_env(cfg.env, self.seed + 7919 * restart)
+
+        self.stepper = VectorStepper(make_envs(), make=make_envs, max_restarts=int(cfg.train.get("env_retries", 3)))
+        if self.overlap and not self.stepper.overlaps:
+            kind = type(self.stepper.env).__name__
+            self.stepper.close()
+            raise ValueError(f"train.async_collect=true needs envs that step in the background (step_async/"
+                             f"step_wait), but this env config built a {kind}, which has none (envpool's backend is "
+                             f"not supported yet); use env.vector_mode=async with the Gymnasium backend, or "
+                             f"train.async_collect=false")
+        self.n, self.spec = self.stepper.num_envs, self.stepper.action_spec
+        self.obs_space = self.stepper.env.single_observation_space
+        self.obs_shapes = {k: tuple(s.shape) for k, s in self.obs_space.spaces.items()}
+
+    def _build_agent_and_replay(self) -> None:
+        cfg, info = self.cfg, self.info
+        self.agent = build_agent(cfg.agent, self.obs_shapes, self.spec)
+        collectives.broadcast_module(self.agent)  # replicas start equal: rank 0's initial weights
+        replay_dir = str(rank_path(cfg.replay.directory or self.run_dir / "replay", info))  # this rank's shard
+        spec = Replay.spec_for(self.obs_space, self.spec.dim)
+        if cfg.replay.get("preflight", True):
+            fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
+                             self.run_dir / "checkpoints", self.keep, steps=self.steps, num_envs=self.n)
+            if info.is_main:
+                print(f"[reverie] disk: {describe(fits)} under {self.run_dir / 'checkpoints'}; "
+                      f"{fits['disk_free'] / GIB:.1f} GiB free")
+        self.replay = Replay(int(cfg.replay.capacity), self.n, spec, storage=cfg.replay.storage,
+                             directory=replay_dir, seed=self.seed)
+
+    def _build_logger(self) -> None:
+        cfg, info, saved = self.cfg, self.info, self.saved
+        wandb_kwargs = {k: v for k, v in cfg.logger.items() if k != "backends"}
+        # rows written after the checkpoint (all rows, when a run stopped before its first one) are collected again
+        resume_step = 0 if saved is None else saved["counters"]["env_steps"]
+        log_dir = self.run_dir if info.is_main else self.run_dir / f"rank{info.rank}"  # ranks > 0: jsonl files only
+        for name in ("metrics.jsonl", "scores.jsonl"):
+            truncate_jsonl(log_dir / name, resume_step)
+        if saved is not None and saved.get("wandb_id") and "id" not in wandb_kwargs:
+            wandb_kwargs["id"] = saved["wandb_id"]
+        self.logger = Logger(log_dir, backends=list(cfg.logger.backends) if info.is_main else [],
+                             config=OmegaConf.to_container(cfg, resolve=True), wandb_kwargs=wandb_kwargs,
+                             purge_step=None if saved is None else resume_step + 1)
+        if info.is_main:
+            write_env_metadata(cfg.env, self.run_dir)  # env_metadata.json: protocol settings and simulator versions
+
+    def _restore(self, saved: dict) -> None:
+        """Resume: the agent, the replay as saved, the envs where they pickle (else their episodes restart), and
+        the loop state (counters, clocks, schedule, RNG states: restored last)."""
+        self.agent.load_state_dict(saved["agent"])
+        ranks.check_digest(self.agent, saved.get("agent_digest"), self.info)  # ranks > 0 saved their digest
+        self.replay.load(saved["replay_dir"])
+        if self.stepper.load_state_dict(saved["stepper"]):  # envs restored exactly: continue the episodes in flight
+            self.row, self.act_state = saved["row"], saved["act_state"]
+        self.loop.load_state_dict(saved)
+        print(f"[reverie] resumed {self.run_dir} from {Path(saved['checkpoint_path']).name}: env step "
+              f"{self.loop.env_steps}, {self.loop.updates} updates, replay {len(self.replay)} steps"
+              f"{'' if self.row is not None else '; episodes in flight restart'}")
+
+    # ------------------------------------------------------------------------------------------- loop steps
+    def random_action(self) -> np.ndarray:
+        """Uniform random actions ``(N, A)`` from the loop's generator (prefill)."""
+        return random_actions(self.loop.rng, self.spec, self.n)
+
+    def act(self) -> np.ndarray:
+        """The action for the current row ``(N, A)``: random during prefill, then the agent's exploration policy."""
+        if self.loop.env_steps < self.prefill:
+            return self.random_action()
+        action, self.act_state = self.agent.act(self.row, self.act_state, "explore")
+        return action
+
+    def add_and_step(self, action: np.ndarray) -> None:
+        """Add row ``t`` = (obs_t, reward_t, flags_t, action_t) to replay and step the envs with ``action``. With
+        ``train.async_collect`` the envs step in their processes until :meth:`collected`; the updates between read
+        only rows up to ``t``, already in replay, so the run is the same with the switch on or off."""
+        self.replay.add({**self.row, "action": action})
+        if self.overlap:
+            self.stepper.step_async(action)
+        else:
+            self._step = self.stepper.step(action)
+        self.loop.env_steps += self.n
+        if not self.overlap:
+            self._collect(*self._step)
+
+    def collected(self) -> None:
+        """Wait for an env step in flight (``train.async_collect``) and take its row and finished episodes."""
+        if self.stepper.in_flight:
+            self._collect(*self.stepper.step_wait())
+
+    def _collect(self, row: dict[str, np.ndarray], finished: list[dict]) -> None:
+        self.row = row
+        for ep in finished:
+            self.episode(ep, self.loop.env_steps)
+
+    def episode(self, ep: dict, step: int) -> None:
+        """Count and log a finished training episode (``{"return", "length"}``) at env step ``step``."""
+        self.loop.last_return, self.loop.episodes = ep["return"], self.loop.episodes + 1
+        self.logger.episode(step, step * self.repeat, ep["return"], ep["length"], mode="train")
+
+    def learning(self) -> bool:
+        """True once the prefill is done and replay holds more than one sequence of ``batch_length`` rows."""
+        return self.loop.env_steps >= self.prefill and self.replay.num_rows > self.batch[1]
+
+    def owed(self) -> int:
+        """The updates the schedule owes for the env steps (and episodes) just collected: rank 0's count on every
+        rank, so an episode-counting schedule (PlaNet) runs the same updates everywhere."""
+        finished = 0 if self.overlap else len(self._step[1])  # episodes: PlaNet only (no async_collect there)
+        return collectives.broadcast_int(self.loop.schedule(self.n, finished), self.info)
+
+    def sample(self) -> dict[str, np.ndarray]:
+        """A replay batch ``(T, B, ...)``."""
+        return self.replay.sample(*self.batch)
+
+    def update(self, batch: dict[str, np.ndarray] | None = None) -> bool:
+        """One agent update on ``batch`` (default: a fresh replay sample), logged; True once
+        ``train.max_nonfinite_updates`` updates in a row had a skipped (non-finite) optimiser step: the run stops."""
+        first = self._first_update and self.progress is not None
+        if first:  # this process's first update compiles and allocates: say so while it runs
+            self.progress.status("first update (compiling/allocating)...")
+        metrics = self.agent.update(self.sample() if batch is None else batch)
+        if first:
+            self.progress.status(None)  # the estimate counts from here
+        self._first_update = False
+        self.logger.scalars(metrics)
+        self.loop.updates += 1
+        if metrics.get("guard/nonfinite", 0.0) <= 0:  # the guard: a non-finite loss or gradient changed nothing
+            self.bad_in_row = 0
+            return False
+        self.loop.skipped, self.bad_in_row = self.loop.skipped + 1, self.bad_in_row + 1
+        warnings.warn(f"update {self.loop.updates}: non-finite loss or gradient, optimiser step(s) skipped "
+                      f"({self.bad_in_row} in a row, {self.loop.skipped} in total)", RuntimeWarning)
+        if 0 < self.max_bad <= self.bad_in_row:
+            self.diverged = True
+            print(f"[reverie] stopping: {self.bad_in_row} updates in a row had non-finite losses or gradients "
+                  f"(train.max_nonfinite_updates={self.max_bad}); the checkpoint holds the last finite model")
+        return self.diverged
+
+    def report(self) -> None:
+        """The open-loop report (``reverie.viz``) when its clock (updates) fires, and once more at the end of a run
+        whose reports are on; rank 0 alone."""
+        clock = self.loop.clocks["report"]
+        if (clock(self.loop.updates) or (self.loop.env_steps >= self.steps and clock.every > 0)) and self.info.is_main:
+            self.write_report()
+
+    def write_report(self) -> None:
+        """Write the open-loop report now (videos/, plots/ and its metrics; :func:`reverie.viz.report`)."""
+        report(self.agent, self.replay, self.logger, self.loop.env_steps, length=self.batch[1])
+
+    def evaluate(self) -> float:
+        """Evaluate the agent (``train.eval_episodes``, policy mode) without moving the training random streams;
+        logged; returns the mean return."""
+        tc, loop = self.cfg.train, self.loop
+        with preserved_rng():
+            result = evaluate(self.agent, self.cfg.env, int(tc.eval_episodes), self.cfg.seed, mode=tc.eval_mode)
+        for ret, length in zip(result["returns"], result["lengths"]):
+            self.logger.episode(loop.env_steps, loop.env_steps * self.repeat, ret, length, mode="eval")
+        loop.evals.append((loop.env_steps, loop.wall_s(), result["mean"]))
+        self.logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
+        if loop.best_eval() == (loop.env_steps, result["mean"]):  # it beats every earlier evaluation: keep it
+            save_best(self.run_dir / "checkpoints", {
+                "agent": torch.nn.Module.state_dict(self.agent) if isinstance(self.agent, torch.nn.Module)
+                else self.agent.state_dict(), "obs_shapes": self.obs_shapes, "action_spec": self.spec,
+                "config": OmegaConf.to_container(self.cfg, resolve=True),
+                "counters": {"env_steps": loop.env_steps, "updates": loop.updates,
+                             "frames": loop.env_steps * self.repeat},
+                "eval_return": result["mean"], "eval_episodes": int(tc.eval_episodes)})
+        return result["mean"]
+
+    def write_metrics(self) -> None:
+        """One ``metrics.jsonl`` row (interval means) with the loop's counters and rates."""
+        loop, elapsed = self.loop, max(self.loop.wall_s(), 1e-9)
+        self.written = loop.env_steps
+        self.logger.write(loop.env_steps, {
+            "updates": loop.updates, "frames": loop.env_steps * self.repeat, "wall_s": elapsed,
+            "fps/env_steps": loop.env_steps / elapsed, "fps/updates": loop.updates / elapsed,
+            "guard/skipped_updates": loop.skipped, "env/restarts": self.stepper.restarts})
+
+    def checkpoint(self) -> None:
+        """Save the run (atomically, keeping ``train.checkpoint_keep``): rank 0 the agent and its own state, ranks
+        > 0 their state and the agent's digest."""
+        info, loop = self.info, self.loop
+        save_checkpoint(ranks.checkpoint_dir(self.run_dir, info), loop.env_steps, {
+            "agent": self.agent.state_dict() if info.is_main else None,
+            "agent_digest": None if info.is_main else collectives.param_digest(self.agent),
+            "obs_shapes": self.obs_shapes, "action_spec": self.spec,
+            "config": OmegaConf.to_container(self.cfg, resolve=True), **loop.state_dict(self.repeat),
+            "stepper": self.stepper.state_dict(), "row": self.row, "act_state": self.act_state,
+            "wandb_id": self.logger.wandb_run_id}, keep=self.keep, replay=self.replay)
+
+    def tick(self) -> bool:
+        """After an env step: stop on divergence; evaluate, log and checkpoint on their clocks; True when the run
+        stops (``train.stop_return`` reached, a signal on any rank, or divergence)."""
+        if self.diverged:
+            return True
+        loop, clocks, tc = self.loop, self.loop.clocks, self.cfg.train
+        stop = False
+        if clocks["eval"](loop.env_steps) and self.info.is_main:  # rank 0 evaluates; the others wait at `agree`
+            mean_return = self.evaluate()
+            stop = tc.stop_return is not None and mean_return >= tc.stop_return
+        if clocks["log"](loop.env_steps) or stop:
+            self.write_metrics()
+        if clocks["checkpoint"](loop.env_steps):
+            self.checkpoint()
+        self.show_progress()
+        if self._flag is not None:  # several ranks: every rank stops after the same env step
+            flags = collectives.agree({"stop": stop, "interrupt": self._flag.raised}, self.info)
+            stop, self.interrupted = flags["stop"], flags["interrupt"]
+            if self.interrupted:
+                print(f"\n[reverie] interrupted at env step {loop.env_steps}: writing metrics and a checkpoint")
+        return stop or self.interrupted
+
+    def show_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.update(self.loop.env_steps, {"updates": self.loop.updates, "last_return":
+                                                       self.loop.last_return})
+
+    # ------------------------------------------------------------------------------------------ run, finish
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The block the loop runs in: the progress bar, and Ctrl-C / SIGTERM turned into a clean stop (one process:
+        ``KeyboardInterrupt`` after the step in flight; several ranks: a flag all ranks agree on, see :meth:`tick`).
+        """
+        self._flag = SignalFlag().install() if self.info.distributed else None
+        previous = None if self.info.distributed else sigterm_as_interrupt()
+        try:
+            with Progress(self.steps, enabled=bool(self.cfg.train.progress) and self.info.is_main,
+                          prefill=self.prefill, start_steps=self.loop.env_steps) as self.progress:
+                yield
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+            self.interrupted = True
+            self.collected()  # the interrupt came between step_async and the wait
+            print(f"\n[reverie] interrupted at env step {self.loop.env_steps}: writing metrics and a checkpoint",
+                  flush=True)
+        finally:
+            self.progress = None
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            if self._flag is not None:
+                self._flag.restore()
+
+    def finish(self) -> dict[str, Any]:
+        """The end of the run: a final evaluation (unless the last step just had one), metrics, checkpoint, video,
+        ``summary.json`` (uninterrupted finishes only), the resume command of an interrupted run; returns the
+        summary (see :func:`reverie.train.train`)."""
+        cfg, info, loop = self.cfg, self.info, self.loop
+        stopped = self.interrupted or self.diverged
+        if not stopped and not (loop.evals and loop.evals[-1][0] == loop.env_steps) and info.is_main:
+            self.evaluate()
+        final = loop.evals[-1][2] if loop.evals else float("nan")
+        if self.logger.pending or self.written != loop.env_steps:  # no second, empty row after the loop's own
+            self.write_metrics()
+        self.checkpoint()
+        if cfg.train.video and not stopped and info.is_main:
+            with preserved_rng():
+                frames, _ = record_episode(self.agent, cfg.env, cfg.seed, mode=cfg.train.eval_mode)
+            if frames is not None:
+                self.logger.video("eval/episode", frames, loop.env_steps)
+        self.stepper.close()
+        self.logger.close()
+        wall, best = loop.wall_s(), loop.best_eval()
+        summary = {"env_steps": loop.env_steps, "updates": loop.updates, "eval_return": final, "evals": loop.evals,
+                   "wall_s": wall, "best_eval_step": None if best is None else best[0],
+                   "best_eval_return": float("nan") if best is None else best[1],
+                   "interrupted": self.interrupted, "diverged": self.diverged,
+                   "resumed_from": None if self.saved is None else self.saved["counters"]["env_steps"]}
+        if not stopped and info.is_main:
+            write_summary(self.run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
+        outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"
+        kept = f" (best {best[1]:.1f} at env step {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
+        print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, last eval return "
+              f"{final:.1f}{kept}, {wall / 60:.2f} min; run dir {self.run_dir}")
+        if self.interrupted and info.is_main:
+            print(f"[reverie] resume this run with: {resume_command(self.run_dir)}", flush=True)
+        return summary

@@ -1,0 +1,91 @@
+"""The training loop's own state: counters, clocks, the update schedule, evaluations and the loop's random stream.
+
+Everything here goes into every checkpoint (:meth:`LoopState.state_dict`, at the top level of the payload: the keys
+``counters``, ``clocks``, ``ratio``, ``evals``, ``last_return`` and ``rng`` that ``reverie eval``, resume and the
+data-parallel ranks read) and comes back on resume (:meth:`LoopState.load_state_dict`), so a resumed run continues
+exactly where it stopped: the same updates owed, the same clock ticks, the same random draws.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reverie.loop.clock import Clock
+from reverie.replay.cycle import EpisodeCycle, StepRatio
+from reverie.state.rng import rng_state, set_rng_state
+
+CLOCKS = ("log", "eval", "checkpoint", "report")  # report counts updates, the others env steps
+
+
+@dataclass
+class LoopState:
+    """Counters, clocks and schedule of one run.
+
+    Attributes:
+        schedule: the update schedule (:func:`reverie.replay.cycle.make_schedule`: the train_ratio clock or
+            PlaNet's episode cycle).
+        rng: the loop's own generator (random actions during prefill).
+        clocks: ``{"log", "eval", "checkpoint", "report"}`` :class:`Clock` objects (``train.<name>_every``).
+        env_steps: env steps collected (summed over the ``N`` envs). updates: agent updates run. episodes:
+            training episodes finished. skipped: updates with a skipped optimiser step (non-finite).
+        evals: ``(env_step, wall_s, mean_return)`` per evaluation. last_return: the last training episode's.
+        wall_before: wall seconds of the run before its last resume (see :meth:`wall_s`).
+    """
+
+    schedule: StepRatio | EpisodeCycle
+    rng: np.random.Generator
+    clocks: dict[str, Clock]
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    skipped: int = 0
+    evals: list[tuple[int, float, float]] = field(default_factory=list)
+    last_return: float = math.nan
+    wall_before: float = 0.0
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(cls, schedule: StepRatio | EpisodeCycle, seed: int, every: Mapping[str, int]) -> LoopState:
+        """A fresh state: ``every`` maps each name of :data:`CLOCKS` to its interval (0: never)."""
+        return cls(schedule, np.random.default_rng(seed), {name: Clock(every.get(name, 0)) for name in CLOCKS})
+
+    def best_eval(self) -> tuple[int, float] | None:
+        """``(env_step, mean_return)`` of the best evaluation so far: the first one with the highest finite mean
+        (each evaluation that beats every earlier one writes ``checkpoints/best.pt``); None without one."""
+        best = None
+        for step, _, mean in self.evals:
+            if math.isfinite(mean) and (best is None or mean > best[1]):
+                best = (int(step), float(mean))
+        return best
+
+    def wall_s(self) -> float:
+        """Wall seconds of the run so far, its time before a resume included."""
+        return self.wall_before + time.time() - self.started
+
+    def state_dict(self, frames_per_step: int = 1) -> dict[str, Any]:
+        """The checkpoint entries: ``counters`` (with ``frames`` and ``wall_s``), ``ratio``, ``clocks``, ``evals``,
+        ``last_return`` and ``rng`` (every global random stream and the loop's generator)."""
+        return {"counters": {"env_steps": self.env_steps, "updates": self.updates,
+                             "frames": self.env_steps * frames_per_step, "episodes": self.episodes,
+                             "skipped_updates": self.skipped, "wall_s": self.wall_s()},
+                "ratio": self.schedule.state_dict(), "clocks": {name: c.last for name, c in self.clocks.items()},
+                "evals": list(self.evals), "last_return": self.last_return, "rng": rng_state(self.rng)}
+
+    def load_state_dict(self, saved: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (a checkpoint payload); the wall clock continues from its
+        ``wall_s``."""
+        c = saved["counters"]
+        self.env_steps, self.updates, self.episodes, self.skipped = (c["env_steps"], c["updates"], c["episodes"],
+                                                                     c["skipped_updates"])
+        self.wall_before, self.started = c["wall_s"], time.time()
+        self.schedule.load_state_dict(saved["ratio"])
+        for name, clock in self.clocks.items():
+            clock.last = saved["clocks"][name]
+        self.evals, self.last_return = [tuple(e) for e in saved["evals"]], saved["last_return"]
+        set_rng_state(saved["rng"], self.rng)

@@ -1,0 +1,253 @@
+"""Linear layers on ``cat(deter, one-hot stoch)`` features computed as row gathers (replaces ``F.linear`` on the dense
+features of :meth:`reverie.models.dynamics.CategoricalRSSM.features`; 128 -> 58 GFLOP per xs update, 1.51x in
+float32 and 1.09x in bf16 per update: docs/changelog.md, round 1).
+
+DreamerV3's model features are ``cat(h, z)`` with ``z`` ``S`` one-hot vectors of ``K`` classes (section 3), so
+1,024 of the 1,280 inputs of every head's first layer at size xs are zeros and ones. For a first layer
+``y = cat(h, z) @ W^T + b`` with ``W = [W_h | W_z]``::
+
+    y = h @ W_h^T + sum_s W_z[:, s*K + index_s] + b          index_s = argmax of group s of z
+
+so the one-hot part costs ``S`` row reads instead of an ``S*K``-wide product. :func:`onehot_linear` does that
+with a custom autograd function whose backward gives
+
+- the weight gradient of the ``W_z`` part by ``index_add`` (``S`` rows per sample, not a dense product);
+- the input gradient of ``h`` densely (``g @ W_h``);
+- the input gradient of ``z`` (``g @ W_z``, dense) only when ``z`` requires grad (the straight-through
+  world-model path); imagination for discrete actions never computes it.
+
+Values equal the dense ``F.linear(cat(h, z), W, b)`` up to float rounding (``tests/models/kernels/test_onehot_linear.py``
+checks forward and both gradients in float64). :class:`SplitFeat` carries the features in split form, and
+:class:`FeatLinear` (a drop-in ``nn.Linear``, same parameters and ``state_dict`` keys) takes either form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
+    """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``: ``stoch @ [0, 1, .., K-1]``, a matrix-vector
+    product (about 10x faster on CPU than ``argmax`` over the short last dim; exact: one nonzero, small integers)."""
+    classes = torch.arange(stoch.shape[-1], device=stoch.device, dtype=torch.float32)
+    with torch.autocast(stoch.device.type, enabled=False):  # float32: autocast would cast both to 16 bits
+        return (stoch.detach().float() @ classes).long()
+
+
+@dataclass
+class SplitFeat:
+    """Model features ``cat(deter, flat stoch)`` kept in split form, for :class:`FeatLinear`.
+
+    Fields (leading dims ``(...)`` shared, e.g. ``(T, B)`` or ``(H+1, N)``):
+        deter: ``(..., D)`` float, or None when the features are the one-hot latent alone (``D = 0``).
+        stoch: ``(..., S, K)`` exact one-hot (maybe straight-through: value one-hot, gradient of the
+            probabilities), or None when no gradient to it is needed (then only ``index`` is used).
+        index: ``(..., S)`` int64 class index of each group: ``stoch.argmax(-1)``.
+        classes: ``K``.
+    """
+
+    deter: torch.Tensor | None
+    stoch: torch.Tensor | None
+    index: torch.Tensor
+    classes: int
+
+    @classmethod
+    def from_state(cls, deter: torch.Tensor | None, stoch: torch.Tensor) -> "SplitFeat":
+        """From ``deter (..., D)`` (or None) and an exact one-hot ``stoch (..., S, K)``; the index is its argmax."""
+        return cls(deter, stoch, one_hot_argmax(stoch), stoch.shape[-1])
+
+    @property
+    def lead(self) -> torch.Size:
+        """Leading dims ``(...)``."""
+        return self.index.shape[:-1]
+
+    @property
+    def dim(self) -> int:
+        """Width of the dense features ``D + S*K``."""
+        return (0 if self.deter is None else self.deter.shape[-1]) + self.index.shape[-1] * self.classes
+
+    def _map(self, fn) -> "SplitFeat":
+        return SplitFeat(None if self.deter is None else fn(self.deter), None if self.stoch is None else fn(self.stoch),
+                         fn(self.index), self.classes)
+
+    def __getitem__(self, item) -> "SplitFeat":
+        """Index the leading dims, e.g. ``feat[1:]`` on ``(H+1, N)`` features."""
+        return self._map(lambda t: t[item])
+
+    def flatten(self, start: int, end: int) -> "SplitFeat":
+        """Flatten leading dims ``start..end`` (non-negative, within the leading dims)."""
+        return self._map(lambda t: t.flatten(start, end))
+
+    def detach(self) -> "SplitFeat":
+        return self._map(lambda t: t.detach())
+
+    def to(self, dtype: torch.dtype) -> "SplitFeat":
+        """Cast ``deter`` and ``stoch`` (one-hot values are exact in every float dtype); ``index`` stays int64."""
+        return SplitFeat(None if self.deter is None else self.deter.to(dtype),
+                         None if self.stoch is None else self.stoch.to(dtype), self.index, self.classes)
+
+    def dense(self) -> torch.Tensor:
+        """``cat(deter, flat one-hot)`` ``(..., D + S*K)``, rebuilt from ``index`` when ``stoch`` is None."""
+        stoch = self.stoch
+        if stoch is None:
+            dtype = torch.float32 if self.deter is None else self.deter.dtype
+            stoch = torch.zeros(*self.index.shape, self.classes, dtype=dtype, device=self.index.device)
+            stoch.scatter_(-1, self.index.unsqueeze(-1), 1.0)
+        stoch = stoch.flatten(-2)
+        return stoch if self.deter is None else torch.cat([self.deter, stoch.to(self.deter.dtype)], -1)
+
+
+_ONE_CALL_ELEMENTS = 1 << 21  # up to this many (M * S * O) the W_z gradient is one index_add on a repeated g
+# elements of g (rows x O) per block of index_add calls: 4096 rows at O = 256, 2048 at O = 512 (measured in
+# docs/changelog.md, round 4: 4096 rows ran 9-10% faster than 2048 at O = 256, the same at 512; 8192 no faster)
+_BLOCK_ELEMENTS = 1 << 20
+
+
+class _OneHotLinear(torch.autograd.Function):
+    """``deter (M, D) or None, stoch (M, S, K) or None, flat (M, S) rows of W_z, weight (O, D + S*K), bias (O,)
+    or None -> (M, O)`` in the compute dtype ``dtype``; ``table`` is :func:`gather_table` ``(S*K, O)`` and ``w_h``
+    the ``W_h`` part ``(O, D)`` (or None), both in ``dtype``; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, deter, stoch, flat, weight, bias, dtype, table, w_h):
+        d = 0 if deter is None else deter.shape[-1]
+        out = F.embedding_bag(flat, table, mode="sum")  # (M, S) -> (M, O): sum of S rows of W_z^T, in table's dtype
+        if bias is not None:
+            out = out + bias.to(out.dtype)
+        out = out.to(dtype)
+        if deter is not None:
+            out = torch.addmm(out, deter, w_h.t())  # + h @ W_h^T
+        ctx.save_for_backward(deter, flat, weight, w_h)
+        ctx.d, ctx.dtype, ctx.has_bias = d, dtype, bias is not None
+        ctx.stoch_meta = None if stoch is None else (stoch.shape, stoch.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        deter, flat, weight, w_h = ctx.saved_tensors
+        d, dtype = ctx.d, ctx.dtype
+        grad_deter = grad_stoch = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_deter = grad @ w_h  # (M, O) @ (O, D) -> (M, D)
+        if ctx.needs_input_grad[1]:
+            shape, stoch_dtype = ctx.stoch_meta
+            grad_stoch = (grad @ weight[:, d:].to(dtype)).view(shape).to(stoch_dtype)  # dense: (M, O) @ (O, S*K)
+        if ctx.needs_input_grad[3]:
+            grad_weight = onehot_weight_grad(grad, deter, flat, weight)
+        if ctx.has_bias and ctx.needs_input_grad[4]:
+            grad_bias = grad.sum(0).to(weight.dtype)
+        return grad_deter, grad_stoch, None, grad_weight, grad_bias, None, None, None
+
+
+def flat_rows(index: torch.Tensor, classes: int) -> torch.Tensor:
+    """Rows of ``W_z^T`` ``(S*K, O)`` to sum: ``index (..., S)`` -> ``(M, S)`` with ``s * K + index_s``."""
+    s = index.shape[-1]
+    return index.reshape(-1, s) + torch.arange(0, s * classes, classes, device=index.device)
+
+
+def onehot_weight_grad(grad: torch.Tensor, deter: torch.Tensor | None, flat: torch.Tensor,
+                       weight: torch.Tensor) -> torch.Tensor:
+    """Gradient of ``weight (O, D + S*K)`` for the output gradient ``grad (M, O)`` at the input ``(deter (M, D) or
+    None, rows flat (M, S))``: ``grad^T @ deter`` for ``W_h``, :func:`_index_grad` for ``W_z``; in weight's dtype."""
+    d = 0 if deter is None else deter.shape[-1]
+    grad_weight = torch.empty_like(weight)
+    grad_weight[:, d:] = _index_grad(grad, flat, weight.shape[1] - d, weight.dtype).t()
+    if deter is not None:
+        grad_weight[:, :d] = (grad.t() @ deter.to(grad.dtype)).to(weight.dtype)  # (O, M) @ (M, D)
+    return grad_weight
+
+
+def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """Gradient of ``W_z^T`` ``(S*K, O)`` in ``dtype`` (float32: the sums run over up to ``M`` rows): row
+    ``flat[m, s]`` receives ``grad[m]`` for every ``m``, ``s``, by ``index_add``."""
+    grad_z = grad.new_zeros(rows, grad.shape[1], dtype=dtype)  # (S*K, O)
+    m, groups = flat.shape
+    if m * groups * grad.shape[1] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
+        grad_z.index_add_(0, flat.reshape(-1), grad.to(dtype).repeat_interleave(groups, 0))  # (M*S, O)
+        return grad_z
+    block = max(1, _BLOCK_ELEMENTS // grad.shape[1])
+    for start in range(0, m, block):  # large batch: S sparse row updates per block (it stays in cache)
+        g_block, flat_block = grad[start:start + block].to(dtype), flat[start:start + block]
+        for s in range(groups):  # rows flat[:, s] += g, without an (M*S, O) copy
+            grad_z.index_add_(0, flat_block[:, s], g_block)
+    return grad_z
+
+
+def gather_table(weight: torch.Tensor, stoch_dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``W_z^T`` ``(S*K, O)`` contiguous, no gradient, in ``dtype`` (default the weight's): the rows
+    :func:`onehot_linear` sums (last ``stoch_dim`` input columns of ``weight (O, D + S*K)``). In a 16-bit compute
+    dtype each row is rounded as autocast rounds the dense weight; ``F.embedding_bag`` accumulates in float32."""
+    table = weight.detach()[:, weight.shape[1] - stoch_dim:].t()
+    return table.to(dtype or weight.dtype).contiguous()
+
+
+def _compute_dtype(weight: torch.Tensor, feat: "SplitFeat") -> torch.dtype:
+    device = weight.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return weight.dtype if feat.deter is None else feat.deter.dtype
+
+
+def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  table: torch.Tensor | None = None, w_h: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(feat.dense(), weight, bias)`` computed as ``deter @ W_h^T + sum of S rows of W_z + bias``.
+
+    Args:
+        feat: :class:`SplitFeat` with leading dims ``(...)``.
+        weight: ``(O, D + S*K)`` (the ``nn.Linear`` weight over ``cat(deter, flat stoch)``).
+        bias: ``(O,)`` or None.
+        table: :func:`gather_table` of ``weight`` in the compute dtype when the caller keeps one
+            (:class:`FeatLinear` does, per weight version); None builds it.
+        w_h: ``weight[:, :D]`` in the compute dtype when the caller keeps it; None casts it.
+
+    Returns:
+        ``(..., O)``, in the autocast dtype when autocast is on (as ``nn.Linear`` would: the one-hot rows and
+        ``W_h`` rounded to it, sums in float32), else ``deter``'s dtype.
+
+    Raises:
+        ValueError: ``weight``'s input width differs from ``feat.dim``.
+    """
+    if weight.shape[1] != feat.dim:
+        raise ValueError(f"onehot_linear: weight takes {weight.shape[1]} inputs but the features have {feat.dim} "
+                         f"(deter + stoch * classes); build the layer with the RSSM's feat_dim")
+    dtype = _compute_dtype(weight, feat)
+    lead = feat.lead
+    s, k = feat.index.shape[-1], feat.classes
+    flat = flat_rows(feat.index, k)  # (..., S) -> (M, S) rows of W_z
+    deter = None if feat.deter is None else feat.deter.reshape(-1, feat.deter.shape[-1]).to(dtype)
+    stoch = None if feat.stoch is None else feat.stoch.reshape(-1, s, k)
+    if table is None:
+        table = gather_table(weight, s * k, dtype)
+    if w_h is None and deter is not None:
+        w_h = weight[:, :deter.shape[-1]].to(dtype)
+    with torch.autocast(weight.device.type, enabled=False):
+        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype, table, w_h)
+    return out.reshape(*lead, out.shape[-1])
+
+
+class FeatLinear(nn.Linear):
+    """``nn.Linear`` that also takes :class:`SplitFeat` inputs (then :func:`onehot_linear`), for the first layer
+    of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``.
+
+    Keeps the :func:`gather_table` of its weight and its ``W_h`` part, in the compute dtype, between calls while
+    the weight is unchanged (its version counter: optimiser steps and ``load_state_dict`` bump it), so a
+    rollout's steps share one copy."""
+
+    _table: tuple[tuple, torch.Tensor, torch.Tensor | None] | None = None
+
+    def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
+        if not isinstance(x, SplitFeat):
+            return super().forward(x)
+        stoch_dim = x.index.shape[-1] * x.classes
+        dtype = _compute_dtype(self.weight, x)
+        w = self.weight
+        # inference mode is part of the key: tensors made under it (acting) must not be saved for a backward pass
+        key = (w._version, w.data_ptr(), w.device, stoch_dim, dtype, torch.is_inference_mode_enabled())
+        if self._table is None or self._table[0] != key:
+            d = w.shape[1] - stoch_dim
+            self._table = (key, gather_table(w, stoch_dim, dtype), w.detach()[:, :d].to(dtype) if d else None)
+        return onehot_linear(x, w, self.bias, self._table[1], self._table[2])

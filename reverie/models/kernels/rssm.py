@@ -1,0 +1,239 @@
+"""The categorical RSSM's fast paths (``kernels="auto"``), called from the methods of
+:class:`reverie.models.dynamics.CategoricalRSSM` marked "kernels"; each computes what the readable method does.
+
+- ``observe``: sampled, with autograd, on CPU the observe scan runs as one autograd node with its backward written
+  out (:mod:`.observe_scan`; 1.056x / 1.035x paired at sizes xs / s, docs/changelog.md round 3). Where that does
+  not apply (a GPU), the step-by-step loop runs with deferred weight gradients (:mod:`.scan_linear`: one product per
+  weight instead of one per step; 1.021x / 1.033x on CPU in round 2, before the fused scan replaced it there).
+- ``features``: the features as a :class:`.onehot_linear.SplitFeat`, so every head's first layer reads the
+  one-hot latent by row gathers (128 -> 58 GFLOP per xs update, round 1).
+- ``cell_input``: the input layer reads the latent by gathers from 256 rows on (imagination's ``T*B`` rows; in the
+  observe scan's ``B = 16`` rows the dense product is cheaper).
+- ``imagine``: the rollout without autograd keeps the class index instead of the one-hot latent (the same draws),
+  writing each step into preallocated ``(H+1, N, ...)`` buffers.
+
+:func:`check_fused_scan` runs at construction: the fused scan reproduces a fixed architecture (the module classes
+below and their forward code), so a model whose cell or layers were edited is refused with the fix instead of
+being silently replaced by the original computation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from reverie.models.distributions import unimix_sample_index
+from reverie.models.kernels.observe_scan import observe_scan
+from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
+from reverie.models.kernels.scan_linear import ScanLinears
+
+State = dict[str, torch.Tensor]
+
+# The cell's input layer takes the one-hot latent by row gathers from this many rows on (imagination: T*B); below,
+# in the observe scan (B rows per step), the dense product is cheaper than the gather's extra small ops.
+GATHER_MIN_ROWS = 256
+
+
+class RSSMKernels:
+    """The fast paths of one :class:`reverie.models.dynamics.CategoricalRSSM` (module docstring).
+
+    Raises:
+        ValueError: the RSSM's modules are not those the fused observe scan reproduces (:func:`check_fused_scan`).
+    """
+
+    def __init__(self, rssm: nn.Module):
+        check_fused_scan(rssm)
+        self.rssm = rssm
+
+    # ----------------------------------------------------------------------------------------------- features
+    def features(self, state: State) -> SplitFeat:
+        """``cat(deter, flat stoch)`` as a :class:`SplitFeat`: ``state["index"]`` where the state carries it (then
+        ``stoch`` may be absent when no gradient has to reach it), else the argmax of the exact one-hot ``stoch``."""
+        index = state.get("index")
+        if index is None:
+            return SplitFeat.from_state(state["deter"], state["stoch"])
+        return SplitFeat(state["deter"], state.get("stoch"), index, self.rssm.classes)
+
+    def cell_input(self, state: State) -> torch.Tensor | SplitFeat:
+        """What the input layer ``in_z`` reads: the one-hot latent by gathers from :data:`GATHER_MIN_ROWS` rows on
+        (or when the state holds only the class index), else the flat one-hot ``(B, S*K)``."""
+        stoch, index = state.get("stoch"), state.get("index")
+        if stoch is None or stoch.shape[:-2].numel() >= GATHER_MIN_ROWS:
+            return SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.rssm.classes)
+        return stoch.flatten(-2)  # (B, S, K) -> (B, S*K)
+
+    # ------------------------------------------------------------------------------------------------ observe
+    def observe(self, action_proj: torch.Tensor, embed_proj: torch.Tensor, first: torch.Tensor,
+                is_first: torch.Tensor, state: State, init: State, sample: bool) -> State | None:
+        """The posterior states ``(T, B, ...)`` from the fused scan, or None where it does not apply (not sampled,
+        no autograd, not on CPU, or projections outside the compute dtype): then the step-by-step loop runs."""
+        rssm = self.rssm
+        dtype = compute_dtype(rssm)
+        if not (sample and torch.is_grad_enabled() and action_proj.device.type == "cpu"
+                and action_proj.dtype == embed_proj.dtype == dtype):
+            return None
+        deter, logits, stoch = observe_scan(rssm, action_proj, embed_proj, first, reset_steps(is_first),
+                                            state["deter"], state["stoch"], init, dtype)
+        return {"deter": deter, "stoch": stoch, "logits": logits.unflatten(-1, (rssm.stoch, rssm.classes))}
+
+    @contextlib.contextmanager
+    def deferred_weights(self) -> Iterator[None]:
+        """Within the block, the scan's linear layers (``in_z``, the GRU's, ``post_h``, ``post_out``) defer their
+        weight gradients to one product each (:class:`ScanLinears`), while autograd records; otherwise nothing."""
+        rssm = self.rssm
+        layers = {"in_z": rssm.in_z, "gru": rssm.gru.linear, "post_h": rssm.post_h, "post_out": rssm.post_out}
+        linears = ScanLinears(layers, compute_dtype(rssm))
+        if not linears.record:
+            yield
+            return
+        for name, layer in layers.items():
+            plain = type(layer).forward.__get__(layer)
+            layer.forward = _deferred(linears, name, plain)  # on the instance, for this block only
+        try:
+            yield
+        finally:
+            for layer in layers.values():
+                del layer.forward
+
+    # ------------------------------------------------------------------------------------------------ imagine
+    def imagine(self, policy: Any, start: State, horizon: int) -> tuple[State, torch.Tensor]:
+        """:meth:`CategoricalRSSM.imagine` returning ``deter`` and ``index`` (and ``stoch`` with autograd): what
+        :meth:`features` reads. Without autograd the steps draw the class index alone (the same draws as
+        ``img_step``, whose ``stoch`` is its one-hot) and are written into preallocated buffers."""
+        rssm, grad = self.rssm, torch.is_grad_enabled()
+        keys = ("deter", "stoch", "index") if grad else ("deter", "index")
+        steps = {k: _Steps(horizon + 1) for k in keys}
+        action_steps = _Steps(horizon + 1)
+        state = _with_index(start)
+        for t in range(horizon + 1):
+            if t > 0:
+                previous = action_steps.last
+                state = _with_index(rssm.img_step(state, previous)) if grad else self._img_step_index(state, previous)
+            action_steps.put(t, policy(state))
+            for k, buf in steps.items():
+                buf.put(t, state[k])
+        return {k: buf.result() for k, buf in steps.items()}, action_steps.result()
+
+    def _img_step_index(self, state: State, action: torch.Tensor) -> State:
+        """``img_step`` (sampled, no autograd) returning ``deter``, ``index (N, S)`` and ``logits``."""
+        rssm = self.rssm
+        deter = rssm._cell(state, rssm._action_input(action))
+        logits = rssm._prior_logits(deter)
+        return {"deter": deter, "index": unimix_sample_index(logits, rssm.unimix, fast=True), "logits": logits}
+
+
+def _deferred(linears: ScanLinears, name: str, plain: Any) -> Any:
+    def forward(x: torch.Tensor | SplitFeat) -> torch.Tensor:
+        return plain(x) if isinstance(x, SplitFeat) else linears(name, x)
+    return forward
+
+
+def _with_index(state: State) -> State:
+    """``state`` plus ``index (..., S)``, the argmax of its exact one-hot ``stoch``."""
+    return state if "index" in state else {**state, "index": one_hot_argmax(state["stoch"])}
+
+
+def compute_dtype(rssm: nn.Module) -> torch.dtype:
+    """The dtype the RSSM's linear layers compute in: autocast's where it is on, else the weights'."""
+    device = rssm.in_a.weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else rssm.in_a.weight.dtype
+
+
+def reset_steps(is_first: torch.Tensor) -> list[bool]:
+    """Which steps of ``is_first (T, B)`` reset any row; the fused scan skips ``x * keep + init * first`` on the
+    others (``x * 1 + init * 0`` is ``x`` exactly). Reading the flags is free on CPU; on an accelerator it would
+    be a host sync, so there every step resets."""
+    if is_first.device.type != "cpu":
+        return [True] * is_first.shape[0]
+    return is_first.any(1).tolist()
+
+
+class _Steps:
+    """Per-step tensors ``(N, ...)`` gathered into one ``(steps, N, ...)`` tensor: written into a preallocated
+    buffer when autograd is off at the first :meth:`put` (no list, no ``torch.stack`` copy), else kept in a list
+    and stacked once (autograd cannot record in-place writes into a shared buffer)."""
+
+    def __init__(self, steps: int):
+        self.steps, self.buffer, self.items = steps, None, []
+        self.last: torch.Tensor | None = None  # the tensor put last
+
+    def put(self, t: int, x: torch.Tensor) -> None:
+        self.last = x
+        if self.buffer is None and not self.items and not torch.is_grad_enabled():
+            self.buffer = x.new_empty((self.steps, *x.shape))
+        if self.buffer is not None:
+            self.buffer[t].copy_(x)
+        else:
+            self.items.append(x)
+
+    def result(self) -> torch.Tensor:
+        if self.buffer is not None:
+            return self.buffer
+        return torch.stack(self.items)  # steps x (N, ...) -> (steps, N, ...)
+
+
+def check_fused_scan(rssm: nn.Module) -> None:
+    """Refuse an RSSM whose observe step the fused scan (:mod:`.observe_scan`) would not reproduce.
+
+    Two checks: the modules are the classes the scan reads the weights of (``GRUCell`` with its own forward,
+    LayerNorm + SiLU after the input and posterior layers, bias-free linear layers where the scan has no bias), and
+    two observe steps of the fused scan equal two steps of the readable loop (``_observe_steps``) on random inputs
+    with a reset in each (the same draws; ``1e-4`` relative): an edit of a module's forward code that changes what
+    it computes fails here.
+
+    Raises:
+        ValueError: naming what differs and the fix (``kernels=off`` runs the edited modules as written).
+    """
+    from reverie.models.dynamics.categorical import GRUCell  # here: that module builds this one
+
+    def is_norm_silu(m: nn.Module) -> bool:
+        return isinstance(m, nn.Sequential) and len(m) == 2 and type(m[0]) is nn.LayerNorm and type(m[1]) is nn.SiLU
+
+    problems = []
+    if type(rssm.gru) is not GRUCell:
+        problems.append(f"the cell is a {type(rssm.gru).__name__}, not reverie's GRUCell")
+    elif type(rssm.gru.linear) is not nn.Linear or rssm.gru.linear.bias is not None or type(rssm.gru.norm) is not \
+            nn.LayerNorm:
+        problems.append("the GRUCell's layers are not a bias-free nn.Linear and an nn.LayerNorm")
+    if not (is_norm_silu(rssm.in_norm) and is_norm_silu(rssm.post_norm)):
+        problems.append("in_norm/post_norm are not LayerNorm -> SiLU")
+    if type(rssm.in_z) is not FeatLinear or type(rssm.post_h) is not nn.Linear or type(rssm.post_out) is not \
+            nn.Linear or rssm.in_z.bias is not None or rssm.post_h.bias is not None or rssm.post_out.bias is None:
+        problems.append("in_z/post_h/post_out are not the bias-free input and hidden layers and the biased output")
+    if not problems:
+        problems += _probe(rssm)
+    if problems:
+        raise ValueError("kernels=auto: the fused observe scan (reverie/models/kernels/observe_scan.py) does not "
+                         "reproduce this RSSM: " + "; ".join(problems) + ". Set agent.module.kernels=off to train "
+                         "the modules as written (the readable path), or update the fused scan to the new step.")
+
+
+def _probe(rssm: nn.Module) -> list[str]:
+    """Two observe steps (``B = 2``, a reset in each) of the fused scan against the readable loop; the problems."""
+    weight = rssm.in_a.weight
+    g = torch.Generator(device="cpu").manual_seed(0)
+    units, batch = rssm.in_a.out_features, 2
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=weight.dtype).to(weight.device)
+
+    action_proj, embed_proj = randn(2, batch, units), randn(2, batch, units)
+    is_first = torch.tensor([[True, False], [False, True]], device=weight.device)
+    first = is_first.to(weight.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
+    index = torch.randint(rssm.classes, (batch, rssm.stoch), generator=g).to(weight.device)
+    stoch = torch.zeros(batch, rssm.stoch, rssm.classes, dtype=weight.dtype, device=weight.device)
+    state = {"deter": randn(batch, rssm.deter), "stoch": stoch.scatter_(-1, index.unsqueeze(-1), 1.0)}
+    with torch.no_grad(), torch.random.fork_rng(devices=[]), torch.autocast(weight.device.type, enabled=False):
+        init = rssm.initial(batch)
+        torch.manual_seed(0)
+        deter, logits, drawn = observe_scan(rssm, action_proj, embed_proj, first, [True, True], state["deter"],
+                                            state["stoch"], init, weight.dtype)
+        torch.manual_seed(0)
+        plain = rssm._observe_steps(action_proj, embed_proj, first, state, init, sample=True)
+    fused = {"deter": deter, "logits": logits.unflatten(-1, (rssm.stoch, rssm.classes)), "stoch": drawn}
+    return [f"two steps give a different {key} (largest difference {(fused[key] - plain[key]).abs().max():.3g})"
+            for key in ("deter", "logits", "stoch")
+            if not torch.allclose(fused[key].to(plain[key].dtype), plain[key], rtol=1e-4, atol=1e-5)]

@@ -1,0 +1,229 @@
+"""Resuming a run: where to resume from, which config changes are safe, and the run directory's bookkeeping.
+
+A run directory with a checkpoint is resumed by ``reverie train run_dir=D [overrides]`` or
+``reverie train --resume D [overrides]``. The saved (resolved) config is the base; a key the overrides change
+is applied when it is in :data:`SAFE_KEYS` (it only changes how long the run goes on, or when and how it
+logs, evaluates and checkpoints), and any other change is rejected with :class:`ResumeError`; never ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: Keys (or key prefixes) that may change on resume. Everything else (agent, size, env, replay, seed, device)
+#: shapes the state being resumed, so changing it would not continue the same run.
+SAFE_KEYS = (
+    "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
+    "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
+    "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
+    "logger", "exp_name",
+    "run_dir",
+    "train.async_collect",  # wall time only: the run is the same with it on or off (tests/loop/test_async_collect.py)
+    "replay.preflight", "trainer.timeout_min",
+    "train.policy_sync_every",  # with train.control_hz: how fresh the acting copy is; no state depends on it
+)  # not trainer.nproc: each rank's replay shard, env and RNG state belong to one process count
+SUMMARY_FILE = "summary.json"  # written when training finishes uninterrupted: "this run (or trial) is done"
+OVERRIDES_FILE = "overrides.json"  # the command-line overrides the run was started with
+
+
+class ResumeError(ValueError):
+    """A resume that cannot continue the saved run as asked; the message names the keys and the fix."""
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out |= flatten(value, name + ".")
+        else:
+            out[name] = value
+    return out
+
+
+def is_safe(key: str) -> bool:
+    """True when ``key`` is one of :data:`SAFE_KEYS` or lies under one of them."""
+    return any(key == safe or key.startswith(safe + ".") for safe in SAFE_KEYS)
+
+
+def config_changes(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Keys whose value differs between the saved and the new resolved config: ``{key: (saved, new)}``.
+
+    Keys only in ``new`` (settings added to reverie after the run started) are not changes: the new default
+    applies. Keys only in ``saved`` (settings since removed) are ignored.
+    """
+    a, b = flatten(saved), flatten(new)
+    return {key: (a[key], b[key]) for key in sorted(a.keys() & b.keys()) if a[key] != b[key]}
+
+
+def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Accept the safe changes between ``saved`` and ``new``; reject the rest.
+
+    Returns:
+        The applied changes ``{key: (saved, new)}`` (``run_dir`` excluded).
+
+    Raises:
+        ResumeError: a change to a key outside :data:`SAFE_KEYS`; the message lists each key with both values,
+            the safe keys, and how to start a new run instead.
+    """
+    changes = {k: v for k, v in config_changes(saved, new).items() if k != "run_dir"}
+    unsafe = {k: v for k, v in changes.items() if not is_safe(k)}
+    if unsafe:
+        listed = "\n".join(f"  {k}: {old!r} (saved) -> {value!r} (now)" for k, (old, value) in unsafe.items())
+        raise ResumeError(
+            f"cannot resume with these config changes (they change the run being continued):\n{listed}\n"
+            f"Keys that may change on resume: {', '.join(SAFE_KEYS)}. Drop those overrides to resume, or start a "
+            f"new run in another run_dir (optionally from this run's config.yaml).")
+    return changes
+
+
+RESUME_KEYS = ("agent", "replay_meta", "ratio", "counters", "clocks", "rng", "stepper", "row", "act_state", "config")
+
+
+def check_resumable(payload: Mapping[str, Any], path: str | Path) -> None:
+    """Refuse a checkpoint that lacks what an exact resume needs (written by an older reverie, or by hand).
+
+    Raises:
+        ResumeError: naming the missing parts; such a checkpoint still loads for acting (``load_run``).
+    """
+    missing = [key for key in RESUME_KEYS if key not in payload]
+    if missing:
+        raise ResumeError(f"checkpoint {path} cannot be resumed: it lacks {missing} (written before reverie saved "
+                          f"full run state). It still loads for acting and evaluation (`reverie eval`); start a "
+                          f"new run in another run_dir to train.")
+
+
+def resume_point(cfg: Any, run_dir: str | Path, info: Any) -> tuple[dict | None, dict | None]:
+    """What ``reverie train`` continues in ``run_dir``: ``(saved, done)``.
+
+    ``saved``: this rank's newest readable checkpoint payload (:func:`reverie.state.ranks.load_rank_checkpoint`),
+    checked to hold full run state and a config that differs from ``cfg`` (the resolved config) only in
+    :data:`SAFE_KEYS` (the applied changes are printed); None for a fresh run. ``done``: the summary of a finished
+    run whose ``train.steps`` is not raised (then nothing is trained), else None; a raised ``train.steps`` removes
+    the completion marker.
+
+    Raises:
+        ResumeError: the checkpoint lacks run state, or ``cfg`` changes a key that is not safe to change.
+    """
+    from omegaconf import OmegaConf
+
+    from reverie.state.ranks import load_rank_checkpoint
+
+    run_dir = Path(run_dir)
+    saved = load_rank_checkpoint(run_dir, info)  # rank r > 0: its own state + rank 0's agent
+    if saved is None:
+        return None, None
+    check_resumable(saved, saved["checkpoint_path"])
+    changes = check_resume_config(saved["config"], OmegaConf.to_container(cfg, resolve=True))
+    done = read_summary(run_dir)
+    if done is not None and int(cfg.train.steps) <= int(saved["config"]["train"]["steps"]):
+        print(f"[reverie] {run_dir} already finished ({done['env_steps']} env steps, summary.json); raise "
+              f"train.steps above {saved['config']['train']['steps']} to continue it")
+        return saved, done
+    if info.is_main:
+        (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    for key, (old, new) in changes.items():
+        print(f"[reverie] resume: {key} {old!r} -> {new!r}")
+    return saved, None
+
+
+def save_overrides(run_dir: str | Path, overrides: list[str]) -> None:
+    """Record the command-line overrides of a new run (``overrides.json``) so a resume can recompose them."""
+    (Path(run_dir) / OVERRIDES_FILE).write_text(json.dumps(list(overrides)))
+
+
+def saved_overrides(run_dir: str | Path) -> list[str] | None:
+    """The overrides a run was started with, or None when the run directory has no ``overrides.json``."""
+    path = Path(run_dir) / OVERRIDES_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def merge_overrides(old: list[str], new: list[str]) -> list[str]:
+    """``old`` then ``new`` Hydra overrides, the new one winning for the same key (one override per key)."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    replaced = {key(o) for o in new}
+    return [o for o in old if key(o) not in replaced] + list(new)
+
+
+def truncate_jsonl(path: str | Path, step: int) -> int:
+    """Drop the rows of a ``metrics.jsonl``/``scores.jsonl`` written after env step ``step`` (data the resumed
+    run collects again); an unreadable last line (a write cut by a kill) goes too.
+
+    Returns:
+        The number of rows removed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            dropped += 1
+            continue
+        if row.get("step", 0) > step:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.replace(path)
+    return dropped
+
+
+def write_summary(run_dir: str | Path, summary: Mapping[str, Any]) -> Path:
+    """Write ``run_dir/summary.json`` (atomically): the completion marker sweeps rely on."""
+    path = Path(run_dir) / SUMMARY_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    """The summary of a finished run, or None when the run has not finished."""
+    path = Path(run_dir) / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None,
+                   argv0: str | None = None) -> str:
+    """The shell command that resumes ``run_dir``, runnable as printed from the current directory.
+
+    Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``): ``make train ARGS="--resume <run_dir>"``. Otherwise
+    ``reverie train --resume <run_dir>``, with the launcher this process was started by: ``reverie`` when that
+    is the one on ``PATH``, else its path (``.venv/bin/reverie``); ``python -m reverie`` (the interpreter's path
+    when ``python`` on ``PATH`` is another one) for ``python -m reverie``.
+    """
+    environ = os.environ if environ is None else environ
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    target = shlex.quote(str(run_dir))
+    if environ.get("REVERIE_MAKE_TRAIN"):
+        return f'make train ARGS="--resume {target}"'
+    if os.path.basename(argv0) == "__main__.py":  # python -m reverie
+        python = "python" if _same_file(shutil.which("python"), sys.executable) else shlex.quote(sys.executable)
+        launcher = f"{python} -m reverie"
+    elif os.path.basename(argv0) == "reverie" and not _same_file(shutil.which("reverie"), argv0):
+        launcher = shlex.quote(argv0)
+    else:
+        launcher = "reverie"
+    return f"{launcher} train --resume {target}"
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    try:
+        return a is not None and b is not None and os.path.samefile(a, b)
+    except OSError:
+        return False

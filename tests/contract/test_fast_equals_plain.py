@@ -1,0 +1,130 @@
+"""The contract of the kernels switch: ``agent.module.kernels=auto`` computes what ``off`` (plain autograd over the
+readable modules) computes. Whole DreamerV3 updates (world model, imagination, actor, critic) in float64, discrete
+and continuous actions, vector and image observations, ``is_first`` mid-sequence, 256 imagination starts (the
+input layer's row-gather path): every metric and, after several updates, every parameter equal up to the order of
+float64 additions; and each kernel ran on the ``auto`` path and none on the ``off`` path."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+
+import reverie.models.kernels.mlp_tape as mlp_tape
+import reverie.models.kernels.onehot_linear as onehot_linear
+import reverie.models.kernels.rssm as kernels_rssm
+import reverie.models.kernels.sampling as sampling
+import reverie.models.kernels.straight_through as straight_through
+import reverie.models.kernels.two_hot as two_hot
+from reverie.agents.dreamer import DreamerV3
+from reverie.envs.testing import random_batch
+from reverie.types import ActionSpec
+
+from helpers.agents import dreamer
+
+T, B = 8, 32  # 256 imagination starts: the input layer reads the latent by row gathers from 256 rows on
+
+
+def make_batch(seed: int, image: bool) -> dict[str, np.ndarray]:
+    batch = random_batch(T, B, seed=seed, p_first=0.05)
+    batch["is_first"][3, 1] = batch["is_first"][5, :4] = True  # episodes that start mid-sequence
+    batch["prev_action"][batch["is_first"]] = 0.0
+    if image:
+        batch["image"] = np.random.default_rng(seed).integers(0, 256, (T, B, 3, 16, 16), dtype=np.uint8)
+    return batch
+
+
+def count_kernels(monkeypatch) -> collections.Counter:
+    """Count the calls into every kernel the update can take on CPU."""
+    calls: collections.Counter = collections.Counter()
+
+    def counted(owner, name, key, static=False):
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            calls[key] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, staticmethod(wrapper) if static else wrapper)
+
+    counted(kernels_rssm, "observe_scan", "fused observe scan")
+    counted(mlp_tape.MLPTape, "replay", "actor tape")
+    counted(two_hot.SparseTargetLogProb, "forward", "two-hot backward", static=True)
+    counted(straight_through.StraightThrough, "forward", "straight-through node", static=True)
+    counted(onehot_linear._OneHotLinear, "forward", "one-hot gathers", static=True)
+    counted(sampling, "count_below", "sign-bit search")
+    return calls
+
+
+def run(kernels: str, spec: ActionSpec, image: bool, updates: int = 3):
+    torch.manual_seed(0)
+    shapes = {"vector": (4,)} | ({"image": (3, 16, 16)} if image else {})
+    agent = DreamerV3(shapes, spec, **dreamer(kernels=kernels, precision="float64", cnn_depth=2))
+    metrics = []
+    for i in range(updates):
+        torch.manual_seed(100 + i)  # the same latent and action draws on both paths
+        metrics.append(agent.update(make_batch(i, image)))
+    return agent, metrics
+
+
+@pytest.mark.parametrize("discrete, image", [(True, False), (False, False), (True, True), (False, True)],
+                         ids=["discrete-vector", "continuous-vector", "discrete-image", "continuous-image"])
+def test_kernels_auto_equals_off_over_whole_updates_in_float64(discrete, image, monkeypatch):
+    spec = ActionSpec(discrete, 2)
+    calls = count_kernels(monkeypatch)
+    fast, fast_metrics = run("auto", spec, image)
+    used = dict(calls)
+    calls.clear()
+    plain, plain_metrics = run("off", spec, image)
+    expected = {"fused observe scan", "two-hot backward", "straight-through node", "one-hot gathers",
+                "sign-bit search"} | ({"actor tape"} if discrete else set())
+    assert set(used) == expected and not calls, (used, dict(calls))
+    assert next(fast.parameters()).dtype == torch.float64
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics, run("off", spec, image, updates=0)[0])
+
+
+def assert_same_updates(fast, fast_metrics, plain, plain_metrics, initial) -> None:
+    """Every metric and every parameter equal up to the order of float64 additions, and the updates changed the
+    parameters (against ``initial``, the agent before any update)."""
+    for got, want in zip(fast_metrics, plain_metrics):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
+    for (name, p), q in zip(fast.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12, msg=name)
+    assert any(not torch.equal(p, q) for p, q in zip(fast.parameters(), initial.parameters()))
+
+
+def run_2025(kernels: str, spec: ActionSpec, updates: int = 3):
+    from reverie.agents import DreamerV3_2025
+
+    torch.manual_seed(0)
+    agent = DreamerV3_2025({"vector": (4,)}, spec, dynamics=dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4,
+                                                                 kernels=kernels),
+                           units=8, horizon=3, warmup=0, eps=1e-8, kernels=kernels, precision="float64")
+    # eps 1e-8, not the official 1e-20: LaProp divides each gradient by its RMS, so with eps 1e-20 a gradient that is
+    # 0 on one path and 1e-18 of rounding on the other becomes a full step on one path only
+    metrics = []
+    for i in range(updates):
+        batch = make_batch(i, image=False)
+        batch["is_last"] = np.roll(batch["is_first"], -1, 0)  # each episode's last row before the next first
+        torch.manual_seed(100 + i)
+        metrics.append(agent.update(batch))
+    return agent, metrics
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
+def test_kernels_auto_equals_off_for_the_current_dreamerv3(discrete, monkeypatch):
+    """agent=dreamerv3_2025 reads the switch too: the latent and policy draws and the two-hot losses (reward,
+    value, replay value) through their kernels with ``auto``, the same updates in float64."""
+    spec = ActionSpec(discrete, 2)
+    calls = count_kernels(monkeypatch)
+    fast, fast_metrics = run_2025("auto", spec)
+    used = dict(calls)
+    calls.clear()
+    plain, plain_metrics = run_2025("off", spec)
+    assert set(used) == {"two-hot backward", "straight-through node", "sign-bit search"} and not calls, \
+        (used, dict(calls))
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics, run_2025("off", spec, updates=0)[0])

@@ -1,0 +1,200 @@
+"""Smoke and start-up checks of `reverie train` (exp=debug everywhere): what a run writes, what it refuses."""
+
+import json
+
+import numpy as np
+import pytest
+
+from reverie.cli import ConfigError, load_config, main
+from reverie import load_run, make_env
+
+from helpers.runs import read_jsonl, train
+
+
+@pytest.mark.parametrize("env", ["cartpole", "pendulum"])
+def test_smoke_debug_run_writes_everything(tmp_path, env):
+    run_dir = train(tmp_path, env, f"env={env}")
+    assert (run_dir / "config.yaml").is_file()
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert metrics[-1]["step"] == 200 and metrics[-1]["updates"] > 0
+    assert any("loss/model" in m and np.isfinite(m["loss/model"]) for m in metrics)
+    scores = read_jsonl(run_dir / "scores.jsonl")
+    assert {s["mode"] for s in scores} == {"train", "eval"}
+    assert sorted({s["step"] for s in scores if s["mode"] == "eval"}) == [100, 200]  # train.eval_every=100
+    assert all(s["frames"] == s["step"] for s in scores)  # action_repeat 1
+    assert sorted((run_dir / "checkpoints").iterdir())
+    run = load_run(run_dir, checkpoint="last")  # the final checkpoint (the default, best.pt, may be earlier)
+    assert run.counters["env_steps"] == 200
+    env = make_env(run.config["env"], seed=0)
+    obs, _ = env.reset()
+    action, state = run.act(obs)  # one env, as make_env returns it
+    assert env.action_space.contains(action)
+    obs, *_ = env.step(action)
+    action, state = run.act(obs, state)
+    assert env.action_space.contains(action)
+    batch = {k: np.stack([v, v]) for k, v in obs.items()}
+    actions, _ = run.act(batch)
+    assert len(actions) == 2 and all(env.action_space.contains(a) for a in actions)
+
+
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_smoke_image_observations(tmp_path, dict_obs):
+    """uint8 (16, 16, 3) images -> env layer (3, 16, 16) -> replay -> conv encoder/decoder; discrete actions."""
+    run_dir = train(tmp_path, f"img{dict_obs}", "env=gym", "env.id=reverie.envs.testing.ImageCountingEnv",
+                    "+env.kwargs.size=16", "+env.kwargs.length=10", f"+env.kwargs.dict_obs={dict_obs}",
+                    "train.steps=96", "train.eval_episodes=1")
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert metrics[-1]["updates"] > 0
+    assert any("loss/image" in m and np.isfinite(m["loss/image"]) for m in metrics)
+    assert any(("loss/vector" in m) == dict_obs for m in metrics if "loss/image" in m)
+    run = load_run(run_dir)
+    assert run.obs_shapes["image"] == (3, 16, 16)
+    env = make_env(run.config["env"], seed=0)
+    obs, _ = env.reset()
+    assert obs["image"].dtype == np.uint8 and obs["image"].shape == (3, 16, 16)
+    action, _ = run.act(obs)
+    assert env.action_space.contains(action)
+
+
+def test_unknown_key_fails_naming_the_key_and_alternatives():
+    with pytest.raises(ConfigError, match=r"unknown key 'agent.module.lerning_rate'.*model_lr"):
+        load_config(["agent.module.lerning_rate=1"])
+
+
+def test_unknown_group_option_lists_options():
+    with pytest.raises(ConfigError, match=r"env/nope(.|\n)*cartpole"):
+        load_config(["env=nope"])
+
+
+def test_missing_env_id_fails(tmp_path, capsys):
+    assert main(["train", "env=gym", f"run_dir={tmp_path / 'x'}"]) == 2
+    assert "env.id" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_env_id_and_unsupported_space_fail_before_the_run_dir_exists(tmp_path, capsys):
+    assert main(["train", "exp=debug", "env.id=NoSuchEnv-v0", f"run_dir={tmp_path / 'x'}"]) == 2
+    assert "NoSuchEnv-v0" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert main(["train", "exp=debug", "env=gym", "env.id=reverie.envs.testing.CountingEnv",
+                 "+env.kwargs.obs_dim=2", f"run_dir={tmp_path / 'y'}", "train.steps=8", "train.prefill=8",
+                 "train.eval_episodes=1"]) == 0  # a user's own env by import path works
+
+
+def test_user_env_by_import_path_and_wrapper_list(tmp_path):
+    run_dir = train(tmp_path, "own", "env=gym", "env.id=reverie.envs.testing.CountingEnv", "+env.kwargs.length=7",
+                    "env.wrappers=[{_target_: gymnasium.wrappers.ClipReward, min_reward: 0, max_reward: 1}]",
+                    "train.steps=64", "train.prefill=64", "train.eval_episodes=1")
+    scores = read_jsonl(run_dir / "scores.jsonl")
+    train_eps = [s for s in scores if s["mode"] == "train"]
+    assert train_eps and all(s["length"] == 7 for s in train_eps)
+    assert all(s["return"] == 7.0 for s in train_eps)  # rewards 1..7 clipped to [0, 1] -> seven ones
+
+
+def test_memmap_replay_and_async_envs(tmp_path):
+    run_dir = train(tmp_path, "mm", "replay.storage=memmap", "env.vector_mode=async", "env.num_envs=2",
+                    "train.steps=96")
+    files = {p.name for p in (run_dir / "replay").iterdir()}
+    assert {"vector.npy", "action.npy", "is_first.npy"} <= files
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["updates"] > 0
+
+
+def test_eval_command_on_discrete_and_continuous_runs(tmp_path, capsys):
+    for env in ("cartpole", "pendulum"):
+        run_dir = train(tmp_path, f"ev_{env}", f"env={env}", "train.steps=64", "train.eval_episodes=1")
+        capsys.readouterr()
+        assert main(["eval", str(run_dir), "--episodes", "3"]) == 0
+        table = json.loads(capsys.readouterr().out)
+        assert len(table["returns"]) == 3 and table["min"] <= table["mean"] <= table["max"]
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_interrupt_writes_a_checkpoint_and_exits_130(tmp_path, monkeypatch):
+    from reverie.agents.dreamer import DreamerV3
+
+    calls = {"n": 0}
+    real_update = DreamerV3.update
+
+    def update_then_interrupt(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real_update(self, batch)
+
+    monkeypatch.setattr(DreamerV3, "update", update_then_interrupt)
+    run_dir = tmp_path / "int"
+    assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=1000"]) == 130
+    run = load_run(run_dir)
+    assert 64 <= run.counters["env_steps"] < 1000 and run.counters["updates"] == 4
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] == run.counters["env_steps"]
+
+
+IMAGE_ENV = ["env=gym", "env.id=reverie.envs.testing.ImageCountingEnv"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["agent.train_ratio=abc"], "not a number"),
+    (["+agent.module.lr=1"], "lr"),
+    (["+agent.module.bogus=1"], "bogus"),
+    ([*IMAGE_ENV, "+env.kwargs.size=16", "agent.module.cnn.norm=batch"], "norm must be one of"),
+    ([*IMAGE_ENV, "+env.kwargs.size=48"], "image side 48"),
+])
+def test_bad_agent_values_fail_before_the_run_dir_exists(tmp_path, capsys, overrides, message):
+    assert main(["train", "exp=debug", *overrides, f"run_dir={tmp_path / 'x'}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_key_hints_for_nested_and_free_form_keys():
+    with pytest.raises(ConfigError, match=r"'agent' has no key 'modul'.*train_ratio"):
+        load_config(["agent.modul.model_lr=1"])
+    with pytest.raises(ConfigError, match=r"free-form mapping.*\+env\.kwargs\.foo"):
+        load_config(["env=gym", "env.id=Acrobot-v1", "env.kwargs.foo=1"])
+
+
+def test_help_texts(capsys):
+    assert main(["--help"]) == 0 and "commands:" in capsys.readouterr().out
+    assert main(["train", "--help"]) == 0 and "overrides" in capsys.readouterr().out.lower()
+
+
+def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, monkeypatch, capsys):
+    """Issue 20: evaluations return 5, 9, 7, 9 (at env steps 52, 100, 152, 200): best.pt holds the weights of
+    step 100 (the tie at 200 does not beat it), the summary reports best and last, load_run/eval use best.pt."""
+    import sys
+
+    import torch
+
+    from reverie.state.saved_run import describe_checkpoint
+    from helpers.state_compare import assert_same
+
+    means = iter([5.0, 9.0, 7.0, 9.0])
+
+    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval"):
+        mean = next(means)
+        return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
+
+    monkeypatch.setattr(sys.modules["reverie.loop.session"], "evaluate", fake_evaluate)
+    run_dir = train(tmp_path, "best", "train.eval_every=50", "train.checkpoint_keep=3")
+    best = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)
+    assert best["counters"]["env_steps"] == 100 and best["eval_return"] == 9.0
+    assert_same(best["agent"], torch.load(run_dir / "checkpoints" / "ckpt_0000000100.pt",
+                                          weights_only=False)["agent"]["modules"], "best.pt weights")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["best_eval_step"], summary["best_eval_return"], summary["eval_return"]) == (100, 9.0, 9.0)
+    assert "last eval return 9.0 (best 9.0 at env step 100: checkpoints/best.pt)" in capsys.readouterr().out
+
+    run = load_run(run_dir)  # default: best
+    assert run.checkpoint.name == "best.pt" and run.counters["env_steps"] == 100
+    assert describe_checkpoint(run) == ("checkpoints/best.pt (best: the weights of the best evaluation; env step 100, "
+                                        "eval return 9.0)")
+    assert load_run(run_dir, checkpoint="last").checkpoint.name == "ckpt_0000000200.pt"
+    assert load_run(run_dir, checkpoint="ckpt_0000000100.pt").counters["env_steps"] == 100
+    obs, _ = make_env(run.config["env"], seed=0).reset()
+    assert run.act(obs)[0] in (0, 1)
+    assert main(["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path / "e")]) == 0
+    assert "[reverie] eval: checkpoints/best.pt (best: the weights of the best evaluation; env step 100" in \
+        capsys.readouterr().err
+    assert main(["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path / "e2"),
+                 "--checkpoint", "last"]) == 0
+    assert "[reverie] eval: checkpoints/ckpt_0000000200.pt (last; env step 200)" in capsys.readouterr().err

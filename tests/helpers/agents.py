@@ -1,0 +1,24 @@
+"""Small agents for the tests: keyword arguments of DreamerV3 and PlaNet with tiny sizes (``size=debug`` by default),
+the dynamics' own sizes in their ``dynamics`` factory as the config's ``agent.module.dynamics`` block holds them."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from reverie.models.dynamics import CategoricalRSSM, GaussianRSSM
+
+
+def dreamer(deter: int = 32, stoch: int = 4, classes: int = 4, units: int = 32, layers: int = 1, horizon: int = 4,
+            precision: str = "float32", kernels: str = "auto", **kwargs) -> dict:
+    """``DreamerV3(obs_shapes, spec, **dreamer(...))``: size=debug and exp=debug's horizon and precision."""
+    dynamics = partial(CategoricalRSSM, deter=deter, stoch=stoch, classes=classes, units=units, kernels=kernels)
+    return dict(dynamics=dynamics, units=units, layers=layers, horizon=horizon, precision=precision, kernels=kernels,
+                **kwargs)
+
+
+def planet(deter: int = 16, stoch: int = 4, units: int = 16, min_std: float = 0.1, free_nats: float = 3.0,
+           overshooting: int = 0, act: str = "relu", head_units: int = 16, head_layers: int = 1, **kwargs) -> dict:
+    """``PlaNet(obs_shapes, spec, **planet(...))``: exp=debug's PlaNet sizes."""
+    dynamics = partial(GaussianRSSM, deter=deter, stoch=stoch, units=units, min_std=min_std, free_nats=free_nats,
+                       overshooting=overshooting, act=act)
+    return dict(dynamics=dynamics, units=units, act=act, head_units=head_units, head_layers=head_layers, **kwargs)

@@ -1,0 +1,148 @@
+"""DreamerV3's categorical RSSM (reverie/models/dynamics/categorical.py), its readable path and its kernels."""
+
+import pytest
+import torch
+
+from reverie.models.dynamics import CategoricalRSSM, GRUCell
+from reverie.models.kernels.onehot_linear import SplitFeat
+
+
+def make(action_dim=2, embed=6, kernels="off"):
+    torch.manual_seed(0)
+    return CategoricalRSSM(action_dim, embed, deter=16, stoch=4, classes=5, units=16, kernels=kernels)
+
+
+@pytest.mark.parametrize("T,B", [(1, 1), (4, 3), (9, 2)])
+def test_observe_and_imagine_shapes(T, B):
+    rssm = make()
+    post, prior = rssm.observe(torch.randn(T, B, 6), torch.zeros(T, B, 2), torch.zeros(T, B, dtype=torch.bool))
+    for s in (post, prior):
+        assert s["deter"].shape == (T, B, 16) and s["stoch"].shape == (T, B, 4, 5) and s["logits"].shape == (T, B, 4, 5)
+    assert rssm.features(post).shape == (T, B, 16 + 20)
+    split = make(kernels="auto").features(post)  # the same features, the one-hot part as class indices
+    assert isinstance(split, SplitFeat) and torch.equal(split.dense(), rssm.features(post))
+    start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
+    states, actions = rssm.imagine(lambda s: torch.zeros(s["deter"].shape[0], 2), start, horizon=3)
+    assert states["deter"].shape == (4, T * B, 16) and actions.shape == (4, T * B, 2)
+    torch.testing.assert_close(states["deter"][0], start["deter"])
+
+
+def test_is_first_resets_state_regardless_of_history():
+    rssm = make()
+    T = 6
+    embed = torch.randn(T, 2, 6)
+    embed[3:, 1] = embed[3:, 0]  # same observations from t=3 on, different before
+    action = torch.randn(T, 2, 2)
+    action[3:, 1] = action[3:, 0]
+    action[:3, 1] = -action[:3, 0]  # different previous actions, including the one fed at t=3
+    is_first = torch.zeros(T, 2, dtype=torch.bool)
+    is_first[0] = True
+    is_first[3] = True
+    post, prior = rssm.observe(embed, action, is_first, sample=False)
+    assert not torch.equal(post["deter"][2, 0], post["deter"][2, 1])  # histories differ before the reset
+    for key in ("deter", "stoch", "logits"):
+        torch.testing.assert_close(post[key][3:, 0], post[key][3:, 1], rtol=0, atol=0)
+        torch.testing.assert_close(prior[key][3:, 0], prior[key][3:, 1], rtol=0, atol=0)
+
+
+def test_is_first_matches_a_fresh_start():
+    rssm = make()
+    embed, action = torch.randn(4, 1, 6), torch.randn(4, 1, 2)
+    first = torch.tensor([[False], [False], [True], [False]])
+    post, _ = rssm.observe(embed, action, first, sample=False)
+    fresh, _ = rssm.observe(embed[2:], torch.zeros_like(action[2:]), torch.tensor([[True], [False]]), sample=False)
+    fresh_action = action[2:].clone()
+    fresh_action[0] = 0.0
+    fresh2, _ = rssm.observe(embed[2:], fresh_action, torch.tensor([[True], [False]]), sample=False)
+    # different sequence lengths change matmul blocking, so equal up to float32 rounding
+    torch.testing.assert_close(post["deter"][2:], fresh2["deter"], rtol=0, atol=1e-6)
+    torch.testing.assert_close(post["deter"][2], fresh["deter"][0], rtol=0, atol=1e-6)
+
+
+def test_initial_state_is_learned():
+    rssm = make()
+    init = rssm.initial(3)
+    assert init["deter"].shape == (3, 16) and init["stoch"].shape == (3, 4, 5)
+    assert torch.all(init["stoch"].sum(-1) == 1.0)
+    init["deter"].sum().backward()
+    assert rssm.initial_deter.grad is not None
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_imagination_by_class_index_equals_the_one_hot_rollout(grad):
+    """kernels: without autograd imagine() never builds the one-hot latent (the states hold the class index), with
+    it the states hold both; the rollout (deter, classes, actions) is the readable one-hot rollout's, draw for
+    draw (the kernels' sampler counts the same classes as searchsorted)."""
+    fast, plain = make(kernels="auto"), make(kernels="off")
+    post, _ = plain.observe(torch.randn(3, 2, 6), torch.zeros(3, 2, 2), torch.zeros(3, 2, dtype=torch.bool))
+    start = {k: v.flatten(0, 1).detach() for k, v in post.items()}
+
+    def policy(state):  # reads the class index, as DreamerV3's actor does through the features
+        index = state["index"] if "index" in state else state["stoch"].argmax(-1)
+        return torch.nn.functional.one_hot(index[:, 0] % 2, 2).float() + 0.01 * state["deter"][:, :2]
+
+    with torch.set_grad_enabled(grad):
+        torch.manual_seed(5)
+        by_index, a1 = fast.imagine(policy, start, horizon=6)
+        torch.manual_seed(5)
+        one_hot, a2 = plain.imagine(policy, start, horizon=6)
+    assert set(by_index) == ({"deter", "stoch", "index"} if grad else {"deter", "index"})
+    assert torch.equal(by_index["index"], one_hot["stoch"].argmax(-1)) and torch.equal(a1, a2)
+    assert torch.equal(by_index["deter"], one_hot["deter"])
+
+
+@pytest.mark.parametrize("given_state", [False, True])
+@pytest.mark.parametrize("firsts", [[], [0], [0, 3], [2]])
+def test_skipping_the_reset_arithmetic_on_steps_without_is_first_changes_nothing(firsts, given_state):
+    """The fused scan (kernels) skips `x * keep + init * first` where no row starts an episode; the readable loop
+    resets on every step: the same states and gradients, the learned initial state's included (zero, not None)."""
+    results = []
+    for kernels in ("auto", "off"):
+        rssm = make(kernels=kernels)
+        embed = torch.randn(5, 3, 6, generator=torch.Generator().manual_seed(1))
+        is_first = torch.zeros(5, 3, dtype=torch.bool)
+        for t in firsts:
+            is_first[t, t % 3] = True
+        state = {"deter": torch.full((3, 16), 0.5), "stoch": torch.eye(5)[torch.zeros(3, 4, dtype=torch.long)]}
+        torch.manual_seed(2)
+        post, _ = rssm.observe(embed, torch.zeros(5, 3, 2), is_first, state if given_state else None)
+        (post["deter"].sum() + (post["stoch"] * torch.arange(5.0)).sum()).backward()
+        results.append((post, {k: v.grad for k, v in rssm.named_parameters()}))
+    (post_a, grads_a), (post_b, grads_b) = results
+    for key in ("deter", "stoch", "logits"):
+        assert torch.equal(post_a[key], post_b[key]), key
+    assert grads_a.keys() == grads_b.keys()
+    for key in grads_a:
+        assert (grads_a[key] is None) == (grads_b[key] is None), key
+        if grads_a[key] is not None:
+            torch.testing.assert_close(grads_a[key], grads_b[key], rtol=1e-5, atol=1e-5, msg=key)  # summation order
+    assert grads_a["initial_deter"] is not None
+
+
+def test_gru_keeps_a_float32_state_under_bf16_autocast():
+    """Under bf16 autocast the gates are bf16 but the state is mixed as it is: ``u * c + (1 - u) * h`` (as
+    ``lerp(h, c, u)``) with a float32 ``h`` gives a float32 state (not rounded to bf16: measured to learn CartPole
+    worse, docs/changelog.md)."""
+    torch.manual_seed(0)
+    cell = GRUCell(6, 8)
+    x, h = torch.randn(5, 6), torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        new = cell(x, h)
+        parts = cell.norm(cell.linear(torch.cat([x, h], -1)))
+    reset, cand, update = parts.chunk(3, -1)
+    cand, update = torch.tanh(torch.sigmoid(reset) * cand), torch.sigmoid(update - 1.0)
+    assert parts.dtype == torch.bfloat16 and new.dtype == torch.float32
+    assert torch.equal(new, torch.lerp(h, cand.float(), update.float()))
+    u, c = update.float(), cand.float()
+    torch.testing.assert_close(new, u * c + (1.0 - u) * h, rtol=0, atol=1e-6)  # the reference's formula, in float32
+    assert not torch.equal(new.bfloat16().float(), new)  # not rounded to bf16
+
+
+def test_gru_promotes_mixed_input_dtypes_outside_autocast():
+    """Outside autocast the concatenation promotes (a float64 cell with a float32 input runs in float64)."""
+    torch.manual_seed(0)
+    cell = GRUCell(6, 8).double()
+    x, h = torch.randn(5, 6), torch.randn(5, 8, dtype=torch.float64)
+    out = cell(x, h)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, cell(x.double(), h))

@@ -1,0 +1,172 @@
+"""Data-parallel training end to end: `reverie train ... trainer.nproc=2` through torchrun, 2 gloo ranks on CPU.
+
+The claims: the launcher starts two ranks that finish together; rank 0 alone writes the run's metrics, summary and
+agent checkpoint, rank 1 its own files under rank1/; each rank collects its own data (its own replay shard); and both
+ranks end with bit-identical agents (rank 1 stores its agent's parameter digest in its checkpoint, compared here with
+rank 0's checkpointed agent). The slow tests: exact resume with 2 ranks, the stop decision of rank 0's evaluation
+reaching rank 1, a missing rank checkpoint refused, PlaNet (episode cycle) with 2 ranks, and Ctrl-C stopping both
+ranks after the same env step with matching checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from reverie.runtime import collectives, process_group
+from reverie.state.checkpoint import list_checkpoints, load_checkpoint
+from reverie.cli import main
+from reverie.state.saved_run import load_run
+
+BASE = ["exp=debug", "trainer.nproc=2", "train.prefill=32", "train.eval_every=0", "train.eval_episodes=1",
+        "train.checkpoint_every=0"]
+
+
+def launch(run_dir, *overrides, timeout=240):
+    """`python -m reverie train BASE overrides run_dir=...` in a subprocess; returns (exit code, output)."""
+    proc = subprocess.run([sys.executable, "-m", "reverie", "train", *BASE, f"run_dir={run_dir}", *overrides],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def rank_payloads(run_dir):
+    """(rank 0's newest checkpoint, rank 1's checkpoint of the same step)."""
+    ckpt0 = list_checkpoints(run_dir / "checkpoints")[-1]
+    return load_checkpoint(ckpt0), load_checkpoint(run_dir / "rank1" / "checkpoints" / ckpt0.name)
+
+
+def agent_digest(run_dir):
+    return collectives.param_digest(load_run(run_dir, checkpoint="last").agent)
+
+
+@pytest.mark.timeout(300)
+def test_two_ranks_train_one_run_with_identical_agents(tmp_path):
+    run_dir = tmp_path / "ddp"
+    code, out = launch(run_dir, "train.steps=64")
+    assert code == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 64 and summary["updates"] > 0 and not summary["interrupted"]
+    # rank 0 writes the run's files; rank 1 only its own jsonl and checkpoints under rank1/
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") >= 1 and (run_dir / "env_metadata.json").is_file()
+    assert sorted(p.name for p in (run_dir / "rank1").iterdir()) == ["checkpoints", "metrics.jsonl", "scores.jsonl"]
+    assert not list(run_dir.glob("rank0*")) and not (run_dir / "rank1" / "summary.json").exists()
+    assert out.count("[reverie] done: 64 env steps") == 2  # both ranks finished the same budget
+
+    payload0, payload1 = rank_payloads(run_dir)
+    assert payload1["agent"] is None and payload0["agent_digest"] is None
+    for key in ("env_steps", "updates", "frames"):  # episodes differ: each rank's own envs
+        assert payload0["counters"][key] == payload1["counters"][key], key
+    assert agent_digest(run_dir) == payload1["agent_digest"]  # rank 1's replica equals rank 0's, bit for bit
+    # ... though each rank collected its own data (its own env seeds): the replay shards differ
+    shard0, shard1 = (np.load(list_checkpoints(d)[-1].with_suffix(".replay") / "vector.npy")
+                      for d in (run_dir / "checkpoints", run_dir / "rank1" / "checkpoints"))
+    assert shard0.shape == shard1.shape and not np.array_equal(shard0, shard1)
+    assert payload0["rng"]["numpy"][1][0] == 0 and payload1["rng"]["numpy"][1][0] != 0  # rank seeds 0 and 10000
+
+
+def test_bad_trainer_values_fail_before_any_run_directory(tmp_path, capsys):
+    run_dir = tmp_path / "bad"
+    assert main(["train", "exp=debug", "trainer.nproc=0", f"run_dir={run_dir}"]) == 2
+    assert "trainer.nproc must be >= 1" in capsys.readouterr().err
+    assert main(["train", "exp=debug", "trainer.nproc=2", "trainer.backend=nccl", f"run_dir={run_dir}"]) == 2
+    assert "needs device=cuda" in capsys.readouterr().err
+    assert not run_dir.exists()
+
+
+def test_train_without_torchrun_refuses_several_processes(tmp_path, monkeypatch):
+    from reverie.cli import load_config
+    from reverie.train import train
+
+    for var in process_group.TORCHRUN_VARS:
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ValueError, match="trainer.nproc=2 but 1 process"):
+        train(load_config(["exp=debug", "trainer.nproc=2"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_rank_without_run_dir_is_refused(monkeypatch, capsys):
+    for var, value in zip(process_group.TORCHRUN_VARS, ("0", "2", "0", "127.0.0.1", "29500")):
+        monkeypatch.setenv(var, value)  # as torchrun sets them, but started without the launcher's run_dir
+    assert main(["train", "exp=debug", "trainer.nproc=2"]) == 2
+    assert "needs run_dir=<dir>" in capsys.readouterr().err
+
+
+def test_nproc_is_not_safe_to_change_on_resume():
+    from reverie.state.resume import ResumeError, check_resume_config
+
+    saved = {"trainer": {"nproc": 2, "backend": None, "timeout_min": 60}}
+    assert check_resume_config(saved, {"trainer": {"nproc": 2, "backend": None, "timeout_min": 90}})
+    with pytest.raises(ResumeError, match="trainer.nproc"):
+        check_resume_config(saved, {"trainer": {"nproc": 1, "backend": None, "timeout_min": 60}})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_resume_with_two_ranks_equals_a_run_that_never_stopped(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    code, out = launch(straight, "train.steps=96")
+    assert code == 0, out[-3000:]
+    code, out = launch(resumed, "train.steps=48")
+    assert code == 0, out[-3000:]
+    broken = tmp_path / "broken"  # a copy without rank 1's files cannot be resumed: a clear error
+    shutil.copytree(resumed, broken)
+    shutil.rmtree(broken / "rank1")
+    code, out = launch(broken, "train.steps=96")
+    assert code != 0 and "rank1/checkpoints/ckpt_0000000048.pt is missing" in out, out[-3000:]
+    code, out = launch(resumed, "train.steps=96")
+    assert code == 0 and "resumed" in out, out[-3000:]
+
+    for run in (straight, resumed):
+        assert rank_payloads(run)[1]["agent_digest"] == agent_digest(run)
+    assert agent_digest(resumed) == agent_digest(straight)
+    for a, b in zip(rank_payloads(straight), rank_payloads(resumed)):
+        assert {k: v for k, v in a["counters"].items() if k != "wall_s"} == \
+               {k: v for k, v in b["counters"].items() if k != "wall_s"}
+        assert all(torch.equal(torch.as_tensor(x), torch.as_tensor(y))
+                   for x, y in zip(a["rng"]["numpy"][1:2], b["rng"]["numpy"][1:2]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_rank_zero_stop_return_stops_every_rank_at_the_same_step(tmp_path):
+    run_dir = tmp_path / "stop"
+    code, out = launch(run_dir, "train.steps=4000", "train.eval_every=48", "train.stop_return=-1000")
+    assert code == 0, out[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 48
+    payload0, payload1 = rank_payloads(run_dir)
+    assert payload1["counters"]["env_steps"] == 48 and payload1["agent_digest"] == agent_digest(run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_planet_episode_cycle_with_two_ranks(tmp_path):
+    run_dir = tmp_path / "planet"
+    code, out = launch(run_dir, "agent=planet", "train.steps=160", "env.time_limit=20")
+    assert code == 0, out[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["updates"] > 0
+    assert rank_payloads(run_dir)[1]["agent_digest"] == agent_digest(run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_every_rank_after_the_same_step_with_checkpoints(tmp_path):
+    import signal
+
+    from helpers.train_process import interrupt_training
+
+    run_dir = tmp_path / "sigint"
+    code, out = interrupt_training([*BASE, f"run_dir={run_dir}", "train.steps=100000", "train.log_every=16"],
+                                   run_dir / "rank1" / "metrics.jsonl", rows=3,
+                                   signum=signal.SIGINT, timeout_s=240)  # what Ctrl-C sends the launcher
+    assert code == 130, out[-3000:]
+    payload0, payload1 = rank_payloads(run_dir)
+    assert 48 <= payload0["counters"]["env_steps"] == payload1["counters"]["env_steps"] < 100000
+    assert payload1["agent_digest"] == agent_digest(run_dir) and not (run_dir / "summary.json").exists()
+    assert out.count("[reverie] interrupted at env step") == 2
