@@ -126,3 +126,7 @@ class PlaNet(WorldModelAgent):
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
         return self._metric_floats(metrics | {"guard/nonfinite": torch.tensor(float(skipped))})
 
+    #: the world-model-only update of offline pretraining (the Agent protocol's optional ``update_model``): PlaNet's
+    #: whole update (it plans; there is no policy to train)
+    update_model = update
+
