@@ -142,10 +142,16 @@ def _record_config(args: argparse.Namespace, overrides: list[str]) -> DictConfig
         cfg.env = OmegaConf.create(load_checkpoint(args.policy)["config"]["env"])  # the run's own env
     if args.format == "npz" and args.out:
         meta = Path(args.out) / "dataset.json"
-        if meta.is_file() and json.loads(meta.read_text())["env"] != OmegaConf.to_container(cfg.env, resolve=True):
+        if meta.is_file() and _data_env(json.loads(meta.read_text())["env"]) != _data_env(cfg.env):
             raise ConfigError(f"record: {args.out} holds episodes of another env config (dataset.json); record into "
                               f"another folder")
     return cfg
+
+
+def _data_env(env_cfg) -> dict:
+    """What of an env config the recorded rows depend on (not how many copies step, nor how)."""
+    plain = OmegaConf.to_container(env_cfg, resolve=True) if isinstance(env_cfg, DictConfig) else dict(env_cfg)
+    return {k: v for k, v in plain.items() if k not in ("num_envs", "vector_mode")}
 
 
 def _record(cfg: DictConfig, args: argparse.Namespace) -> int:

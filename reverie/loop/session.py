@@ -379,7 +379,7 @@ class Session:
         if clocks["checkpoint"](step):
             self.checkpoint()
         self.show_progress()
-        if self._flag is not None:  # several ranks: every rank stops after the same env step
+        if self._flag is not None:  # several ranks: every rank stops after the same env step (offline: the update)
             flags = collectives.agree({"stop": stop, "interrupt": self._flag.raised}, self.info)
             stop, self.interrupted = flags["stop"], flags["interrupt"]
             if self.interrupted:
@@ -398,10 +398,11 @@ class Session:
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """The block the loop runs in: the progress bar, and Ctrl-C / SIGTERM turned into a clean stop (one process:
-        ``KeyboardInterrupt`` after the step in flight; several ranks: a flag all ranks agree on, see :meth:`tick`).
+        ``KeyboardInterrupt`` after the step in flight; several ranks, and offline runs: a flag checked once per step,
+        see :meth:`tick`, so the run stops after the update in flight and its checkpoint resumes exactly).
         """
-        self._flag = SignalFlag().install() if self.info.distributed else None
-        previous = None if self.info.distributed else sigterm_as_interrupt()
+        self._flag = SignalFlag().install() if self.info.distributed or self.offline else None
+        previous = None if self._flag is not None else sigterm_as_interrupt()
         try:
             with Progress(self.steps, enabled=bool(self.cfg.train.progress) and self.info.is_main,
                           description="pretrain" if self.offline else "train") as self.progress:
