@@ -1,4 +1,4 @@
-"""Scores: official DreamerV3 score files and reverie runs in one table, protocols, normalised aggregates.
+"""Scores: official score files and reverie runs in one table, protocols, normalised aggregates.
 
 Typical use (what ``reverie compare`` does)::
 
@@ -8,18 +8,23 @@ Typical use (what ``reverie compare`` does)::
     scores = run_scores(pd.concat([ref, ours]), get_protocol("atari100k"))  # one row per run
     task_scores(scores)                                                     # one row per task and method
 
-Modules: ``readers`` (files -> tidy table), ``baselines`` (human/random, normalisation), ``protocols``
-(which episodes score a run), ``aggregate`` (rliable aggregates, two-set comparison), ``plots``, ``cli``.
+Modules: ``readers`` (files -> tidy table, how a score file's points are read), ``references`` (which file a
+``--reference`` means), ``suites`` (a run's scoring suite from its env metadata), ``baselines`` (human/random,
+normalisation), ``protocols`` (which episodes score a run), ``aggregate`` (rliable aggregates, bootstrap CIs,
+two-set comparison), ``report`` (the Markdown tables), ``plots``, ``output`` (the output folder), ``cli``.
 """
 
-from reverie.scores.aggregate import aggregates, compare_sets, permutation_test, score_matrix
+from reverie.scores.aggregate import aggregates, compare_sets, mean_interval, permutation_test, score_matrix
 from reverie.scores.baselines import ATARI100K_RANDOM_HUMAN, load_baselines, normalise
 from reverie.scores.protocols import PROTOCOLS, Protocol, get_protocol, in_window, run_scores, task_scores
-from reverie.scores.readers import (COLUMNS, ScoreFormatError, canonical_task, find_runs, read_official, read_run,
-                                    read_runs, reference_path)
+from reverie.scores.readers import (COLUMNS, READINGS, Reading, ScoreFormatError, canonical_task, find_runs,
+                                    read_official, read_run, read_runs, read_score_file)
+from reverie.scores.references import available, reference_path
+from reverie.scores.suites import infer_suite, score_suite
 
 __all__ = [
-    "ATARI100K_RANDOM_HUMAN", "COLUMNS", "PROTOCOLS", "Protocol", "ScoreFormatError", "aggregates", "canonical_task",
-    "compare_sets", "find_runs", "get_protocol", "in_window", "load_baselines", "normalise", "permutation_test",
-    "read_official", "read_run", "read_runs", "reference_path", "run_scores", "score_matrix", "task_scores",
+    "ATARI100K_RANDOM_HUMAN", "COLUMNS", "PROTOCOLS", "Protocol", "READINGS", "Reading", "ScoreFormatError",
+    "aggregates", "available", "canonical_task", "compare_sets", "find_runs", "get_protocol", "in_window",
+    "infer_suite", "load_baselines", "mean_interval", "normalise", "permutation_test", "read_official", "read_run",
+    "read_runs", "read_score_file", "reference_path", "run_scores", "score_matrix", "score_suite", "task_scores",
 ]

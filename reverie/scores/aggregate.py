@@ -16,6 +16,9 @@ A two-set comparison (e.g. two hyperparameter settings, several seeds each, same
 ``IQM(a) - IQM(b)`` with a bootstrap CI (each set resampled independently within tasks), a permutation test
 p-value (labels shuffled within each task; exact enumeration when the number of relabellings is small), and
 Welch's t-test p-value on the per-run mean score over tasks.
+
+One task's mean over seeds (the per-task table, the learning curves) gets a percentile bootstrap CI over its seeds
+(:func:`mean_interval`, ``scipy.stats.bootstrap``): the stratified bootstrap above with a single task.
 """
 
 from __future__ import annotations
@@ -33,6 +36,41 @@ from rliable import library as rly
 from rliable import metrics as rlm
 
 METRICS = ("mean", "median", "iqm", "optimality_gap")
+
+
+def mean_interval(values: np.ndarray, reps: int = 2000, confidence: float = 0.95,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap CI of the mean over runs (``scipy.stats.bootstrap``, runs resampled with replacement).
+
+    Args:
+        values: ``(R,)`` one value per run, or ``(R, M)``: one CI per column (e.g. per frame bin of a curve).
+        reps: bootstrap replications.
+        confidence: CI coverage.
+        seed: the same seed gives the same interval.
+
+    Returns:
+        ``(lo, hi)``, each ``()`` or ``(M,)``. NaN entries are ignored; a column with fewer than 2 finite values
+        gets NaN (no interval from one run); equal values give a zero-width interval.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    flat = values.ndim == 1
+    table = values[:, None] if flat else values  # (R,) -> (R, 1)
+    lo, hi = np.full(table.shape[1], np.nan), np.full(table.shape[1], np.nan)  # (M,)
+    finite = np.isfinite(table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        low, high = np.nanmin(table, axis=0), np.nanmax(table, axis=0)
+    enough = finite.sum(axis=0) >= 2
+    constant = enough & (low == high)
+    lo[constant], hi[constant] = low[constant], high[constant]
+    full = enough & ~constant & finite.all(axis=0)  # one vectorised bootstrap for these columns
+    groups = [(np.flatnonzero(full), table[:, full])] if full.any() else []
+    groups += [(np.array([j]), table[finite[:, j], j][:, None]) for j in np.flatnonzero(enough & ~constant & ~full)]
+    for columns, data in groups:
+        result = scipy.stats.bootstrap((data,), np.mean, n_resamples=reps, confidence_level=confidence, axis=0,
+                                       method="percentile", random_state=np.random.default_rng(seed))
+        lo[columns], hi[columns] = result.confidence_interval.low, result.confidence_interval.high
+    return (lo[0], hi[0]) if flat else (lo, hi)
 
 
 def score_matrix(scores: pd.DataFrame, method: str, tasks: list[str] | None = None,

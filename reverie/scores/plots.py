@@ -1,8 +1,8 @@
 """Figures (PNG + SVG, matplotlib Agg backend) and Markdown tables of score comparisons.
 
-* :func:`plot_curves`: one panel per task, episode return against environment **frames**; each method is its
-  seeds' mean (line) and min-max range (band) after binning every run on the same frame grid; the protocol
-  window is shaded.
+* :func:`plot_curves`: one panel per task, return against environment **frames**; each method is its seeds' mean
+  (line) and the 95% bootstrap CI of that mean (band; or the min-max range) after binning every run on the same
+  frame grid; the protocol window is shaded.
 * :func:`plot_intervals`: aggregate metrics (mean, median, IQM, optimality gap) with their CIs, one panel per
   metric, one row per method.
 * :func:`plot_difference`: the IQM difference of a two-set comparison with its CI.
@@ -57,21 +57,29 @@ def binned_means(frames: np.ndarray, returns: np.ndarray, edges: np.ndarray) -> 
 
 def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | None = None,
                 tasks: list[str] | None = None, bins: int = 40, cols: int = 4, ylabel: str = "episode return",
-                fill: str = "last") -> list[Path]:
-    """Learning curves per task on the frame axis: each method's mean over runs and min-max band.
+                fill: str = "last", band: str = "ci", xmax: float | None = None, reps: int = 2000,
+                seed: int = 0) -> list[Path]:
+    """Learning curves per task on the frame axis: each method's mean over runs and a band around it.
 
     Args:
         table: tidy score table (``readers.COLUMNS``) holding every method to draw (ours and the reference).
         stem: output path without suffix; ``.png`` and ``.svg`` are written.
         window: protocol window ``(lo, hi)`` in frames, shaded.
         tasks: panels to draw (default: all tasks in ``table``).
-        bins: frame bins from 0 to the task's largest frame count.
+        bins: frame bins from 0 to ``xmax``; a bin is never narrower than the coarsest grid in the data
+            (:func:`curve_edges`), so every run has a value in every bin it covers.
         fill: ``last`` carries a run's last bin value over its empty bins (episodes longer than a bin), ``nan``
             leaves gaps.
+        band: ``ci``: the percentile bootstrap 95% CI of the mean over runs, per bin
+            (:func:`reverie.scores.aggregate.mean_interval`, none with one run); ``range``: min to max over runs.
+        xmax: right end of the frame axis (default: the task's largest frame count); data beyond it are not drawn.
+        reps, seed: bootstrap replications and seed of the ``ci`` band.
 
     Returns:
         The two written paths.
     """
+    from reverie.scores.aggregate import mean_interval
+
     tasks = sorted(table["task"].unique()) if tasks is None else list(tasks)
     methods = list(dict.fromkeys(table["method"]))
     cols = max(1, min(cols, len(tasks)))
@@ -82,7 +90,7 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
         if part.empty:
             ax.set_title(f"{task} (no data)", fontsize=9)
             continue
-        edges = np.linspace(0.0, float((part["frames"] + part["bin_width"]).max()), bins + 1)
+        edges = curve_edges(part, bins, xmax)
         centers = edges[1:]
         for j, method in enumerate(methods):
             runs = part[part["method"] == method]
@@ -94,7 +102,11 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
             finite = np.isfinite(curves).any(axis=0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN bins
-                mean, low, high = np.nanmean(curves, 0), np.nanmin(curves, 0), np.nanmax(curves, 0)
+                mean = np.nanmean(curves, 0)
+                if band == "ci":
+                    low, high = mean_interval(curves, reps, 0.95, seed)  # (bins,) each
+                else:
+                    low, high = np.nanmin(curves, 0), np.nanmax(curves, 0)
             label = f"{method} ({len(curves)} runs)"
             ax.plot(centers[finite], mean[finite], color=color, lw=1.5, label=label)
             ax.fill_between(centers[finite], low[finite], high[finite], color=color, alpha=0.2, lw=0)
@@ -112,10 +124,27 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
     for ax in axes[-1, :]:
         ax.set_xlabel("environment frames", fontsize=8)
     handles, labels = _legend_entries(fig)
+    note = {"ci": "mean over runs, band: 95% bootstrap CI", "range": "mean over runs, band: min-max"}[band]
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1.0))
+               bbox_to_anchor=(0.5, 1.0), title=note, title_fontsize=7)
     fig.tight_layout()
     return save(fig, stem)
+
+
+def curve_edges(table: pd.DataFrame, bins: int = 40, xmax: float | None = None) -> np.ndarray:
+    """Bin edges ``(M + 1,)`` from 0 to ``xmax`` (default: the largest ``frames + bin_width``) for one task's rows.
+
+    The width is ``xmax / bins``, widened to the coarsest grid in ``table``: the largest ``bin_width`` and the
+    largest median gap between one run's distinct frame counts (e.g. evaluations every 10k frames), so a run on a
+    coarse grid does not leave every other bin empty.
+    """
+    if xmax is None:
+        xmax = float((table["frames"] + table["bin_width"]).max())
+    gaps = [float(np.median(np.diff(np.unique(r["frames"].to_numpy(np.float64)))))
+            for _, r in table.groupby("run") if r["frames"].nunique() > 1]
+    width = max([xmax / bins, float(table["bin_width"].max())] + gaps)
+    count = max(1, int(np.ceil(xmax / width - 1e-9)))
+    return np.linspace(0.0, count * width, count + 1)
 
 
 def plot_intervals(aggregates: pd.DataFrame, stem: Path, xlabel: str = "normalised score") -> list[Path]:

@@ -4,15 +4,20 @@ A protocol picks a window ``[lo, hi]`` of environment **frames** (never agent st
 mean return of the episodes that *ended* in it; a task's score is then the mean over seeds.
 
 * ``atari100k``: episodes ending in ``[390_000, 400_000]`` frames (the last 10k frames of the 100k-agent-step,
-  400k-frame budget), per seed, then the mean over seeds (reverie DESIGN.md section 4).
+  400k-frame budget), per seed, then the mean over seeds.
 * ``atari57``: ``[196M, 200M]`` frames (the last 2% of the 200M-frame budget; our choice, not the paper's).
-* ``dmc_proprio`` / ``dmc_vision``: the step budget of the DreamerV3 runs (500k / 1M frames, action repeat 2),
-  episodes ending in the last 10k frames before it.
+* ``dmc_proprio``: ``[90_000, 110_000]`` frames, the 100k-frame point (50k agent steps at action repeat 2) that
+  runs on a CPU reach; the official runs go on to 500k frames (``--window 490000 500000`` for their end).
+* ``dmc_vision``: the last 10k frames of the DreamerV3 runs' 1M-frame budget (action repeat 2).
+
+DMC runs of reverie are scored by their evaluation episodes (``mode="eval"`` rows of ``scores.jsonl``, one row per
+episode of each evaluation, at the frames of that evaluation): the CLI's default ``--mode`` for ``dmc_*``.
 * ``generic`` (any other env, e.g. CartPole): the final window ``[(1 - f) * budget, budget]`` with ``f = 0.1``
   and ``budget`` given, or the largest frame count every run reached.
 
 Binned rows (``bin_width > 0``, bins ``[x, x + w)``) count when the bin overlaps the window by a positive length,
-and a run's score is then the mean of its bin means (the files do not keep episode counts).
+and a run's score is then the mean of its bin means (the files do not keep episode counts). Points (evaluations
+and episodes, ``bin_width == 0``) count when ``lo <= x <= hi``.
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ class Protocol:
 PROTOCOLS = {
     "atari100k": Protocol("atari100k", window=(390_000, 400_000)),
     "atari57": Protocol("atari57", window=(196_000_000, 200_000_000)),
-    "dmc_proprio": Protocol("dmc_proprio", window=(490_000, 500_000)),
+    "dmc_proprio": Protocol("dmc_proprio", window=(90_000, 110_000)),
     "dmc_vision": Protocol("dmc_vision", window=(990_000, 1_000_000)),
     "generic": Protocol("generic"),
 }
@@ -117,7 +122,8 @@ def run_scores(table: pd.DataFrame, protocol: Protocol,
 
     Returns:
         Columns ``suite, task, method, run, seed, return, score, episodes, lo, hi``; a run with nothing in the
-        window keeps a row with ``return`` and ``score`` NaN and ``episodes`` 0.
+        window keeps a row with ``return`` and ``score`` NaN and ``episodes`` 0; a task without a random/human
+        baseline (human-normalised suites) keeps its ``return`` and gets ``score`` NaN, with a warning.
     """
     lo, hi = protocol.resolve(table)
     inside = table[in_window(table, lo, hi)]
@@ -126,7 +132,12 @@ def run_scores(table: pd.DataFrame, protocol: Protocol,
                                                            "episodes": ("return", "size")})
     out = runs.merge(means, on=RUN_KEYS, how="left")
     out["episodes"] = out["episodes"].fillna(0).astype(int)
-    out["score"] = [float(normalise(r, t, s, baselines)) for r, t, s in zip(out["return"], out["task"], out["suite"])]
+    out["score"] = [_normalised(r, t, s, baselines) for r, t, s in zip(out["return"], out["task"], out["suite"])]
+    unscored = sorted(set(out.loc[out["score"].isna() & out["return"].notna(), "task"]))
+    if unscored:
+        warnings.warn(f"no random/human baseline for {', '.join(unscored)}: raw returns only, no normalised score, "
+                      f"left out of the means and aggregates (pass --baselines-yaml with danijar/dreamerv3's "
+                      f"scores/baselines.yaml)", stacklevel=2)
     out["lo"], out["hi"] = lo, hi
     missing = out[out["episodes"] == 0]
     if len(missing):
@@ -137,10 +148,24 @@ def run_scores(table: pd.DataFrame, protocol: Protocol,
     return out.sort_values(["method", "task", "seed", "run"]).reset_index(drop=True)
 
 
-def task_scores(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per task and method: mean over the seeds with a score (``return``, ``score``), ``seeds`` with a score and
-    ``runs`` in total. NaN where no seed has a score."""
+def _normalised(value: float, task: str, suite: str, baselines: dict[str, tuple[float, float]] | None) -> float:
+    try:
+        return float(normalise(value, task, suite, baselines))
+    except KeyError:  # no random/human pair for this task
+        return float("nan")
+
+
+def task_scores(scores: pd.DataFrame, reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Per task and method: mean over the seeds with a score (``return``, ``score``), the percentile bootstrap CI
+    of that mean return over seeds (``return_lo``, ``return_hi``; :func:`reverie.scores.aggregate.mean_interval`,
+    NaN with fewer than 2 seeds), ``seeds`` with a score and ``runs`` in total. NaN where no seed has a score."""
+    from reverie.scores.aggregate import mean_interval
+
     grouped = scores.groupby(["suite", "task", "method"], as_index=False)
     out = grouped.agg(**{"return": ("return", "mean"), "score": ("score", "mean"),
                          "seeds": ("return", lambda r: int(np.isfinite(r).sum())), "runs": ("return", "size")})
+    intervals = {key: mean_interval(part["return"].to_numpy(np.float64), reps, confidence, seed)
+                 for key, part in scores.groupby(["suite", "task", "method"])}
+    keys = zip(out["suite"], out["task"], out["method"])
+    out["return_lo"], out["return_hi"] = zip(*(intervals[k] for k in keys)) if len(out) else ((), ())
     return out.sort_values(["task", "method"]).reset_index(drop=True)

@@ -1,29 +1,36 @@
 """Score files -> one tidy pandas table.
 
-Three sources, one table (:data:`COLUMNS`), one row per episode (or per bin of episodes):
+Three sources, one table (:data:`COLUMNS`), one row per episode, evaluation point or bin of episodes:
 
-* **Official DreamerV3, current format** (``<suite>-<method>.json.gz``, danijar/dreamerv3 ``scores/``): a JSON
-  list of runs ``{"task", "method", "seed": int, "xs": [...], "ys": [...]}``. ``xs`` are environment frames
-  (agent steps x action repeat) and ``ys`` episode returns. Most files hold one entry per finished episode
-  (``xs`` irregular integers); some (``atari57``, ``dmc_proprio``) hold bin means on a regular grid.
-* **Official DreamerV3, 2023 format** (``<suite>_<method>.json.gz``, the 2023 ``scores/data/``): the same
-  keys with string seeds (``"0"``) and ``xs`` on a regular grid of bins (10k frames for atari100k); each
-  ``y`` is the mean return of the episodes of that bin, ``NaN`` where the bin is empty.
+* **Official score files, current format** (``<suite>-<method>.json.gz``, danijar/dreamerv3 ``scores/``, for
+  DreamerV3 and the other methods shipped there: ``ppo_fixhp``, ``drqv2``, ...): a JSON list of runs
+  ``{"task", "method", "seed": int, "xs": [...], "ys": [...]}``. ``xs`` are environment frames (agent steps x
+  action repeat) and ``ys`` returns.
+* **Official score files, 2023 format** (``<suite>_<method>.json.gz``, the 2023 ``scores/data/``): the same keys
+  with string seeds (``"0"``); ``NaN`` where a bin is empty.
 * **reverie runs**: ``<run_dir>/scores.jsonl`` (``{"step", "frames", "return", "length", "mode"}`` per
   episode) with ``<run_dir>/config.yaml`` (``env.id``/``env.task``, ``env.action_repeat``, ``seed``).
 
-Binned rows are kept as bins: ``frames`` is the bin label and ``bin_width`` its width in frames (0 for
-single episodes). A bin labelled ``x`` is read as holding the episodes that ended in ``[x, x + bin_width)``;
-with that reading the 2023 atari100k file reproduces the 2023 paper's per-game table exactly (see
-``docs/compare.md``). Frames and agent steps are separate columns and are never converted into each other
+A score file's ``(x, y)`` pairs are read one of three ways (:data:`READINGS`, :func:`choose_reading`):
+
+* ``episodes``: ``xs`` not on one regular grid: each pair is one finished episode (return ``y`` at ``x`` frames);
+* ``bins``: ``xs`` on a regular grid of step ``w`` (DreamerV3's ``atari100k`` 2023, ``dmc_proprio``, ``atari57``):
+  ``y`` is the mean return of the episodes that ended in ``[x, x + w)``; the row keeps ``bin_width = w``. With
+  that reading the 2023 atari100k file reproduces the 2023 paper's per-game table exactly (``docs/compare.md``);
+* ``points``: ``xs`` on a grid, each pair an evaluation at ``x`` frames (e.g. DrQ-v2, CURL and SAC on DMC vision:
+  x = 0, 20k, 40k, ...); the row is a point (``bin_width = 0``) like an episode.
+
+``auto`` (the default) picks ``episodes`` off a grid, ``points`` on a grid that has a score at x = 0 (an
+evaluation of the untrained agent: no episode has ended by frame 0, and DreamerV3's binned files have no score
+there), else ``bins``. Frames and agent steps are separate columns and are never converted into each other
 except through the run's (or suite's) action repeat.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
-import os
 import re
 import warnings
 from pathlib import Path
@@ -33,9 +40,12 @@ import pandas as pd
 
 COLUMNS = ["suite", "task", "method", "seed", "run", "frames", "agent_steps", "return", "bin_width", "mode"]
 """Tidy score table: ``suite`` (e.g. ``atari100k``), ``task`` (``atari_pong``, ``CartPole-v1``), ``method``,
-``seed`` (int), ``run`` (one id per training run), ``frames`` (env frames at the episode end, or the bin label),
-``agent_steps`` (frames / action repeat), ``return`` (undiscounted episode return, or a bin mean),
-``bin_width`` (frames; 0 = one episode), ``mode`` (``train``/``eval``)."""
+``seed`` (int), ``run`` (one id per training run), ``frames`` (env frames at the episode end, the evaluation point
+or the bin label), ``agent_steps`` (frames / action repeat), ``return`` (undiscounted episode return, or a bin
+mean), ``bin_width`` (frames; 0 = one episode or evaluation point), ``mode`` (``train``/``eval``)."""
+
+READINGS = ("auto", "bins", "points")
+"""``--reading`` choices for score files on a regular grid (:func:`choose_reading`)."""
 
 SUITE_ACTION_REPEAT = {"atari100k": 4, "atari57": 4, "dmc_proprio": 2, "dmc_vision": 2}
 """Action repeat of the official runs per suite (DreamerV3 configs: Atari repeat 4, DMC repeat 2); used only to
@@ -47,75 +57,63 @@ SUITE_ALIASES = {"dmcproprio": "dmc_proprio", "dmcvision": "dmc_vision"}
 TASK_ALIASES = {"dmc_cup_catch": "dmc_ball_in_cup_catch"}
 """The 2023 DMC files call ball_in_cup_catch ``cup_catch``."""
 
-REFERENCES = {
-    "dreamerv3": ("dreamerv3", "{suite}-dreamerv3.json.gz"),
-    "dreamerv3-2023": ("dreamerv3-2023", "{suite2023}_dreamerv3.json.gz"),
-}
-"""Reference name -> (sub-folder of the reference directory, file name pattern)."""
-
-REFERENCE_DIR_ENV = "REVERIE_REFERENCE_SCORES"
-
 
 class ScoreFormatError(ValueError):
     """A score file that is not in any supported format; the message names the file and the expected format."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How a score file's ``(x, y)`` pairs were read.
+
+    Attributes:
+        kind: ``episodes``, ``bins`` or ``points``.
+        step: the grid step in frames (0 off a grid).
+        why: ``auto``'s reason, or ``--reading`` when the user chose.
+    """
+
+    kind: str
+    step: float
+    why: str
+
+    def describe(self) -> str:
+        """One line for the report, e.g. ``bins of 10000 frames, [x, x + 10000) (auto: ...)``."""
+        what = {"episodes": "episodes (one return per finished episode at x frames)",
+                "bins": f"bins of {self.step:.10g} frames: y = mean return of the episodes ending in "
+                        f"[x, x + {self.step:.10g})",
+                "points": f"points on a {self.step:.10g}-frame grid: y = an evaluation at x frames"}[self.kind]
+        return f"{what} ({self.why})"
 
 
 # ---------------------------------------------------------------------------------------------------------
 # official score files
 # ---------------------------------------------------------------------------------------------------------
 
-def default_reference_dir() -> Path | None:
-    """Where the official score files live when no ``--reference-dir`` is given.
-
-    Order: ``$REVERIE_REFERENCE_SCORES``, then ``shared/reference_scores`` next to the current directory or
-    next to the repository holding this package. Returns None when none exists.
-    """
-    candidates = []
-    if os.environ.get(REFERENCE_DIR_ENV):
-        candidates.append(Path(os.environ[REFERENCE_DIR_ENV]))
-    candidates += [Path.cwd().parent / "shared" / "reference_scores", Path.cwd() / "shared" / "reference_scores",
-                   Path(__file__).resolve().parents[3] / "shared" / "reference_scores"]
-    return next((c for c in candidates if c.is_dir()), None)
+def read_official(path: str | Path, suite: str | None = None, method: str | None = None,
+                  reading: str = "auto") -> pd.DataFrame:
+    """:func:`read_score_file` without the :class:`Reading`: the tidy table alone."""
+    return read_score_file(path, suite=suite, method=method, reading=reading)[0]
 
 
-def reference_path(suite: str, reference: str = "dreamerv3", reference_dir: str | Path | None = None) -> Path:
-    """Path of the official score file of ``reference`` on ``suite``.
-
-    Raises:
-        ValueError: unknown reference name.
-        FileNotFoundError: no reference directory, or the file is missing (the message lists what exists).
-    """
-    if reference not in REFERENCES:
-        raise ValueError(f"unknown reference {reference!r}; known: {', '.join(REFERENCES)}")
-    root = Path(reference_dir) if reference_dir else default_reference_dir()
-    if root is None:
-        raise FileNotFoundError(
-            f"no reference score directory found; pass --reference-dir PATH (the folder holding dreamerv3/ and "
-            f"dreamerv3-2023/) or set ${REFERENCE_DIR_ENV}")
-    sub, pattern = REFERENCES[reference]
-    path = root / sub / pattern.format(suite=suite, suite2023=suite.replace("_", ""))
-    if not path.is_file():
-        have = sorted(p.name for p in (root / sub).glob("*.json.gz")) if (root / sub).is_dir() else []
-        raise FileNotFoundError(f"{reference} has no score file for suite {suite!r}: {path} does not exist "
-                                f"(files there: {', '.join(have) or 'none'})")
-    return path
-
-
-def read_official(path: str | Path, suite: str | None = None, method: str | None = None) -> pd.DataFrame:
-    """Read an official DreamerV3 score file in either format into the tidy table (:data:`COLUMNS`).
+def read_score_file(path: str | Path, suite: str | None = None, method: str | None = None,
+                    reading: str = "auto") -> tuple[pd.DataFrame, Reading]:
+    """Read a score file in the official format (either release) into the tidy table (:data:`COLUMNS`).
 
     Args:
         path: ``<suite>-<method>.json.gz`` (current) or ``<suite>_<method>.json.gz`` (2023); plain ``.json`` too.
         suite: suite name; by default taken from the file name (``dmcproprio`` -> ``dmc_proprio``).
-        method: label for the table's ``method`` (e.g. ``dreamerv3-2023``); default the file's own.
+        method: label for the table's ``method`` (e.g. ``dreamerv3-2023``); default each run's own ``method``.
+        reading: ``auto``, ``bins`` or ``points`` (:func:`choose_reading`).
 
     Returns:
-        The tidy table, ``mode="train"``; ``bin_width`` > 0 for files whose ``xs`` lie on a regular grid.
-        Empty bins (``NaN``/``null`` returns) are dropped.
+        ``(table, reading)``: the table has ``mode="train"`` and ``bin_width`` > 0 when read as bins; empty bins
+        and missing points (``NaN``/``null`` returns) are dropped.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ScoreFormatError: not a JSON list of runs with ``task``/``method``/``seed``/``xs``/``ys`` of equal length.
+        ScoreFormatError: not a JSON list of runs with ``task``/``method``/``seed``/``xs``/``ys`` of equal length,
+            or ``reading="bins"`` for a file whose ``xs`` are not on a regular grid.
+        ValueError: an unknown ``reading``.
     """
     path = Path(path)
     if not path.is_file():
@@ -128,7 +126,7 @@ def read_official(path: str | Path, suite: str | None = None, method: str | None
         raise ScoreFormatError(f"{path} is not a (gzipped) JSON score file: {err}") from err
     _check_runs(runs, path)
     suite = suite or suite_from_filename(path)
-    width = _bin_width(runs)
+    chosen = choose_reading(runs, reading, path)
     repeat = SUITE_ACTION_REPEAT.get(suite)
     parts = []
     for run in runs:
@@ -142,9 +140,58 @@ def read_official(path: str | Path, suite: str | None = None, method: str | None
     table["seed"] = table["seed"].astype(np.int64)
     table["suite"] = suite
     table["agent_steps"] = table["frames"] / repeat if repeat else np.nan
-    table["bin_width"] = float(width)
+    table["bin_width"] = float(chosen.step) if chosen.kind == "bins" else 0.0
     table["mode"] = "train"
-    return table[COLUMNS]
+    return table[COLUMNS], chosen
+
+
+def choose_reading(runs: list[dict], reading: str = "auto", path: str | Path = "score file") -> Reading:
+    """How to read ``runs`` (the file's JSON list): see the module docstring for the three readings.
+
+    Raises:
+        ValueError: ``reading`` is not one of :data:`READINGS`.
+        ScoreFormatError: ``reading="bins"`` and the ``xs`` are not on one regular grid.
+    """
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
+    step = grid_step(runs)
+    if step == 0:
+        if reading == "bins":
+            raise ScoreFormatError(f"{path}: --reading bins needs xs on one regular grid, but these xs are irregular "
+                                   f"(one entry per episode); use --reading auto or points")
+        return Reading("episodes", 0.0, "auto: xs are not on one regular grid" if reading == "auto" else
+                       "--reading points; off a grid, points are episodes")
+    if reading != "auto":
+        return Reading(reading, step, f"--reading {reading}")
+    at_zero = any(np.isfinite(_float(y)) for run in runs for x, y in zip(run["xs"], run["ys"]) if float(x) == 0.0)
+    if at_zero:
+        return Reading("points", step, "auto: a regular grid with a score at x = 0, an evaluation before training; "
+                                       "--reading bins to read them as bins")
+    return Reading("bins", step, "auto: a regular grid without a score at x = 0; --reading points to read each x as "
+                                 "an evaluation point")
+
+
+def grid_step(runs: list[dict]) -> float:
+    """Grid step of ``xs`` when every run's ``xs`` lie on one regular grid, else 0."""
+    steps = set()
+    for run in runs:
+        xs = np.asarray(run["xs"], dtype=np.float64)
+        if len(xs) < 3:
+            continue
+        diffs = np.diff(xs)
+        if not np.allclose(diffs, diffs[0]) or diffs[0] <= 0:
+            return 0.0
+        steps.add(float(diffs[0]))
+    if len(steps) != 1:
+        return 0.0
+    step = steps.pop()
+    on_grid = all(np.allclose(np.asarray(r["xs"], np.float64) / step, np.round(np.asarray(r["xs"], np.float64) / step))
+                  for r in runs)
+    return step if on_grid else 0.0
+
+
+def _float(y: object) -> float:
+    return np.nan if y is None else float(y)  # type: ignore[arg-type]
 
 
 def suite_from_filename(path: str | Path) -> str:
@@ -168,25 +215,6 @@ def _check_runs(runs: object, path: Path) -> None:
             int(run["seed"])
         except (TypeError, ValueError) as err:
             raise ScoreFormatError(f"{path}: run {i} has seed {run['seed']!r}, not an integer") from err
-
-
-def _bin_width(runs: list[dict]) -> float:
-    """Grid step of ``xs`` when every run's ``xs`` lie on one regular grid (binned file), else 0 (episodes)."""
-    steps = set()
-    for run in runs:
-        xs = np.asarray(run["xs"], dtype=np.float64)
-        if len(xs) < 3:
-            continue
-        diffs = np.diff(xs)
-        if not np.allclose(diffs, diffs[0]) or diffs[0] <= 0:
-            return 0.0
-        steps.add(float(diffs[0]))
-    if len(steps) != 1:
-        return 0.0
-    step = steps.pop()
-    on_grid = all(np.allclose(np.asarray(r["xs"], np.float64) / step, np.round(np.asarray(r["xs"], np.float64) / step))
-                  for r in runs)
-    return step if on_grid else 0.0
 
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")

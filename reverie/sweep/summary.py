@@ -193,7 +193,8 @@ def run_compare(trials: pd.DataFrame, best: str, other: str, out: Path) -> str |
     finished = trials[trials["status"] == "finished"]
     runs = {cid: finished.loc[finished["config_id"] == cid, "run_dir"].tolist() for cid in (best, other)}
     args = build_parser().parse_args([*runs[best], "--baseline", *runs[other], "--name", "best", "--baseline-name",
-                                      "runner-up", "--mode", "eval", "--reference", "none", "--out", str(out)])
+                                      "runner-up", "--mode", "eval", "--reference", "none", "--suite", "generic",
+                                      "--out", str(out), "--overwrite"])  # the sweep's own folder, redone each time
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")

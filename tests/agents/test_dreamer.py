@@ -131,15 +131,15 @@ def test_acting_then_updating_in_each_precision(precision):
         assert np.isfinite(metrics["loss/actor"]) and np.isfinite(metrics["loss/model"])
 
 
-def check_gradient_at_step(name: str, reference_loss, atol: float) -> None:
-    """Two discrete-action updates; at the second one's ``<name>_opt.step`` the gradient it steps with must equal
+def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: bool = True) -> None:
+    """Two updates (discrete or continuous actions); at the second one's ``<name>_opt.step`` the gradient it steps with must equal
     autograd's gradient of ``reference_loss(agent, feat, actions, reward, cont)`` on that update's own rollout
     (``feat (H+1, N, F)`` dense, ``reward``/``cont (H+1, N)`` as the update builds them), with the networks as
     the update used them (before the step)."""
     from reverie.models.kernels.onehot_linear import SplitFeat
 
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
     agent.update(batch())  # move the heads off their zero-initialised outputs
     dynamics, module, opt, rollout, checked = agent.wm.dynamics, getattr(agent, name), getattr(agent, f"{name}_opt"), \
         {}, {}
@@ -165,7 +165,8 @@ def check_gradient_at_step(name: str, reference_loss, atol: float) -> None:
     assert checked["grads"] > 0.0
 
 
-def test_critic_gradient_equals_the_one_pass_reference():
+@pytest.mark.parametrize("discrete", [True, False])
+def test_critic_gradient_equals_the_one_pass_reference(discrete):
     """The critic's loss (two-hot regression to the lambda-return plus the slow-critic regulariser, weighted by the
     imagined continuation) written out with one dense critic pass over all H+1 steps and ``log_prob``."""
     from reverie.agents.returns import imagination_weights, lambda_return
@@ -179,7 +180,7 @@ def test_critic_gradient_equals_the_one_pass_reference():
         return -(imagination_weights(cont, agent.gamma)[:-1] * (dist.log_prob(ret) + agent.slow_reg
                                                                 * dist.log_prob(slow))).mean()
 
-    check_gradient_at_step("critic", critic_loss, atol=1e-6)
+    check_gradient_at_step("critic", critic_loss, atol=1e-6, discrete=discrete)
 
 
 def test_actor_gradient_equals_a_fresh_pass_reference():

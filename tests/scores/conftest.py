@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-REAL_REFERENCE_DIR = Path(__file__).resolve().parents[3] / "shared" / "reference_scores"
+REAL_REFERENCE_DIR = Path(os.environ.get("REVERIE_REFERENCE_SCORES")
+                          or Path(__file__).resolve().parents[3] / "shared" / "reference_scores")
+"""The official files, where present (tests/scores/test_reference_files.py skips without them)."""
 
 
 def write_official(path: Path, runs: list[dict]) -> Path:
@@ -31,18 +34,41 @@ def binned_run(task: str, seed: int, ys: list[float], width: float = 10_000.0, s
 
 
 def make_run(root: Path, name: str, records: list[tuple[int, float]], env_id: str = "CartPole-v1",
-             action_repeat: int = 1, seed: int = 0, mode: str = "train", frames: bool = True) -> Path:
-    """A reverie run directory: ``config.yaml`` and ``scores.jsonl`` with ``(step, return)`` episodes."""
+             action_repeat: int = 1, seed: int = 0, mode: str = "train", frames: bool = True,
+             env: dict | None = None, metadata: dict | None = None) -> Path:
+    """A reverie run directory: ``config.yaml`` and ``scores.jsonl`` with ``(step, return)`` episodes.
+
+    ``env`` replaces the config's env section (default ``{id: env_id, action_repeat}``); ``metadata`` is written
+    as ``env_metadata.json`` (none by default: the suite then comes from ``config.yaml``).
+    """
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(
-        f"exp_name: test\nseed: {seed}\nenv:\n  id: {env_id}\n  action_repeat: {action_repeat}\n", encoding="utf-8")
+    env = env if env is not None else {"id": env_id, "action_repeat": action_repeat}
+    (run / "config.yaml").write_text(json.dumps({"exp_name": "test", "seed": seed, "env": env}), encoding="utf-8")
+    if metadata is not None:
+        (run / "env_metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
     with open(run / "scores.jsonl", "w", encoding="utf-8") as f:
         for step, ret in records:
             rec = {"step": step, "return": ret, "length": 10, "mode": mode}
             if frames:
                 rec["frames"] = step * action_repeat
             f.write(json.dumps(rec) + "\n")
+    return run
+
+
+def make_dmc_run(root: Path, name: str, seed: int, evals: list[tuple[int, list[float]]],
+                 train: list[tuple[int, float]] = (), task: str = "cartpole_swingup") -> Path:
+    """A DMC proprio run (action repeat 2, ``env_metadata.json`` as training writes it): ``evals`` are
+    ``(frames, [returns of that evaluation's episodes])``, ``train`` are ``(frames, return)`` training episodes."""
+    env = {"suite": "dmc", "task": task, "action_repeat": 2, "image": False, "proprio": True}
+    metadata = {"suite": "dmc", "task": task, "action_repeat": 2, "frames_per_agent_step": 2,
+                "observations": ["vector"], "num_envs": 4}
+    run = make_run(root, name, [], seed=seed, env=env, metadata=metadata)
+    rows = [(f, r, "train") for f, r in train] + [(f, r, "eval") for f, rs in evals for r in rs]
+    with open(run / "scores.jsonl", "w", encoding="utf-8") as f:
+        for frames, ret, mode in sorted(rows):
+            f.write(json.dumps({"step": frames // 2, "frames": frames, "return": ret, "length": 500,
+                                "mode": mode}) + "\n")
     return run
 
 

@@ -7,7 +7,7 @@ import warnings
 import pytest
 from conftest import REAL_REFERENCE_DIR
 
-from reverie.scores import baselines, readers
+from reverie.scores import baselines, readers, references
 from reverie.scores.protocols import get_protocol, run_scores, task_scores
 
 pytestmark = pytest.mark.skipif(not (REAL_REFERENCE_DIR / "dreamerv3").is_dir(),
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(not (REAL_REFERENCE_DIR / "dreamerv3").is_dir(),
 
 
 def _task_returns(reference: str, window=None):
-    table = readers.read_official(readers.reference_path("atari100k", reference, REAL_REFERENCE_DIR), method=reference)
+    path = references.reference_path("atari100k", reference, REAL_REFERENCE_DIR)
+    table = readers.read_official(path, method=reference)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # some seeds have no episode in the window
         scores = run_scores(table, get_protocol("atari100k", window=window))
@@ -43,3 +44,22 @@ def test_current_file_under_the_design_window():
 def test_builtin_atari100k_baselines_match_the_shipped_yaml():
     shipped = baselines.load_baselines(REAL_REFERENCE_DIR / "dreamerv3" / "baselines.yaml")
     assert {task: shipped[task] for task in baselines.ATARI100K_RANDOM_HUMAN} == baselines.ATARI100K_RANDOM_HUMAN
+
+
+@pytest.mark.parametrize("reading, kind, expected", [
+    # bins [x, x + 10k) overlapping [90k, 110k]: the 90k and 100k bins
+    ("auto", "bins", {"cartpole_swingup": 515.7687279318254, "reacher_easy": 657.1,
+                      "cartpole_balance": 815.767854656835, "finger_spin": 767.5}),
+    # points 90k, 100k and 110k: the numbers quoted for the 100k-frame DMC proprio target (513, 727, 821, 780)
+    ("points", "points", {"cartpole_swingup": 512.6433670943431, "reacher_easy": 727.3666666666667,
+                          "cartpole_balance": 821.0608700102111, "finger_spin": 779.7333333333333}),
+])
+def test_dmc_proprio_2023_file_at_100k_frames(reading, kind, expected):
+    path = references.reference_path("dmc_proprio", "dreamerv3-2023", REAL_REFERENCE_DIR)
+    table, chosen = readers.read_score_file(path, method="dreamerv3-2023", reading=reading)
+    assert chosen.kind == kind and chosen.step == 10_000
+    assert get_protocol("dmc_proprio").window == (90_000, 110_000)
+    tasks = task_scores(run_scores(table, get_protocol("dmc_proprio")), reps=10).set_index("task")
+    for task, value in expected.items():
+        assert tasks.loc[f"dmc_{task}", "return"] == pytest.approx(value, rel=1e-12), task
+        assert tasks.loc[f"dmc_{task}", "seeds"] == 5

@@ -95,3 +95,30 @@ def test_complete_orders_put_chosen_rows_first():
     chosen = np.array([[[2, 0], [0, 1]]])  # (P=1, Ra=2, K=2): task 0 picks rows 2, 0; task 1 picks 0, 1
     order = aggregate._complete(chosen, 4)
     assert order[0, :, 0].tolist() == [2, 0, 1, 3] and order[0, :, 1].tolist() == [0, 1, 2, 3]
+
+
+def test_mean_interval_exact_cases():
+    # two seeds: the resampled means are a, (a + b) / 2 and b, so the 95% percentile interval is [min, max]
+    assert aggregate.mean_interval(np.array([17.0, 12.0]), reps=2000) == (12.0, 17.0)
+    assert np.isnan(aggregate.mean_interval(np.array([5.0]))).all()  # no interval from one seed
+    assert np.isnan(aggregate.mean_interval(np.array([5.0, np.nan]))).all()
+    assert aggregate.mean_interval(np.array([3.0, 3.0, 3.0])) == (3.0, 3.0)
+    values = np.arange(1.0, 11.0)
+    lo, hi = aggregate.mean_interval(values, reps=2000, seed=1)
+    assert 1.0 < lo < 5.5 < hi < 10.0
+    assert aggregate.mean_interval(values, reps=2000, seed=1) == (lo, hi)
+    assert aggregate.mean_interval(values, reps=2000, seed=2) != (lo, hi)
+
+
+def test_mean_interval_per_column_matches_one_column_at_a_time():
+    """(R, M): full columns share one vectorised bootstrap with the same draws as a single column; a column with
+    missing runs is bootstrapped over its finite runs; one with fewer than 2 gets NaN."""
+    rng = np.random.default_rng(3)
+    table = rng.normal(size=(6, 4))  # (R=6 runs, M=4 bins)
+    table[:4, 2] = np.nan  # 2 finite runs
+    table[1:, 3] = np.nan  # 1 finite run
+    lo, hi = aggregate.mean_interval(table, reps=500, seed=7)
+    for j in (0, 1):
+        assert (lo[j], hi[j]) == pytest.approx(aggregate.mean_interval(table[:, j], reps=500, seed=7), rel=1e-12)
+    assert (lo[2], hi[2]) == (min(table[4:, 2]), max(table[4:, 2]))
+    assert np.isnan(lo[3]) and np.isnan(hi[3])

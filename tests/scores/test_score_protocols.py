@@ -78,6 +78,7 @@ def test_generic_final_window_from_common_budget(tmp_path):
 
 def test_overrides_and_unknown_suite():
     assert get_protocol("atari100k").window == (390_000, 400_000)
+    assert get_protocol("dmc_proprio").window == (90_000, 110_000)  # the 100k-frame point
     assert get_protocol("atari100k", window=(1, 2)).window == (1.0, 2.0)
     assert get_protocol("dmc_proprio", budget=100_000).resolve(pd.DataFrame()) == (90_000.0, 100_000.0)
     with pytest.raises(ValueError, match="unknown suite 'atari200k'; known suites: atari100k"):

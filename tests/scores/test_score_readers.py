@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import binned_run, current_run, make_run, write_official
 
-from reverie.scores import readers
+from reverie.scores import readers, references
 from reverie.scores.readers import COLUMNS, ScoreFormatError, canonical_task, read_official
 
 
@@ -70,11 +70,13 @@ def test_wrong_format_is_a_clear_error(tmp_path, content, match):
 def test_missing_files_and_unknown_reference(tmp_path, reference_dir):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_official(tmp_path / "nope.json.gz")
-    with pytest.raises(FileNotFoundError, match="no score file for suite 'dmc_vision'.*atari100k-dreamerv3"):
-        readers.reference_path("dmc_vision", "dreamerv3", reference_dir)
-    with pytest.raises(ValueError, match="unknown reference 'dreamerv9'"):
-        readers.reference_path("atari100k", "dreamerv9", reference_dir)
-    assert readers.reference_path("atari100k", "dreamerv3-2023", reference_dir).name == "atari100k_dreamerv3.json.gz"
+    with pytest.raises(FileNotFoundError, match="no score file for reference 'dreamerv3' on suite 'dmc_vision'.*"
+                                                "references with a file for dmc_vision there: none"):
+        references.reference_path("dmc_vision", "dreamerv3", reference_dir)
+    with pytest.raises(FileNotFoundError, match="no score file for reference 'dreamerv9' on suite 'atari100k'.*"
+                                                "there: dreamerv3, dreamerv3-2023"):
+        references.reference_path("atari100k", "dreamerv9", reference_dir)
+    assert references.reference_path("atari100k", "dreamerv3-2023", reference_dir).name == "atari100k_dreamerv3.json.gz"
 
 
 @pytest.mark.parametrize("name, suite, expected", [

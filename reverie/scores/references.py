@@ -1,0 +1,130 @@
+"""Where the official score files are, and which file a ``--reference`` name or path means.
+
+A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or ``../shared/reference_scores``) holds
+score files in the danijar/dreamerv3 ``scores/`` format, directly or one sub-folder deep::
+
+    reference_scores/dreamerv3/dmc_proprio-dreamerv3.json.gz        current names: <suite>-<method>.json.gz
+    reference_scores/dreamerv3-2023/dmcproprio_dreamerv3.json.gz    2023 names:    <suite without _>_<method>.json.gz
+    reference_scores/dreamerv3/dmc_vision-drqv2.json.gz             any other method's file, downloaded by a user
+
+``--reference`` takes, per score set:
+
+* ``dreamerv3`` / ``dreamerv3-2023``: the DreamerV3 file of the current / 2023 release (:data:`BUILTIN`), labelled
+  with that name (both files call their method ``dreamerv3``);
+* any other name (``ppo_fixhp``, ``drqv2``): the one file ``<suite>-<name>.json.gz`` or ``<suite2023>_<name>.json.gz``
+  in the folder or a sub-folder, labelled with its own ``method`` field;
+* a path to a ``.json``/``.json.gz`` file: that file, labelled with its own ``method`` field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BUILTIN = {
+    "dreamerv3": ("dreamerv3", "{suite}-dreamerv3.json.gz"),
+    "dreamerv3-2023": ("dreamerv3-2023", "{suite2023}_dreamerv3.json.gz"),
+}
+"""Built-in reference name -> (sub-folder of the reference folder, file name pattern)."""
+
+REFERENCE_DIR_ENV = "REVERIE_REFERENCE_SCORES"
+
+
+def default_reference_dir() -> Path | None:
+    """Where the official score files live when no ``--reference-dir`` is given.
+
+    Order: ``$REVERIE_REFERENCE_SCORES``, then ``shared/reference_scores`` next to the current directory or
+    next to the repository holding this package. Returns None when none exists.
+    """
+    candidates = []
+    if os.environ.get(REFERENCE_DIR_ENV):
+        candidates.append(Path(os.environ[REFERENCE_DIR_ENV]))
+    candidates += [Path.cwd().parent / "shared" / "reference_scores", Path.cwd() / "shared" / "reference_scores",
+                   Path(__file__).resolve().parents[3] / "shared" / "reference_scores"]
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def is_path(reference: str) -> bool:
+    """True when ``reference`` names a file (``.json``/``.json.gz`` or a path with a folder), not a method name."""
+    return reference.endswith((".json", ".json.gz")) or os.sep in reference or "/" in reference
+
+
+def label(reference: str) -> str | None:
+    """Table label of a reference: the name for :data:`BUILTIN` ones, None (the file's own method) otherwise."""
+    return reference if reference in BUILTIN else None
+
+
+def file_names(suite: str, method: str) -> list[str]:
+    """The two spellings of ``method``'s score file on ``suite``: current then 2023 (``dmcproprio_x.json.gz``)."""
+    return [f"{suite}-{method}.json.gz", f"{suite}-{method}.json", f"{suite.replace('_', '')}_{method}.json.gz",
+            f"{suite.replace('_', '')}_{method}.json"]
+
+
+def available(suite: str, reference_dir: str | Path | None = None) -> list[str]:
+    """Reference names with a score file for ``suite`` in the reference folder (built-in ones first)."""
+    root = _root(reference_dir, required=False)
+    if root is None:
+        return []
+    names = [n for n in BUILTIN if _builtin_path(root, suite, n).is_file()]
+    for path in sorted(_score_files(root)):
+        for prefix in (f"{suite}-", f"{suite.replace('_', '')}_"):
+            name = path.name.split(".json")[0]
+            if name.startswith(prefix) and name[len(prefix):] not in names + ["dreamerv3"]:
+                names.append(name[len(prefix):])
+    return names
+
+
+def reference_path(suite: str, reference: str = "dreamerv3", reference_dir: str | Path | None = None) -> Path:
+    """Path of the score file that ``reference`` (a built-in name, another method's name, or a path) means on ``suite``.
+
+    Raises:
+        FileNotFoundError: no reference folder, no such file, or a path that does not exist (the message lists the
+            score files the folder has for ``suite``).
+        ValueError: a name that matches several files (the message lists them: pass one as a path).
+    """
+    if is_path(reference):
+        path = Path(reference)
+        if not path.is_file():
+            raise FileNotFoundError(f"score file {path} does not exist")
+        return path
+    root = _root(reference_dir, required=True)
+    if reference in BUILTIN:
+        path = _builtin_path(root, suite, reference)
+        if path.is_file():
+            return path
+    else:
+        wanted = set(file_names(suite, reference))
+        found = sorted(p for p in _score_files(root) if p.name in wanted)
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise ValueError(f"reference {reference!r} on suite {suite!r} matches {len(found)} files: "
+                             f"{', '.join(map(str, found))}; pass the one you mean as a path (--reference FILE)")
+    have = available(suite, root)
+    raise FileNotFoundError(
+        f"no score file for reference {reference!r} on suite {suite!r} under {root} (looked for "
+        f"{' or '.join(file_names(suite, reference)[::2])} there and one folder down); references with a file for "
+        f"{suite} there: {', '.join(have) or 'none'}. Put the file (danijar/dreamerv3 scores/ format) there, or pass "
+        f"its path as --reference FILE")
+
+
+def _root(reference_dir: str | Path | None, required: bool) -> Path | None:
+    root = Path(reference_dir) if reference_dir else default_reference_dir()
+    if root is None and required:
+        raise FileNotFoundError(
+            f"no reference score directory found; pass --reference-dir PATH (the folder holding dreamerv3/ and "
+            f"dreamerv3-2023/) or set ${REFERENCE_DIR_ENV}")
+    return root
+
+
+def _builtin_path(root: Path, suite: str, reference: str) -> Path:
+    sub, pattern = BUILTIN[reference]
+    return root / sub / pattern.format(suite=suite, suite2023=suite.replace("_", ""))
+
+
+def _score_files(root: Path) -> list[Path]:
+    """``.json``/``.json.gz`` files in ``root`` and its direct sub-folders."""
+    if not root.is_dir():
+        return []
+    return [p for pattern in ("*.json", "*.json.gz", "*/*.json", "*/*.json.gz") for p in root.glob(pattern)
+            if p.is_file()]
