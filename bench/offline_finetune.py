@@ -18,6 +18,7 @@ table and writes ``<out>/results.json`` and ``<out>/table.md``::
 
     taskset -c 1 env OMP_NUM_THREADS=1 .venv/bin/python bench/offline_finetune.py --out bench_runs/offline
     taskset -c 1 env OMP_NUM_THREADS=1 .venv/bin/python bench/offline_finetune.py --env pendulum --seeds 0 1 2
+    ... --override size=debug --source-steps 2000 --updates 100 --online-steps 1000   # a quick pipeline check
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def reverie(*args: str) -> None:
 
 def common(args: argparse.Namespace, env: str) -> list[str]:
     return [ENVS[env], "exp=classic", "threads=1", "train.progress=false", "train.video=false", "logger=none",
-            f"train.eval_episodes={args.eval_episodes}"]
+            f"train.eval_episodes={args.eval_episodes}", *args.override]
 
 
 def evals(run_dir: Path) -> list[tuple[int, float]]:
@@ -132,6 +133,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=500)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--sequences", type=int, default=64, help="held-out windows for the open-loop error")
+    parser.add_argument("--override", nargs="*", default=[],
+                        help="more Hydra overrides for every run (e.g. size=debug for a quick check of the pipeline)")
     parser.add_argument("--out", default="bench_runs/offline_finetune")
     args = parser.parse_args()
     results, tables = {}, []

@@ -63,7 +63,8 @@ def cmd_pretrain(argv: list[str]) -> int:
         return 0
     cfg = load_config(args)
     if not cfg.pretrain.data:
-        raise ConfigError("pretrain needs a dataset: `reverie pretrain DATA [OVERRIDE ...]` (`reverie pretrain --help`)")
+        raise ConfigError("pretrain needs a dataset: `reverie pretrain DATA [OVERRIDE ...]` "
+                          "(`reverie pretrain --help`)")
     if int((cfg.get("trainer") or {}).get("nproc", 1) or 1) != 1:
         raise ConfigError("config error: reverie pretrain runs in one process; set trainer.nproc=1")
     if resume_dir is not None and resume_finished(cfg, resume_dir, length=("pretrain", "updates")):

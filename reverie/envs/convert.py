@@ -60,7 +60,8 @@ class SpaceConverter:
         else:
             steps = list(raw)
         converted = [self._observation(step) for step in steps]
-        return {key: np.stack([c[key] for c in converted]) for key in self.observation_space.spaces}  # T x (...) -> (T, ...)
+        # T x (...) -> (T, ...) per key
+        return {key: np.stack([c[key] for c in converted]) for key in self.observation_space.spaces}
 
     def raw_observations(self, obs: Mapping[str, np.ndarray]) -> Any:
         """Inverse of :meth:`observations`: contract keys ``(T, ...)`` -> the env's own observations ``(T, ...)``

@@ -76,10 +76,10 @@ def open_dataset(source: str | Path):
         folder = installed_folder(dataset_id)
         if folder is None:
             known = ", ".join(sorted(minari.list_local_datasets())) or "none"
-            raise DatasetError(f"dataset error: no Minari dataset {dataset_id!r} in the local datasets root (installed: "
-                               f"{known}); nothing is downloaded: pass a dataset folder, or install it first "
-                               f"(`reverie record ... --format minari --minari-id {dataset_id}`, or minari's own "
-                               f"tools)")
+            raise DatasetError(f"dataset error: no Minari dataset {dataset_id!r} in the local datasets root "
+                               f"(installed: {known}); nothing is downloaded: pass a dataset folder, or install it "
+                               f"first (`reverie record ... --format minari --minari-id {dataset_id}`, or minari's "
+                               f"own tools)")
     return minari.MinariDataset(str(folder))
 
 

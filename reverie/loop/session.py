@@ -117,10 +117,11 @@ class Session:
         self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
         self.progress: Progress | None = None
         self._flag: SignalFlag | None = None  # several ranks: the signal flag they agree on (see running)
-        length = (f"{self.steps} updates ({'world model and behavior' if self._update == self.agent.update else 'world model'}), "
-                  f"no env steps" if offline else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
-        print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x{self.batch[1]}, "
-              f"{length}; run dir {run_dir}")
+        trained = "world model and behavior" if self._update == self.agent.update else "world model"
+        length = (f"{self.steps} updates ({trained}), no env steps" if offline
+                  else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
+        print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x"
+              f"{self.batch[1]}, {length}; run dir {run_dir}")
         if saved is not None:
             self._restore(saved)
         else:

@@ -1,4 +1,5 @@
-"""Round trips of the dataset formats: record -> npz / Minari / a run's replay -> load -> fill -> sample, identical rows."""
+"""Round trips of the dataset formats: record -> npz / Minari / a run's replay -> load -> fill -> sample: identical
+rows."""
 
 import numpy as np
 import pytest
