@@ -86,6 +86,17 @@ def _model_actions(action: np.ndarray, spec: ActionSpec, n: int, name: str) -> n
     return action.astype(np.float32)
 
 
+def _executed(state: Any, action: np.ndarray) -> Any:
+    """A world-model agent's acting state ``(dynamics state, prev_action (N, A))``
+    (:class:`reverie.agents.base.WorldModelAgent`) with the actions the envs really took, so its next filtering step
+    sees them; any other state unchanged."""
+    import torch
+
+    if isinstance(state, tuple) and len(state) == 2 and torch.is_tensor(state[1]) and state[1].shape == action.shape:
+        return state[0], torch.as_tensor(action, dtype=state[1].dtype, device=state[1].device)
+    return state
+
+
 def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon: float = 0.0,
            mode: str = "explore") -> tuple[list[Episode], str]:
     """Run ``policy`` in the env config's ``N`` envs until ``episodes`` episodes have finished.
@@ -124,6 +135,7 @@ def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon:
             if epsilon > 0:
                 swap = rng.random(n) < epsilon  # (N,)
                 action[swap] = random_actions(rng, spec, int(swap.sum()))
+                state = _executed(state, action)
             stored = action * ~row["is_last"][:, None]  # an is_last row's action is never used: zeros
             for i in range(n):
                 running[i].append({**{k: v[i] for k, v in row.items()}, "action": stored[i]})

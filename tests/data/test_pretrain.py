@@ -126,3 +126,14 @@ def test_record_with_a_scripted_controller_and_a_trained_run(pretrained, tmp_pat
     recordings = json.loads((out / "dataset.json").read_text())["recordings"]  # appended, the run's own env
     assert recordings[1]["policy"].startswith("run ") and "epsilon 0.2" in recordings[1]["policy"]
     assert len(list(out.glob("episode_*.npz"))) == 5
+
+
+def test_planet_pretrains_and_starts_online_from_it(data, tmp_path):
+    """PlaNet's update is world-model only, so it serves as update_model; init_from takes its whole agent."""
+    pre, online = tmp_path / "pre", tmp_path / "online"
+    assert main(["pretrain", str(data), "agent=planet", "exp=debug", f"run_dir={pre}", "pretrain.updates=4",
+                 "pretrain.eval_episodes=0", "env.num_envs=1"]) == 0
+    assert all("loss/kl" in m for m in read_jsonl(pre / "metrics.jsonl"))
+    assert main(["train", "agent=planet", "exp=debug", f"run_dir={online}", f"init_from={pre}", "train.steps=4",
+                 "train.eval_episodes=1", "env.num_envs=1", "agent.train_steps=0"]) == 0
+    assert same(load_checkpoint(pre)["agent"]["modules"], load_checkpoint(online)["agent"]["modules"])

@@ -163,3 +163,16 @@ def test_fill_splits_the_stream_over_the_columns():
                                                                        [100, 101, 102, 103, 104]])
     np.testing.assert_array_equal(replay.arrays["is_first"][:5].T, [[1, 0, 0, 0, 0]] * 3)  # column 1 marked
     np.testing.assert_array_equal(replay.arrays["is_last"][:5].T, [[0] * 5, [0, 0, 0, 0, 1], [0] * 5])
+
+
+def test_epsilon_actions_reach_the_agents_filtering_state():
+    """With --epsilon, a world-model agent's next filtering step gets the action the env really took."""
+    import torch
+
+    from reverie.data.record import _executed
+
+    latent, mine = {"deter": torch.zeros(2, 3)}, torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    taken = np.array([[0.0, 1.0], [0.0, 1.0]], np.float32)
+    state = _executed((latent, mine), taken)
+    assert state[0] is latent and torch.equal(state[1], torch.as_tensor(taken))
+    assert _executed(None, taken) is None and _executed(("a", "b"), taken) == ("a", "b")
