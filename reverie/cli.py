@@ -31,9 +31,9 @@ USAGE = """usage: reverie COMMAND [ARGS]
 commands:
   train [OVERRIDE ...]        train an agent (Hydra overrides; `reverie train --help`)
   train --resume RUN [OVR ..] continue a stopped or finished run (docs/resume.md)
-  train init_from=RUN [OVR ..] start online from a pretrained run's weights (docs/offline.md)
-  pretrain DATA [OVERRIDE ...] learn from logged episodes, no env steps (`reverie pretrain --help`)
-  record --out DIR [--policy P] record episodes from a policy into a dataset (`reverie record --help`)
+  train init_from=RUN [...]   start online from a pretrained run's weights (docs/offline.md)
+  pretrain DATA [OVR ...]     learn from logged episodes, no env steps (`reverie pretrain --help`)
+  record --out DIR [...]      record episodes from a policy into a dataset (`reverie record --help`)
   eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
