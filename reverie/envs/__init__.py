@@ -1,4 +1,4 @@
-"""The env layer: the only code that imports gymnasium, ale-py, dm_control and envpool.
+"""The env layer: the only code that imports gymnasium, ale-py, dm_control, envpool and minari.
 
 Builds contract envs and steps them (DESIGN.md 1-2)."""
 
