@@ -6,7 +6,9 @@
 #   make bench ARGS="..."                    # speed/memory scripts in bench/ (print numbers)
 #   make sysdeps                             # headless OpenGL for DMC pixels (Debian packages; run by train/test)
 #
-# The venv is (re)installed only when pyproject.toml is newer than the stamp file.
+# The venv is (re)installed only when pyproject.toml is newer than the stamp file. The editable install uses
+# setuptools' compat mode (a path in a .pth file), so `import reverie` finds the package even from a folder that
+# holds the checkout as reverie/ (with the default finder, that folder would shadow it as a namespace package).
 # torch is installed FIRST with an exact pin, so the `-e .` install finds it satisfied and never pulls
 # another (multi-GB CUDA) build.
 
@@ -30,7 +32,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install '$(TORCH)' $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 
 # Installs the missing GL_PACKAGES with apt-get when run as root on Debian/Ubuntu; otherwise (not root, no apt,
@@ -47,8 +49,9 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } || \
 	  echo "[reverie] WARNING: apt-get could not install$$missing; DMC pixel tests will be skipped"
 
+# REVERIE_MAKE_TRAIN: an interrupted run prints `make train ARGS="--resume <run_dir>"` as its resume command
 train: venv sysdeps
-	$(BIN)/reverie train $(ARGS)
+	REVERIE_MAKE_TRAIN=1 $(BIN)/reverie train $(ARGS)
 
 test: venv sysdeps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
@@ -57,7 +60,6 @@ test-slow: venv sysdeps
 	$(BIN)/pytest -q -m slow $(PYTEST_ARGS)
 
 bench: venv
-	@test -f bench/run.py || { echo "bench/run.py does not exist yet (see DESIGN.md section 6)."; exit 1; }
 	$(BIN)/python bench/run.py $(ARGS)
 
 # Build and test leftovers only: runs/ (your experiments) and the venv are kept. `make distclean` drops the venv.

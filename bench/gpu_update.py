@@ -38,7 +38,7 @@ from reverie.agents.dreamer import DreamerV3
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.types import ActionSpec
 
-from bench.run import SIZES
+from bench.run import SIZES, sized
 
 JAX_REFERENCE_MS = 22.0  # DreamerV3 reference, learner ms per update at batch 16 x 64
 ACTIONS = 18
@@ -61,12 +61,9 @@ def sync(device: torch.device) -> None:
 
 
 def time_size(size: str, args: argparse.Namespace, device: torch.device) -> None:
-    preset = SIZES[size]
     torch.manual_seed(0)
-    agent = DreamerV3({"image": (3, 64, 64)}, ActionSpec(True, ACTIONS), deter=preset["deter"],
-                      stoch=preset["stoch"], classes=preset["classes"], units=preset["units"],
-                      layers=preset["layers"], cnn_depth=preset["cnn_depth"], device=str(device),
-                      precision=args.precision, compile=args.compile)
+    agent = DreamerV3({"image": (3, 64, 64)}, ActionSpec(True, ACTIONS), **sized(size, device=str(device),
+                      precision=args.precision, compile=args.compile))
     params = sum(p.numel() for p in agent.parameters()) / 1e6
     batch = image_batch(args.length, args.batch)
     if device.type == "cuda":

@@ -56,7 +56,7 @@ def heldout_error(run_dir: Path, heldout: Path, length: int, sequences: int) -> 
     from reverie.data.heldout import heldout_errors, heldout_replay
     from reverie.state.saved_run import load_run
 
-    run = load_run(run_dir)
+    run = load_run(run_dir, checkpoint="last")  # the final model
     replay = heldout_replay(load_dataset(heldout, run.config["env"]))
     return heldout_errors(run.agent, replay, length, sequences)
 

@@ -1,76 +1,128 @@
-"""Paired A/B timing of two reverie checkouts' DreamerV3 update, in one process, updates alternated.
+"""ms per DreamerV3 update of one reverie checkout, or paired A/B timing of two, in one process, updates alternated.
 
-    .venv/bin/python bench/paired_update.py /tmp/before .            # size xs, 16 pairs, 2 threads
-    git worktree add --detach /tmp/before HEAD~1                      # a checkout of the previous commit
-    .venv/bin/python bench/paired_update.py /tmp/before . --size s --pairs 8
+    git worktree add --detach /tmp/before HEAD~1                     # a checkout of the previous commit
+    taskset -c 1 .venv/bin/python bench/paired_update.py /tmp/before . --size xs --threads 1
+    taskset -c 1 .venv/bin/python bench/paired_update.py /tmp/before . --config continuous --kernels off
+    taskset -c 1 .venv/bin/python bench/paired_update.py . --config continuous --size xxs --length 32 --imag-last 8
+                                                                     # one tree, the widths of exp=dmc_cpu
 
 Why: on a shared or virtualised machine the speed of the CPU drifts by 10% and more within minutes, so two
 separate runs of ``bench/update_time.py`` cannot resolve a change of a few percent. Here both trees' agents are
 built in the same process (each tree's ``reverie`` imported in turn under the same name), with the same batch,
-seed, threads and allocator settings (:mod:`reverie.runtime.cpu_memory`), and their updates alternate (A B, B A, A B,
-...), so both see the same machine at nearly the same moment. Printed: the median ms/update of each, and the
+seed, threads and allocator settings (:mod:`reverie.runtime.cpu_memory`), and their updates alternate (A B, B A,
+A B, ...), so both see the same machine at nearly the same moment. Printed: the median ms/update of each, and the
 median of the per-pair ratios A/B (> 1: B is faster) with its range.
 
-Each tree must contain ``bench/profile_update.py`` (its ``build`` and ``cartpole_batch``: the shapes of
-bench/vs_sheeprl.py, CartPole vector obs, batch 16 x 64, horizon 15).
+Configs: ``discrete`` (CartPole-sized: vector obs (4,), 2 one-hot actions) and ``continuous`` (DMC
+cartpole_swingup from proprio: vector obs (5,), one action in [-1, 1]); batch 16 x ``--length`` (64), horizon 15,
+the ``--size`` preset, imagination from every row (or the last ``--imag-last``). ``--kernels auto|off``
+is ``agent.module.kernels`` for a tree with ``reverie/models/kernels/``; for an older tree, ``off`` turns its
+fast paths off one by one where it had switches (``onehot_gather=False``, the fused and deferred-weight scans, the
+actor tape), which leaves the few it had no switch for (the two-hot and straight-through nodes, the sampler).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 import statistics
 import sys
 import time
+from functools import partial
 
+import numpy as np
 import torch
+import yaml
 
 
-def load(root: str, size: str, precision: str):
-    """Build ``root``'s agent and batch with ``root``'s own ``reverie`` (earlier imports of it are dropped)."""
-    for name in [n for n in sys.modules if n.split(".")[0] in ("reverie", "bench", "profile_update")]:
+def make_batch(config: str, T: int = 64, B: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
+    """A replay batch ``(T, B, ...)`` of the config's shapes, ``is_first`` at t = 0 and at 2% of the rest."""
+    rng = np.random.default_rng(seed)
+    is_first = rng.random((T, B)) < 0.02
+    is_first[0] = True
+    if config == "discrete":
+        obs, action = rng.normal(size=(T, B, 4)), np.eye(2)[rng.integers(2, size=(T, B))]
+    else:
+        obs, action = rng.normal(size=(T, B, 5)), rng.uniform(-1.0, 1.0, size=(T, B, 1))
+    return {"vector": obs.astype(np.float32), "prev_action": (action * ~is_first[..., None]).astype(np.float32),
+            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
+            "is_last": np.zeros((T, B), bool), "is_terminal": rng.random((T, B)) < 0.02}
+
+
+def load(root: str, size: str, precision: str, config: str, kernels: str, imag_last: int = 0):
+    """Build ``root``'s agent with ``root``'s own ``reverie`` (earlier imports of it are dropped)."""
+    for name in [n for n in sys.modules if n.split(".")[0] == "reverie"]:
         del sys.modules[name]
-    paths = [os.path.abspath(root), os.path.join(os.path.abspath(root), "bench")]
-    sys.path[:0] = paths
+    root = os.path.abspath(root)
+    sys.path.insert(0, root)
     try:
-        module = importlib.import_module("profile_update")
-        return module.build(size, precision, False), module.cartpole_batch(64, 16)
+        DreamerV3 = importlib.import_module("reverie.agents.dreamer").DreamerV3
+        ActionSpec = importlib.import_module("reverie.types").ActionSpec
+        with open(os.path.join(root, "reverie", "configs", "size", f"{size}.yaml")) as f:
+            s = yaml.safe_load(f)
+        shapes = {"vector": (4,) if config == "discrete" else (5,)}
+        spec = ActionSpec(config == "discrete", 2 if config == "discrete" else 1)
+        extra = {"imag_last": imag_last} if imag_last else {}
+        torch.manual_seed(0)
+        if "dynamics" in inspect.signature(DreamerV3).parameters:  # reverie/models/dynamics and kernels/
+            rssm = importlib.import_module("reverie.models.dynamics").CategoricalRSSM
+            dynamics = partial(rssm, deter=s["deter"], stoch=s["stoch"], classes=s["classes"], units=s["units"],
+                               kernels=kernels)
+            agent = DreamerV3(shapes, spec, dynamics=dynamics, units=s["units"], layers=s["layers"],
+                              precision=precision, kernels=kernels, **extra)
+        else:  # the layout before: the fast paths' own switches
+            agent = DreamerV3(shapes, spec, deter=s["deter"], stoch=s["stoch"], classes=s["classes"],
+                              units=s["units"], layers=s["layers"], precision=precision,
+                              onehot_gather=kernels == "auto", **extra)
+            if kernels == "off":
+                agent.wm.rssm.fused_observe = agent.wm.rssm.defer_weight_grads = False
+                agent.compiled = True  # only read to decide the actor tape: no tape
+        return agent
     finally:
-        for path in paths:
-            sys.path.remove(path)
+        sys.path.remove(root)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("tree_a", help="checkout A (e.g. a git worktree of the previous commit)")
-    parser.add_argument("tree_b", help="checkout B (e.g. .)")
+    parser.add_argument("trees", nargs="+", help="one checkout, or two (A, e.g. a worktree of the previous commit, "
+                                                   "then B, e.g. .) for a paired comparison")
     parser.add_argument("--size", default="xs")
+    parser.add_argument("--config", default="discrete", choices=["discrete", "continuous"])
+    parser.add_argument("--kernels", default="auto", choices=["auto", "off"])
     parser.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--length", type=int, default=64, help="batch_length T (batch 16 x T)")
+    parser.add_argument("--imag-last", type=int, default=0, help="imagine from the last K rows (0: every row)")
     parser.add_argument("--pairs", type=int, default=16, help="timed updates per tree")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if len(args.trees) > 2:
+        parser.error("give one tree or two")
     torch.set_num_threads(args.threads)
-    runs = [load(root, args.size, args.precision) for root in (args.tree_a, args.tree_b)]
-    try:  # process-wide, so both trees run with it (a tree older than reverie/runtime/cpu_memory.py would not set it)
-        from reverie.runtime.cpu_memory import keep_freed_memory
-        keep_freed_memory()
-    except ImportError:
-        print("note: tree B has no reverie.runtime.cpu_memory; both trees run with glibc's default allocator settings")
-    for agent, batch in runs:  # warm-up
+    agents = [load(root, args.size, args.precision, args.config, args.kernels, args.imag_last) for root in args.trees]
+    from reverie.runtime.cpu_memory import keep_freed_memory  # the last tree's; process-wide, so every tree runs with it
+
+    keep_freed_memory()
+    batch = make_batch(args.config, T=args.length)
+    for agent in agents:  # warm-up
         agent.update(batch)
         agent.update(batch)
-    times: list[list[float]] = [[], []]
+    times: list[list[float]] = [[] for _ in agents]
     for i in range(args.pairs):
-        for j in (0, 1) if i % 2 == 0 else (1, 0):
-            agent, batch = runs[j]
+        for j in range(len(agents)) if i % 2 == 0 else reversed(range(len(agents))):
             start = time.perf_counter()
-            agent.update(batch)
+            agents[j].update(batch)
             times[j].append(time.perf_counter() - start)
+    head = (f"{args.config}, size {args.size}, batch 16 x {args.length}, kernels {args.kernels}, {args.precision}, "
+            f"{args.threads} thread(s), {args.pairs} updates per tree")
+    if len(agents) == 1:
+        print(f"{head}: {statistics.median(times[0]) * 1e3:.1f} ms per update (min {min(times[0]) * 1e3:.1f})")
+        return
     ratios = [a / b for a, b in zip(*times)]
-    print(f"size {args.size}, {args.precision}, {args.threads} thread(s), {args.pairs} pairs: "
-          f"A {statistics.median(times[0]) * 1e3:.1f} ms, B {statistics.median(times[1]) * 1e3:.1f} ms per update; "
-          f"paired ratio A/B median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+    print(f"{head}: A {statistics.median(times[0]) * 1e3:.1f} ms, B {statistics.median(times[1]) * 1e3:.1f} ms per "
+          f"update; paired ratio A/B median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
+          f"max {max(ratios):.3f})")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 import torch
 
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.planet import PlaNet
+from reverie.models.dynamics import GaussianRSSM
 from reverie.types import ActionSpec
 
 
@@ -44,7 +46,8 @@ def main() -> None:
     keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     torch.manual_seed(0)
     spec = ActionSpec(args.discrete, args.action_dim)
-    agent = PlaNet({"vector": (5,)}, spec, deter=args.deter, stoch=args.stoch, units=args.units,
+    dynamics = partial(GaussianRSSM, deter=args.deter, stoch=args.stoch, units=args.units)
+    agent = PlaNet({"vector": (5,)}, spec, dynamics=dynamics, units=args.units,
                    candidates=args.candidates, horizon=args.horizon, iterations=args.iterations,
                    top_k=min(args.top_k, args.candidates), plan_cont=not args.no_cont, device=args.device,
                    precision=args.precision)

@@ -57,7 +57,7 @@ from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
-from bench.run import SIZES, cartpole_batch
+from bench.run import SIZES, cartpole_batch, sized
 
 
 class PhaseTimer:
@@ -86,8 +86,8 @@ class PhaseTimer:
 def instrument(agent: DreamerV3, timer: PhaseTimer) -> None:
     """Wrap the agent's phases on the instance (and backward/clip globally, for this process only)."""
     agent.wm.loss = timer.wrap("wm forward (loss)", agent.wm.loss)
-    agent.wm.rssm.observe = timer.wrap("  of it: observe scan", agent.wm.rssm.observe)
-    agent.wm.rssm.imagine = timer.wrap("imagine rollout", agent.wm.rssm.imagine)
+    agent.wm.dynamics.observe = timer.wrap("  of it: observe scan", agent.wm.dynamics.observe)
+    agent.wm.dynamics.imagine = timer.wrap("imagine rollout", agent.wm.dynamics.imagine)
     for name in ("model_opt", "actor_opt", "critic_opt"):
         opt = getattr(agent, name)
         opt.step = timer.wrap(f"optimiser step ({name})", opt.step)
@@ -115,10 +115,8 @@ def instrument(agent: DreamerV3, timer: PhaseTimer) -> None:
 
 
 def build(size: str, precision: str, compile_: bool) -> DreamerV3:
-    s = SIZES[size]
     torch.manual_seed(0)
-    return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=s["deter"], stoch=s["stoch"], classes=s["classes"],
-                     units=s["units"], layers=s["layers"], precision=precision, compile=compile_)
+    return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, precision=precision, compile=compile_))
 
 
 def run_py_spy(args: argparse.Namespace) -> None:

@@ -1,4 +1,4 @@
-"""Speed and memory benchmarks (DESIGN.md section 6). Prints numbers; not part of `make test`.
+"""Speed and memory benchmarks (docs/speed.md). Prints numbers; not part of `make test`.
 
     .venv/bin/python bench/run.py                       # everything below, defaults
     .venv/bin/python bench/run.py --sizes xs s --updates 10
@@ -31,6 +31,7 @@ import argparse
 import resource
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ from omegaconf import OmegaConf
 import reverie
 
 from reverie.agents.dreamer import DreamerV3
+from reverie.models.dynamics import CategoricalRSSM
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.envs import make_vector_env
 from reverie.envs.stepper import VectorStepper
@@ -48,6 +50,16 @@ from reverie.types import ActionSpec
 
 SIZE_DIR = Path(reverie.__file__).parent / "configs" / "size"
 SIZES = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in sorted(SIZE_DIR.glob("*.yaml"))}
+
+
+def sized(size: str, kernels: str = "auto", **kwargs) -> dict:
+    """DreamerV3 keyword arguments of a size preset (``reverie/configs/size/<size>.yaml``), as the config builds
+    them: the dynamics' sizes in its factory, the MLPs' and conv stacks' in the agent."""
+    s = SIZES[size]
+    dynamics = partial(CategoricalRSSM, deter=s["deter"], stoch=s["stoch"], classes=s["classes"], units=s["units"],
+                       kernels=kernels)
+    return dict(dynamics=dynamics, units=s["units"], layers=s["layers"], cnn_depth=s["cnn_depth"], kernels=kernels,
+                **kwargs)
 
 
 def cartpole_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -62,9 +74,7 @@ def cartpole_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 def bench_update(size: str, updates: int, precision: str, T: int = 64, B: int = 16) -> float:
     torch.manual_seed(0)
-    s = SIZES[size]
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=s["deter"], stoch=s["stoch"],
-                      classes=s["classes"], units=s["units"], layers=s["layers"], precision=precision)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, precision=precision))
     batch = cartpole_batch(T, B)
     agent.update(batch)  # warm-up (allocator, autocast caches)
     times = []
@@ -130,8 +140,7 @@ def main() -> None:
                 print(f"update  size={size:<3} precision={precision:<8} {sec * 1e3:8.1f} ms/update  "
                       f"{1.0 / sec:6.2f} updates/s  (B16 x T64, H15, world model + actor + critic)")
     if args.only in (None, "act"):
-        agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **{k: SIZES["xs"][k] for k in
-                                                                    ("deter", "stoch", "classes", "units", "layers")})
+        agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized("xs"))
         for n in (1, 4):
             print(f"act     size=xs N={n}  {bench_steps(n, 2000, agent):9.0f} env steps/s (policy acting, CartPole-v1)")
     if args.only in (None, "env"):

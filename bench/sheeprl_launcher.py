@@ -3,7 +3,7 @@
 Runs INSIDE the throwaway sheeprl venv (it imports sheeprl, never reverie). sheeprl's DreamerV3 update is the
 function ``train`` in ``sheeprl.algos.dreamer_v3.dreamer_v3`` (world model + imagination + actor + critic, one
 call per gradient step; ``main`` looks it up as a module global at every call), so wrapping that global with a
-timer and then calling ``sheeprl.cli.run()`` times each update as sheeprl runs it (DESIGN.md section 6).
+timer and then calling ``sheeprl.cli.run()`` times each update as sheeprl runs it (docs/speed.md).
 
     <sheeprl-venv>/bin/python bench/sheeprl_launcher.py --out times.json --warmup 2 --updates 10 \\
         --max-seconds 300 --threads 1 -- exp=dreamer_v3 env=gym env.id=CartPole-v1 algo=dreamer_v3_XS ...

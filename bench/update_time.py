@@ -1,7 +1,7 @@
-"""Median CPU and wall time of reverie's full DreamerV3 update per size and precision (docs/speed.md "Hot path").
+"""Median CPU and wall time of reverie's full DreamerV3 update per size and precision (docs/speed.md).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/update_time.py --sizes xs s --precision float32 auto
-    OMP_NUM_THREADS=1 .venv/bin/python bench/update_time.py --sizes xs --dense     # onehot_gather=False
+    OMP_NUM_THREADS=1 .venv/bin/python bench/update_time.py --sizes xs --kernels off  # the readable path
 
 Run from the repository root. The update is the one of bench/run.py (CartPole-sized vector batch 16 x 64, horizon
 15, discrete actions), after one untimed warm-up update. Prints, per size and precision, the median and minimum
@@ -21,7 +21,6 @@ elif _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import argparse
-import inspect
 import statistics
 import time
 
@@ -31,19 +30,13 @@ from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
 
-from bench.run import SIZES, cartpole_batch
+from bench.run import SIZES, cartpole_batch, sized
 
 
-def time_update(size: str, precision: str, updates: int, dense: bool) -> tuple[list[float], list[float]]:
+def time_update(size: str, precision: str, updates: int, kernels: str) -> tuple[list[float], list[float]]:
     """``(cpu seconds, wall seconds)`` of ``updates`` timed updates after one warm-up."""
     torch.manual_seed(0)
-    s = SIZES[size]
-    kwargs = {k: s[k] for k in ("deter", "stoch", "classes", "units", "layers")}
-    if dense:
-        if "onehot_gather" not in inspect.signature(DreamerV3).parameters:
-            raise SystemExit("--dense: this checkout's DreamerV3 has no onehot_gather option (it is dense already)")
-        kwargs["onehot_gather"] = False
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), precision=precision, **kwargs)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, kernels=kernels, precision=precision))
     batch = cartpole_batch(64, 16)
     agent.update(batch)  # warm-up (allocator, autocast caches)
     cpu, wall = [], []
@@ -61,16 +54,16 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", default=["float32", "auto"], choices=["float32", "auto", "bfloat16"])
     parser.add_argument("--updates", type=int, default=5, help="timed updates per size and precision")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--dense", action="store_true", help="DreamerV3(onehot_gather=False)")
+    parser.add_argument("--kernels", default="auto", choices=["auto", "off"], help="agent.module.kernels")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); B16 x T64, H15; "
-          f"{'dense features' if args.dense else 'default features'}; {args.updates} timed updates")
+          f"kernels {args.kernels}; {args.updates} timed updates")
     print(f"{'size':<5} {'precision':<9} {'CPU median':>11} {'CPU min':>9} {'wall median':>12} {'wall min':>9} {'load':>5}")
     for size in args.sizes:
         for precision in args.precision:
-            cpu, wall = time_update(size, precision, args.updates, args.dense)
+            cpu, wall = time_update(size, precision, args.updates, args.kernels)
             print(f"{size:<5} {precision:<9} {statistics.median(cpu) * 1e3:9.0f}ms {min(cpu) * 1e3:7.0f}ms "
                   f"{statistics.median(wall) * 1e3:10.0f}ms {min(wall) * 1e3:7.0f}ms {os.getloadavg()[0]:5.1f}",
                   flush=True)

@@ -19,13 +19,14 @@ import time
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.logs.logger import Logger
 from reverie.types import ActionSpec
 from reverie.viz import report
+
+from bench.run import sized
 
 
 def moving_square(T: int, B: int, shape: tuple[int, int, int]) -> np.ndarray:
@@ -63,9 +64,8 @@ def main() -> None:
     keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
     print(f"open-loop report, B=4 x T={args.length}, C=5, {args.threads} thread(s); seconds per report")
     for size in args.sizes:
-        s = OmegaConf.to_container(OmegaConf.load(f"reverie/configs/size/{size}.yaml"))
         for name, shapes in (("vector", {"vector": (4,)}), ("image", {"image": (3, 64, 64)})):
-            agent = DreamerV3(shapes, ActionSpec(True, 2), precision="float32", **s)
+            agent = DreamerV3(shapes, ActionSpec(True, 2), **sized(size, precision="float32"))
             data = batch(shapes, args.length, 4)
             times = []
             with tempfile.TemporaryDirectory() as tmp, Logger(tmp, backends=["tensorboard"]) as logger:

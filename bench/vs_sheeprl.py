@@ -1,4 +1,4 @@
-"""reverie's DreamerV3 update vs sheeprl 0.8.4's, side by side in one run of this script (DESIGN.md section 6).
+"""reverie's DreamerV3 update vs sheeprl 0.8.4's, side by side in one run of this script (docs/speed.md).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/vs_sheeprl.py                     # xs and s, 1 thread
     OMP_NUM_THREADS=1 .venv/bin/python bench/vs_sheeprl.py --sizes xs --updates 10 --threads 2
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from bench.run import SIZES, cartpole_batch
+from bench.run import cartpole_batch, sized
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
@@ -55,7 +55,7 @@ from reverie.types import ActionSpec
 SHEEPRL_VERSION = "0.8.4"
 SHEEPRL_ALGO = {"xs": "dreamer_v3_XS", "s": "dreamer_v3_S", "m": "dreamer_v3_M", "l": "dreamer_v3_L",
                 "xl": "dreamer_v3_XL"}
-# DESIGN.md section 6: CartPole-v1 vector obs, no CNN, CPU, nothing written that is not needed. sync_env: the envs
+# The comparison's setup: CartPole-v1 vector obs, no CNN, CPU, nothing written that is not needed. sync_env: the envs
 # step in this process (no worker processes competing for the CPU; env steps are not timed either way).
 SHEEPRL_OVERRIDES = ["exp=dreamer_v3", "env=gym", "env.id=CartPole-v1", "algo.cnn_keys.encoder=[]",
                      "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[vector]", "algo.mlp_keys.decoder=[vector]",
@@ -123,11 +123,9 @@ def time_sheeprl(python: Path, size: str, args: argparse.Namespace) -> tuple[lis
 def time_reverie(size: str, args: argparse.Namespace, compile_: bool) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds per reverie DreamerV3 update at ``size`` (after ``--warmup``), batch 16 x 64, H 15,
     in ``--precision`` (float32 by default, as sheeprl's ``32-true``)."""
-    s = SIZES[size]
     torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), deter=s["deter"], stoch=s["stoch"],
-                      classes=s["classes"], units=s["units"], layers=s["layers"], horizon=15,
-                      precision=args.precision, compile=compile_)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, horizon=15, precision=args.precision,
+                                                                     compile=compile_))
     batch = cartpole_batch(64, 16)
     for _ in range(args.warmup):
         agent.update(batch)

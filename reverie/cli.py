@@ -25,6 +25,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from reverie.configs.ranges import check_ranges
+
 
 USAGE = """usage: reverie COMMAND [ARGS]
 
@@ -47,13 +49,14 @@ examples:
   reverie imagine runs/<run> --horizon 30
   reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
-TRAIN_HELP = """usage: reverie train [--cfg] [OVERRIDE ...]
+TRAIN_HELP = """usage: reverie train [--cfg [--diff]] [OVERRIDE ...]
 
 Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train env=pendulum size=s seed=1
   reverie train env=gym env.id=Acrobot-v1
   reverie train exp=debug                 # tiny smoke run
   reverie train --cfg                     # print the resolved config and exit
+  reverie train exp=atari100k --cfg --diff   # only the keys that differ from the reference (agent=<agent> exp=reference)
   reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
   reverie train --resume RUN train.steps=50000  # run a finished run longer
   reverie train init_from=RUN             # start from a pretrained run (reverie pretrain; docs/offline.md)
@@ -120,11 +123,12 @@ def _explain(err: Exception, overrides: list[str]) -> str:
 
 def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
     """Build one env copy and the agent so that a bad id, an unsupported space or a bad agent value fails
-    before any run directory exists; returns ``(agent, obs_shapes, action_spec)``.
+    before any run directory exists (numeric ranges: :func:`reverie.configs.ranges.check_ranges`, called first);
+    returns ``(agent, obs_shapes, action_spec)``.
 
     Raises:
         ConfigError: the env cannot be created or uses a space reverie cannot handle; the agent cannot be
-            built from ``agent.module`` (unknown or invalid argument); a numeric setting is not a number.
+            built from ``agent.module`` (unknown or invalid argument); a bad update schedule.
     """
     from hydra.errors import InstantiationException
 
@@ -147,12 +151,9 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
         raise ConfigError(f"config error: {err}") from err
     try:
         make_schedule(cfg.agent)
-        int(cfg.agent.batch_size), int(cfg.agent.batch_length)
-        for key in ("steps", "prefill", "log_every", "eval_every", "eval_episodes", "checkpoint_every"):
-            int(cfg.train[key])
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"config error: a numeric setting is not a number: {err}. Check agent.train_ratio, "
-                          f"agent.batch_size, agent.batch_length and the train.* counts.") from err
+        raise ConfigError(f"config error: {err}. Check agent.schedule, agent.train_ratio, agent.batch_size and "
+                          f"agent.batch_length.") from err
     try:
         agent = build_agent(cfg.agent, obs_shapes, spec)
     except (InstantiationException, ValueError, TypeError) as err:
@@ -168,10 +169,30 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
         try:
             preflight(replay_spec, int(cfg.replay.capacity), agent, cfg.replay.storage,
                       cfg.replay.directory or run_dir / "replay", run_dir / "checkpoints",
-                      int(cfg.train.get("checkpoint_keep", 2)))
+                      int(cfg.train.get("checkpoint_keep", 2)), steps=int(cfg.train.steps),
+                      num_envs=int(cfg.env.get("num_envs", 1) or 1))
         except PreflightError as err:
             raise ConfigError(str(err)) from err
     return agent, obs_shapes, spec
+
+
+def config_diff(cfg: DictConfig) -> list[str]:
+    """The keys of the resolved ``cfg`` whose values differ from the reference config of the same agent
+    (``agent=<agent> exp=reference``: the paper's values on the default env and size), one line each:
+    ``key: reference -> value`` (``(absent)`` for a key only one side has), after a header naming the reference.
+    What a preset or an override changes, and nothing else."""
+    from reverie.state.resume import flatten
+
+    reference = f"agent={cfg.agent.name} exp=reference"
+    ref = flatten(OmegaConf.to_container(load_config(reference.split()), resolve=True))
+    new = flatten(OmegaConf.to_container(cfg, resolve=True))
+    missing = "(absent)"
+    lines = [f"# keys that differ from `reverie train {reference}` (reference -> this config)"]
+    for key in sorted(ref.keys() | new.keys()):
+        old, value = ref.get(key, missing), new.get(key, missing)
+        if old != value:
+            lines.append(f"{key}: {old} -> {value}")
+    return lines
 
 
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs", kind: str = "") -> Path:
@@ -224,8 +245,11 @@ def cmd_train(args: list[str]) -> int:
 
         args = merge_overrides(saved_overrides(resume_dir) or [], args)
     if "--cfg" in args:
-        print(OmegaConf.to_yaml(load_config([a for a in args if a != "--cfg"])))
+        cfg = load_config([a for a in args if a not in ("--cfg", "--diff")])
+        print("\n".join(config_diff(cfg)) if "--diff" in args else OmegaConf.to_yaml(cfg))
         return 0
+    if "--diff" in args:
+        raise ConfigError("config error: --diff goes with --cfg: `reverie train [OVERRIDE ...] --cfg --diff`")
     from reverie.runtime import launch, process_group  # deferred: torch import only when training
     from reverie.train import train
 
@@ -234,13 +258,13 @@ def cmd_train(args: list[str]) -> int:
         if not cfg.get("run_dir"):
             raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
                               "same run directory); `reverie train ... trainer.nproc=N` starts torchrun with it")
-        summary = train(cfg, cfg.run_dir)
-        return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
+        return exit_code(train(cfg, cfg.run_dir))
     cfg = load_config(args)
     try:
+        check_ranges(cfg)  # before anything is built or written
         nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
     except ValueError as err:
-        raise ConfigError(f"config error: {err}") from err
+        raise ConfigError(str(err) if str(err).startswith("config error") else f"config error: {err}") from err
     if resume_dir is not None and resume_finished(cfg, resume_dir):
         return 0
     setup = check_setup(cfg)
@@ -255,8 +279,7 @@ def cmd_train(args: list[str]) -> int:
                                               f"run_dir={run_dir}"])
         except RuntimeError as err:
             raise ConfigError(f"config error: {err}") from err
-    summary = train(cfg, run_dir, dataset=dataset)
-    return exit_code(summary)
+    return exit_code(train(cfg, run_dir, dataset=dataset))
 
 
 def exit_code(summary: dict) -> int:
@@ -286,8 +309,7 @@ def resume_finished(cfg: DictConfig, resume_dir: Path, length: tuple[str, str] =
 def check_init(cfg: DictConfig, setup: tuple, nproc: int) -> Any:
     """Check a fresh run's ``init_from`` before its run directory exists: that run's agent loads into the agent of
     ``setup`` (:func:`check_setup`) and, with ``init.keep_data``, its replay validates against the env config and
-    fits ``replay.capacity``.
-    Returns that replay as a dataset (or None) for :func:`reverie.train.train`.
+    fits ``replay.capacity``. Returns that replay as a dataset (or None) for :func:`reverie.train.train`.
 
     Raises:
         ConfigError: naming what does not fit and the fix.
@@ -311,13 +333,21 @@ def check_init(cfg: DictConfig, setup: tuple, nproc: int) -> Any:
         raise ConfigError(str(err) if str(err).startswith("dataset error") else f"init error: {err}") from err
 
 
+def _checkpoint_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", default="best",
+                        help="best (default: checkpoints/best.pt, the weights of the run's best evaluation; the "
+                             "newest checkpoint when it has none), last (the newest checkpoint) or a file")
+
+
 EVAL_HELP = """Evaluate a trained run: reverie eval RUN [options]
 
-RUN is a run directory (newest checkpoint), a checkpoint file, or a wandb artifact
+RUN is a run directory (--checkpoint best, the default: the weights of its best evaluation; last: its newest
+checkpoint), a checkpoint file, or a wandb artifact
 wandb:<entity>/<project>/<run id>-checkpoint:latest (logged by runs with logger=wandb).
 The env and its wrappers are rebuilt from the run's resolved config (protocol settings included) and seeded
-as the run's own evaluations, so the default seed reproduces the run's final evaluation (within the noise of
-the latent samples). Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
+as the run's own evaluations, so the default seed reproduces the run's evaluation at that checkpoint's step
+(within the noise of the latent samples; --checkpoint last: its final evaluation). Prints which checkpoint it
+used. Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
 per-episode returns and lengths) and an mp4 per episode; prints the table as JSON."""
 
 
@@ -335,16 +365,18 @@ def cmd_eval(argv: list[str]) -> int:
                              "prediction of the same actions (episode_<k>_openloop.mp4; a PNG for vector obs)")
     parser.add_argument("--context", type=int, default=5, help="observed steps before the open loop (default 5)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    _checkpoint_option(parser)
     args = parser.parse_args(argv)
     from reverie.loop.evaluate import evaluate, write_returns
-    from reverie.state.saved_run import RunError, load_run, version_mismatches
+    from reverie.state.saved_run import RunError, describe_checkpoint, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
     try:
-        run = load_run(args.run, device=args.device)
+        run = load_run(args.run, device=args.device, checkpoint=args.checkpoint)
     except RunError as err:
         print(f"eval error: {err}", file=sys.stderr)
         return 2
+    print(f"[reverie] eval: {describe_checkpoint(run)}", file=sys.stderr)
     if args.episodes < 1:
         print(f"eval error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
         return 2
@@ -393,14 +425,16 @@ def cmd_imagine(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
     parser.add_argument("--out", default=None, help="output folder (default RUN/imagine/<date>_<time>)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    _checkpoint_option(parser)
     args = parser.parse_args(argv)
     import numpy as np
 
-    from reverie.state.saved_run import RunError, load_run
+    from reverie.state.saved_run import RunError, describe_checkpoint, load_run
     from reverie.viz.imagine import imagine, write_imagined
 
     try:
-        run = load_run(args.run, device=args.device)
+        run = load_run(args.run, device=args.device, checkpoint=args.checkpoint)
+        print(f"[reverie] imagine: {describe_checkpoint(run)}", file=sys.stderr)
         actions = args.actions
         if actions not in ("policy", "random"):
             if not Path(actions).is_file():

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from reverie.configs.ranges import check_ranges
 from reverie.loop.session import Session
 from reverie.runtime.process_group import DistInfo, trainer_settings
 from reverie.state.resume import resume_point
@@ -43,6 +44,7 @@ def pretrain(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[
         reverie.data.DatasetError: the dataset does not load or fit (see :func:`reverie.data.load_dataset`).
         reverie.state.resume.ResumeError: a resume with unsafe config changes.
     """
+    check_ranges(cfg)
     nproc, _ = trainer_settings(cfg.get("trainer"), cfg.device)
     if nproc != 1:
         raise ValueError(f"reverie pretrain runs in one process; got trainer.nproc={nproc}")

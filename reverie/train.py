@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from reverie.configs.ranges import check_ranges
 from reverie.loop.collector import check_async_collect, run_with_collector
 from reverie.loop.session import Session
 from reverie.runtime.process_group import destroy_process_group, init_process_group, trainer_settings
@@ -49,7 +50,10 @@ def train(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[str
 
     Returns:
         ``{"env_steps", "updates", "eval_return" (the last evaluation's mean), "evals": [(env_step, wall_s,
-        mean_return), ...], "wall_s", "interrupted", "diverged", "resumed_from" (env step or None)}``.
+        mean_return), ...], "best_eval_step", "best_eval_return" (the best evaluation, whose weights are in
+        ``checkpoints/best.pt``), "wall_s", "interrupted", "diverged", "resumed_from" (env step or None)}``.
+        Each evaluation whose mean return beats every earlier one writes ``checkpoints/best.pt`` (weights only,
+        atomic; :func:`reverie.state.checkpoint.save_best`), so the run ends with its best policy as well as its last.
         Ctrl-C or SIGTERM stops collection, writes the metrics and a checkpoint, and returns with
         ``interrupted`` True; ``train.max_nonfinite_updates`` skipped updates in a row do the same with
         ``diverged`` True. Only an uninterrupted finish writes ``summary.json`` (this dict as JSON).
@@ -71,6 +75,8 @@ def train(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[str
     train_ratio owes for the rows collected so far (:func:`reverie.loop.collector.run_with_collector`).
 
     Raises:
+        ValueError: a numeric key outside its range (``config error: ...``, :mod:`reverie.configs.ranges`), before
+            anything is written.
         reverie.state.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
         reverie.state.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
         reverie.state.init_from.InitError, reverie.data.DatasetError: an ``init_from`` run that does not fit.
@@ -79,6 +85,7 @@ def train(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[str
             ``env.vector_mode=async``) or the agent's schedule waits for finished episodes
             (:func:`reverie.loop.collector.check_async_collect`).
     """
+    check_ranges(cfg)
     nproc, backend = trainer_settings(cfg.get("trainer"), cfg.device)
     timeout = (cfg.get("trainer") or {}).get("timeout_min")
     info = init_process_group(cfg.device, backend, timeout_s=None if timeout is None else 60 * timeout)

@@ -7,7 +7,7 @@ Observations are dicts of numpy arrays (one env) or of batched arrays (``N`` env
 - ``vector``: float32 ``(F,)``.
 - every step also carries ``reward`` (float32), ``is_first``, ``is_last``, ``is_terminal`` (bool).
 
-Flags (DESIGN.md section 2):
+Flags:
 
 - ``is_terminal``: the MDP ended (Gymnasium ``terminated``). The continue target is ``1 - is_terminal``.
 - ``is_last``: the episode ended for any reason (terminated or truncated). A time limit sets only is_last.
@@ -44,7 +44,7 @@ STEP_KEYS = ("reward", *FLAG_KEYS, "action")
 
 
 def is_image_key(value: np.ndarray | tuple, dtype=None) -> bool:
-    """True for image observations: 3 dims (C, H, W) and uint8 (DESIGN.md section 2)."""
+    """True for image observations: 3 dims (C, H, W) and uint8."""
     if isinstance(value, tuple):
         return len(value) == 3 and np.dtype(dtype) == np.uint8
     return value.ndim == 3 and value.dtype == np.uint8

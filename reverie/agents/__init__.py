@@ -1,4 +1,5 @@
-"""Agents: own optimisers, loss weights, slow networks and normalisers (DESIGN.md section 1)."""
+"""Agents: the Agent protocol (``base.py``), DreamerV3 and PlaNet, planners and returns; an agent owns its
+optimisers, loss weights, slow networks and normalisers (docs/architecture.md)."""
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.planet import PlaNet

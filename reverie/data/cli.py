@@ -44,6 +44,7 @@ def cmd_pretrain(argv: list[str]) -> int:
     if "-h" in argv or "--help" in argv:
         print(PRETRAIN_HELP)
         return 0
+    from reverie.configs.ranges import check_ranges
     from reverie.data import DatasetError, load_dataset
     from reverie.data.fill import column_rows
     from reverie.pretrain import pretrain
@@ -65,6 +66,10 @@ def cmd_pretrain(argv: list[str]) -> int:
     if not cfg.pretrain.data:
         raise ConfigError("pretrain needs a dataset: `reverie pretrain DATA [OVERRIDE ...]` "
                           "(`reverie pretrain --help`)")
+    try:
+        check_ranges(cfg)  # before anything is built or written
+    except ValueError as err:
+        raise ConfigError(str(err) if str(err).startswith("config error") else f"config error: {err}") from err
     if int((cfg.get("trainer") or {}).get("nproc", 1) or 1) != 1:
         raise ConfigError("config error: reverie pretrain runs in one process; set trainer.nproc=1")
     if resume_dir is not None and resume_finished(cfg, resume_dir, length=("pretrain", "updates")):

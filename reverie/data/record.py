@@ -3,8 +3,9 @@
 Policies (:func:`make_policy`):
 
 - ``random``: uniform random actions (one-hot ``Discrete``, ``U[-1, 1]`` ``Box``), as the training loop's prefill;
-- a run directory or checkpoint: that run's agent (``load_run``), acting in ``mode`` (``explore`` by default: the
-  policy as it collected its own data);
+- a run directory or checkpoint: that run's agent (``load_run``: its ``best.pt``, the weights of its best
+  evaluation, or its newest checkpoint when it has none), acting in ``mode`` (``explore`` by default: the policy as
+  it collected its own data);
 - an import path ``pkg.module.name`` (or ``pkg.module:name``): a scripted controller, a callable
   ``policy(obs) -> actions`` taking one step's observation batch (a dict of ``(N, ...)`` arrays with the contract's
   keys and ``is_first``) and returning ``(N,)`` integer indices (``Discrete``) or ``(N, A)`` model actions (one-hot,

@@ -1,6 +1,6 @@
 """The env layer: the only code that imports gymnasium, ale-py, dm_control, envpool and minari.
 
-Builds contract envs and steps them (DESIGN.md 1-2)."""
+Builds envs that keep the data contract of :mod:`reverie.types` and steps them (docs/envs.md)."""
 
 from reverie.envs.factory import (
     SUITES,

@@ -1,4 +1,4 @@
-"""Atari 2600 with the DreamerV3 protocols (DESIGN.md sections 4 and 7), through ale-py and Gymnasium.
+"""Atari 2600 with the DreamerV3 protocols (docs/envs.md), through ale-py and Gymnasium.
 
 Backend ``ale`` (default) wraps, does not rewrite::
 

@@ -132,10 +132,11 @@ def dmc_task(name: str, all_tasks=None) -> tuple[str, str]:
     key = TASK_ALIASES.get(str(name), str(name))
     if key in names:
         return names[key]
-    close = difflib.get_close_matches(str(name), list(names), n=5, cutoff=0.6)
+    pool = {**{n: n for n in names}, **{a: real for a, real in TASK_ALIASES.items() if real in names}}
+    close = list(dict.fromkeys(pool[c] for c in difflib.get_close_matches(str(name), list(pool), n=5, cutoff=0.6)))
     raise ValueError(
         f"env.task={name!r} is not a DeepMind Control Suite task. Names are <domain>_<task> "
-        f"(cartpole_swingup, walker_walk, cup_catch). Close names: {', '.join(close) or 'none'}. "
+        f"(cartpole_swingup, walker_walk, ball_in_cup_catch). Close names: {', '.join(close) or 'none'}. "
         f"All tasks: {', '.join(sorted(names))}"
     )
 

@@ -17,7 +17,7 @@ from reverie.types import ActionSpec
 class VectorStepper:
     """Steps ``N`` envs and returns contract rows: obs keys + ``reward``, ``is_first``, ``is_last``, ``is_terminal``.
 
-    Row semantics per env (DESIGN.md section 2, ``reverie.types``):
+    Row semantics per env (:mod:`reverie.types`):
 
     - ``reset()``: the reset observation, reward 0, ``is_first`` True, ``is_last``/``is_terminal`` False.
     - ``step(action)`` after a row with ``is_last``: the env ignores the action and the row is the reset

@@ -138,7 +138,7 @@ def _converter(name: str, space: spaces.Space) -> tuple[spaces.Box, Callable[[np
 
 
 class DictObservation(gym.ObservationWrapper):
-    """Observations as a dict of contract arrays (DESIGN.md section 2).
+    """Observations as a dict of contract arrays (:mod:`reverie.types`).
 
     - a ``Box`` of 0-2 dims (any numeric dtype, except 2-dim uint8) -> key ``vector``, float32 ``(F,)`` flattened;
     - a uint8 ``Box`` of shape ``(H, W, 3)`` -> key ``image``, uint8 ``(3, H, W)`` (HWC -> CHW, done once here);

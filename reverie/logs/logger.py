@@ -1,6 +1,6 @@
 """Run logging: ``metrics.jsonl`` and ``scores.jsonl`` always, TensorBoard by default, wandb optional.
 
-Files written under the run directory (DESIGN.md section 3)::
+Files written under the run directory (docs/metrics.md)::
 
     metrics.jsonl   one JSON object per Logger.write():  {"step": env_step, "<name>": interval mean, ...}
     scores.jsonl    one JSON object per finished episode:
@@ -14,14 +14,15 @@ Files written under the run directory (DESIGN.md section 3)::
 The x axis everywhere is the env step (policy steps summed over parallel envs), passed by the caller.
 
 Videos and TensorBoard: TensorBoard's ``add_video`` needs ``moviepy<2`` and silently writes nothing with
-moviepy 2.x (DESIGN.md section 7); it only encodes an animated GIF into an image summary, which is what
+moviepy 2.x; it only encodes an animated GIF into an image summary, which is what
 :meth:`Logger.video` writes itself (the GIF encoded with Pillow, no moviepy): TensorBoard's Images tab
 plays it under the video's name. A *filmstrip* (up to 8 evenly spaced frames side by side) goes under
 ``<name>/filmstrip``, to see the whole clip at a glance.
 
 Checkpoints and wandb: with the wandb backend, ``close()`` logs the newest ``checkpoints/ckpt_*.pt`` of the
-run directory as a wandb artifact of type ``model`` (named ``<run id>-checkpoint``, aliases ``latest`` and
-``step_<env step>``), so ``reverie eval wandb:<entity>/<project>/<run id>-checkpoint:latest`` can load it.
+run directory (with ``config.yaml`` and ``checkpoints/best.pt``) as a wandb artifact of type ``model`` (named
+``<run id>-checkpoint``, aliases ``latest`` and ``step_<env step>``), so
+``reverie eval wandb:<entity>/<project>/<run id>-checkpoint:latest`` can load it.
 
 JSON: non-finite values are written as ``NaN`` / ``Infinity`` (Python's ``json`` default), which Python's
 ``json.loads`` and pandas read back; a diverged loss stays visible instead of turning into ``null``.
@@ -288,7 +289,7 @@ class Logger:
         """
         if self._wandb_run is None:
             return None
-        from reverie.state.checkpoint import CKPT_PATTERN, list_checkpoints
+        from reverie.state.checkpoint import BEST_FILE, CKPT_PATTERN, list_checkpoints
 
         found = list_checkpoints(self.directory / "checkpoints")
         if not found:
@@ -299,6 +300,9 @@ class Logger:
         artifact.add_file(str(found[-1]), name=found[-1].name)
         if (self.directory / "config.yaml").exists():
             artifact.add_file(str(self.directory / "config.yaml"), name="config.yaml")
+        best = self.directory / "checkpoints" / BEST_FILE
+        if best.is_file():  # the best evaluation's weights: what `reverie eval` loads by default
+            artifact.add_file(str(best), name=BEST_FILE)
         self._wandb_run.log_artifact(artifact, aliases=["latest", f"step_{step}"])
         return name
 

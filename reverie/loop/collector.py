@@ -346,7 +346,8 @@ def run_with_collector(run: Any) -> None:
                     late = catch_up()
                     run.row, run.act_state = collector.row, collector.state
                     if clocks["eval"](loop.env_steps):
-                        stop = tc.stop_return is not None and run.evaluate() >= tc.stop_return
+                        mean_return = run.evaluate()
+                        stop = tc.stop_return is not None and mean_return >= tc.stop_return
                     if clocks["checkpoint"](loop.env_steps):
                         loop.schedule.updates -= owed  # the owed updates are owed again after a resume
                         run.checkpoint()

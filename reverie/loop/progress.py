@@ -1,12 +1,20 @@
 """A small training progress display built on ``rich.progress``.
 
-In a terminal it shows one live line::
+In a terminal it shows one live line that fits the terminal (80 columns included)::
 
-    train ━━━━━━━━━━━━━━━━━━╺━━━━━━━━━━━━━━━━━━  4,096/10,000  812 steps/s  25.3 updates/s  return 21.0  0:00:05 < 0:00:07
+    train ━━━━━━━━━━╺━━━━━━━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07
+
+The env-step count (with the total) and the elapsed time are never cut: when the line is too wide the bar
+shrinks, then the fields of lower priority go: the label, updates/s, the bar, the return, steps/s
+(:func:`format_line`). The estimate of the time left comes from
+the speed of the phase the run is in (:func:`remaining_s`): during the prefill (random actions, fast) it is
+the time to the end of the prefill (``prefill eta``); once learning runs, the time to the end from the speed
+since the first update finished (the first update compiles and allocates and can take minutes: meanwhile
+:meth:`Progress.status` shows ``first update (compiling/allocating)...`` in place of the estimate).
 
 Without a terminal (CI logs, ``> file``, ``| tee``) rich draws nothing live and prints the final line once at
 ``close``; so that a long run still shows signs of life, this class then also prints one plain status line
-every ``plain_interval_s`` seconds (60 by default) and never more often.
+every ``plain_interval_s`` seconds (60 by default) and never more often, plus one whenever the status changes.
 """
 
 from __future__ import annotations
@@ -17,15 +25,82 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import ProgressColumn
 from rich.progress import Progress as _RichProgress
+from rich.text import Text
 
 #: Seconds of history behind the env steps/s and updates/s figures.
 RATE_WINDOW_S = 30.0
+BAR_MIN, BAR_MAX = 10, 40  # bar width bounds, in columns
+
+
+def clock_text(seconds: float | None) -> str:
+    """``H:MM:SS`` (``-:--:--`` for None)."""
+    if seconds is None:
+        return "-:--:--"
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def remaining_s(steps: int, target: int, since: tuple[float, int] | None, now: float) -> float | None:
+    """Seconds until ``steps`` reaches ``target`` at the speed since ``since`` = ``(time, steps)``, the start of
+    the current phase: ``(target - steps) * (now - t0) / (steps - s0)``; None before any step in the phase."""
+    if since is None:
+        return None
+    t0, s0 = since
+    if steps <= s0 or now <= t0:
+        return None
+    return max(target - steps, 0) * (now - t0) / (steps - s0)
+
+
+def format_line(width: int, count: str, elapsed: str, optional: list[tuple[str, str]], fraction: float) -> str:
+    """One progress line of at most ``width`` characters.
+
+    Args:
+        width: the columns available.
+        count: ``"4,096/30,000"``; elapsed: ``"0:00:05"``. Both always shown.
+        optional: ``(name, text)`` in priority order, the last dropped first until the line fits; empty texts
+            are skipped. Names: ``"label"`` (shown first), ``"bar"`` (its text is ignored: the bar takes the room
+            left, ``BAR_MIN`` to ``BAR_MAX`` columns), ``"steps/s"``, ``"upd/s"``, ``"ret"``, then ``elapsed``,
+            then ``"eta"`` or ``"status"``, in that order on the line.
+        fraction: done fraction for the bar (0..1).
+
+    Returns:
+        ``"train ━━━━╺━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07"``.
+    """
+    order = ["label", "bar", "count", "steps/s", "upd/s", "ret", "elapsed", "eta", "status"]
+    ranked = [(name, text) for name, text in optional if text or name == "bar"]
+
+    def line(chosen: dict[str, str], bar: int) -> str:
+        texts = {**chosen, "count": count, "elapsed": elapsed}
+        if bar:
+            done = int(round(bar * min(max(fraction, 0.0), 1.0)))
+            texts["bar"] = "━" * done + ("╺" if done < bar else "") + "━" * max(bar - done - 1, 0)
+        return " ".join(texts[name] for name in order if name in texts and texts[name])
+
+    for keep in range(len(ranked), -1, -1):
+        chosen = dict(ranked[:keep])
+        bar = BAR_MIN if "bar" in chosen else 0
+        text = line(chosen, bar)
+        if len(text) <= width:
+            return line(chosen, min(BAR_MAX, BAR_MIN + width - len(text))) if bar else text
+    return line({}, 0)[:width]
+
+
+class _LineColumn(ProgressColumn):
+    """rich column that renders the owner's whole line at the console's width."""
+
+    def __init__(self, owner: Progress):
+        super().__init__()
+        self.owner = owner
+
+    def render(self, task: Any) -> Text:
+        return Text(self.owner.line(self.owner.console.width - 1), no_wrap=True, overflow="crop")
 
 
 class Progress:
-    """Live progress of a training run: env steps done/total, env steps/s, updates/s, last episode return.
+    """Live progress of a training run: env steps done/total, env steps/s, updates/s, last episode return, the
+    elapsed time and an estimate of the time left from the current phase's speed.
 
     Args:
         total_steps: env steps the run will take (the bar's 100%).
@@ -34,11 +109,13 @@ class Progress:
         plain_interval_s: without a terminal, the seconds between plain status lines (``None``: none;
             the final line is still printed at ``close``).
         description: the label in front of the bar.
-        clock: seconds as a float, for the rates and the plain-line interval (tests pass a fake one).
+        clock: seconds as a float, for the rates, the estimate and the plain-line interval (tests pass a fake).
+        prefill: ``train.prefill``: env steps below it are the prefill phase.
+        start_steps: env steps already done when this display starts (a resumed run).
 
     Use as a context manager, or call ``close`` at the end::
 
-        with Progress(total_steps=100_000) as progress:
+        with Progress(total_steps=100_000, prefill=1000) as progress:
             ...
             progress.update(env_steps, {"updates": agent_updates, "last_return": episode_return})
     """
@@ -52,38 +129,33 @@ class Progress:
         plain_interval_s: float | None = 60.0,
         description: str = "train",
         clock: Callable[[], float] = time.monotonic,
+        prefill: int = 0,
+        start_steps: int = 0,
     ) -> None:
         if int(total_steps) <= 0:
             raise ValueError(f"Progress needs total_steps > 0 (env steps of the run), got {total_steps!r}.")
         self.total_steps = int(total_steps)
+        self.prefill = int(prefill)
         self.enabled = bool(enabled)
         self.plain_interval_s = plain_interval_s
-        self._steps = 0
+        self.description = description
+        self._steps = int(start_steps)
         self._updates: int | None = None
         self._last_return: float | None = None
+        self._status: str | None = None
         self._samples: deque[tuple[float, int, int | None]] = deque()
         self._clock = clock
         self._start = clock()
+        self._phase_start: tuple[float, int] | None = (self._start, self._steps)  # (time, steps) of this phase
+        self._learning = self._steps >= self.prefill
         self._last_plain = self._start
         self._closed = False
         self._progress: _RichProgress | None = None
         if not self.enabled:
             return
         self.console = console if console is not None else Console()
-        self._progress = _RichProgress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[steps_rate]}"),
-            TextColumn("{task.fields[updates_rate]}"),
-            TextColumn("{task.fields[last_return]}"),
-            TimeElapsedColumn(),
-            TextColumn("<"),
-            TimeRemainingColumn(),
-            console=self.console,
-            refresh_per_second=2,
-        )
-        self._task = self._progress.add_task(description, total=self.total_steps, **self._fields())
+        self._progress = _RichProgress(_LineColumn(self), console=self.console, refresh_per_second=2)
+        self._task = self._progress.add_task(description, total=self.total_steps)
         self._progress.start()
 
     def update(self, env_steps: int, metrics: Mapping[str, Any] | None = None) -> None:
@@ -98,21 +170,36 @@ class Progress:
         if not self.enabled or self._closed:
             return
         metrics = metrics or {}
+        now = self._clock()
+        if not self._learning and int(env_steps) >= self.prefill:  # prefill done: the learning phase starts
+            self._learning, self._phase_start = True, (now, int(env_steps))
         self._steps = int(env_steps)
         if metrics.get("updates") is not None:
             self._updates = int(metrics["updates"])
         if metrics.get("last_return") is not None:
             self._last_return = float(metrics["last_return"])
-        now = self._clock()
         self._samples.append((now, self._steps, self._updates))
         while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
             self._samples.popleft()
         assert self._progress is not None
-        self._progress.update(self._task, completed=self._steps, **self._fields())
-        if (not self.console.is_terminal and self.plain_interval_s is not None
-                and now - self._last_plain >= self.plain_interval_s):
-            self._last_plain = now
-            self.console.print(self.status_line(), highlight=False, soft_wrap=True)
+        self._progress.update(self._task, completed=self._steps)
+        if now - self._last_plain >= (self.plain_interval_s if self.plain_interval_s is not None else float("inf")):
+            self._plain(now)
+
+    def status(self, text: str | None) -> None:
+        """Show ``text`` (e.g. ``"first update (compiling/allocating)..."``) in place of the estimate until
+        ``status(None)``, which also restarts the phase's clock: the estimate then counts from that moment, so a
+        one-off cost (the first update) does not slow it. Without a terminal, each new status is printed."""
+        if not self.enabled or self._closed:
+            return
+        now = self._clock()
+        if text is None and self._status is not None:
+            self._phase_start = (now, self._steps)
+        self._status = text
+        assert self._progress is not None
+        self._progress.refresh()
+        if text is not None:
+            self._plain(now)
 
     def rates(self) -> tuple[float | None, float | None]:
         """(env steps/s, updates/s) over the last ``RATE_WINDOW_S`` seconds (at least the last two updates).
@@ -128,21 +215,47 @@ class Progress:
         updates_rate = (u1 - u0) / dt if u0 is not None and u1 is not None else None
         return (s1 - s0) / dt, updates_rate
 
+    def remaining(self) -> tuple[str, float | None]:
+        """``(label, seconds)``: ``("prefill eta", s)`` to the end of the prefill during it, else ``("eta", s)`` to
+        the end of the run, both at the speed since the phase started (:func:`remaining_s`)."""
+        now = self._clock()
+        if self._learning:
+            return "eta", remaining_s(self._steps, self.total_steps, self._phase_start, now)
+        return "prefill eta", remaining_s(self._steps, self.prefill, self._phase_start, now)
+
+    def line(self, width: int) -> str:
+        """The live line at ``width`` columns (:func:`format_line`)."""
+        steps_rate, updates_rate = self.rates()
+        label, left = self.remaining()
+        last = self._status if self._status is not None else f"{label} {clock_text(left)}"
+        optional = [("status" if self._status is not None else "eta", last),
+                    ("steps/s", "" if steps_rate is None else f"{steps_rate:,.0f} steps/s"),
+                    ("ret", "" if self._last_return is None else f"ret {self._last_return:.1f}"),
+                    ("bar", ""),
+                    ("upd/s", "" if updates_rate is None else f"{updates_rate:,.1f} upd/s"),
+                    ("label", self.description)]
+        return format_line(width, f"{self._steps:,}/{self.total_steps:,}", clock_text(self._clock() - self._start),
+                           optional, self._steps / self.total_steps)
+
     def status_line(self) -> str:
-        """One plain line: ``train 4,096/10,000 (41%) | 812 steps/s | 25.3 updates/s | return 21.0 | 0:00:05``."""
-        fields = self._fields()
-        elapsed = int(self._clock() - self._start)
-        clock = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+        """One plain line: ``train 4,096/10,000 (41%) | 812 steps/s | 25.3 updates/s | return 21.0 | 0:00:05 |
+        eta 0:00:07`` (the status, when one is set, in place of the estimate)."""
+        steps_rate, updates_rate = self.rates()
+        label, left = self.remaining()
         percent = 100.0 * self._steps / self.total_steps
-        parts = [f"{self._steps:,}/{self.total_steps:,} ({percent:.0f}%)", fields["steps_rate"],
-                 fields["updates_rate"], fields["last_return"], clock]
-        description = self._progress.tasks[0].description if self._progress is not None else "train"
-        return f"{description} " + " | ".join(parts)
+        parts = [f"{self._steps:,}/{self.total_steps:,} ({percent:.0f}%)",
+                 "- steps/s" if steps_rate is None else f"{steps_rate:,.0f} steps/s",
+                 "- updates/s" if updates_rate is None else f"{updates_rate:,.1f} updates/s",
+                 "return -" if self._last_return is None else f"return {self._last_return:.1f}",
+                 clock_text(self._clock() - self._start),
+                 self._status if self._status is not None else f"{label} {clock_text(left)}"]
+        return f"{self.description} " + " | ".join(parts)
 
     def close(self) -> None:
         """Stops the live display (without a terminal, rich prints the final line here). Idempotent."""
         if self._closed:
             return
+        self._status = None
         self._closed = True
         if self._progress is not None:
             self._progress.stop()
@@ -153,13 +266,11 @@ class Progress:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _fields(self) -> dict[str, str]:
-        steps_rate, updates_rate = self.rates()
-        return {
-            "steps_rate": "- steps/s" if steps_rate is None else f"{steps_rate:,.0f} steps/s",
-            "updates_rate": "- updates/s" if updates_rate is None else f"{updates_rate:,.1f} updates/s",
-            "last_return": "return -" if self._last_return is None else f"return {self._last_return:.1f}",
-        }
+    def _plain(self, now: float) -> None:
+        """Without a terminal: print the plain status line."""
+        if not self.console.is_terminal:
+            self._last_plain = now
+            self.console.print(self.status_line(), highlight=False, soft_wrap=True)
 
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "format_line", "remaining_s"]

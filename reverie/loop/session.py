@@ -40,9 +40,9 @@ from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.runtime.process_group import DistInfo, rank_path, rank_seed
 from reverie.runtime.signals import SignalFlag, sigterm_as_interrupt
 from reverie.state import ranks
-from reverie.state.checkpoint import save_checkpoint
-from reverie.state.preflight import preflight
-from reverie.state.resume import truncate_jsonl, write_summary
+from reverie.state.checkpoint import BEST_FILE, save_best, save_checkpoint
+from reverie.state.preflight import GIB, describe, preflight
+from reverie.state.resume import resume_command, truncate_jsonl, write_summary
 from reverie.state.rng import preserved_rng, seed_everything
 from reverie.types import ActionSpec
 from reverie.viz import report
@@ -117,6 +117,7 @@ class Session:
         self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
         self.progress: Progress | None = None
         self._flag: SignalFlag | None = None  # several ranks: the signal flag they agree on (see running)
+        self._first_update = True
         trained = "world model and behavior" if self._update == self.agent.update else "world model"
         length = (f"{self.steps} updates ({trained}), no env steps" if offline
                   else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
@@ -185,8 +186,13 @@ class Session:
         replay_dir = str(rank_path(cfg.replay.directory or self.run_dir / "replay", info))  # this rank's shard
         spec = Replay.spec_for(self.obs_space, self.spec.dim)
         if cfg.replay.get("preflight", True):
-            preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
-                      self.run_dir / "checkpoints", self.keep)
+            # a dataset (offline, or kept by init_from) may fill the replay beyond the env steps: count all of it
+            held = int(cfg.replay.capacity) if self.offline or cfg.get("init_from") else self.steps
+            fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
+                             self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n)
+            if info.is_main:
+                print(f"[reverie] disk: {describe(fits)} under {self.run_dir / 'checkpoints'}; "
+                      f"{fits['disk_free'] / GIB:.1f} GiB free")
         self.replay = Replay(int(cfg.replay.capacity), self.n, spec, storage=cfg.replay.storage,
                              directory=replay_dir, seed=self.seed)
 
@@ -301,7 +307,13 @@ class Session:
         """One agent update (``update``, or offline ``update_model``: :meth:`_update_path`) on ``batch`` (default: a
         fresh replay sample), logged; True once
         ``train.max_nonfinite_updates`` updates in a row had a skipped (non-finite) optimiser step: the run stops."""
+        first = self._first_update and self.progress is not None
+        if first:  # this process's first update compiles and allocates: say so while it runs
+            self.progress.status("first update (compiling/allocating)...")
         metrics = self._update(self.sample() if batch is None else batch)
+        if first:
+            self.progress.status(None)  # the estimate counts from here
+        self._first_update = False
         self.logger.scalars(metrics)
         self.loop.updates += 1
         if metrics.get("guard/nonfinite", 0.0) <= 0:  # the guard: a non-finite loss or gradient changed nothing
@@ -343,6 +355,14 @@ class Session:
             self.logger.episode(step, loop.env_steps * self.repeat, ret, length, mode="eval")
         loop.evals.append((step, loop.wall_s(), result["mean"]))
         self.logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
+        if loop.best_eval() == (step, result["mean"]):  # it beats every earlier evaluation: keep it
+            save_best(self.run_dir / "checkpoints", {
+                "agent": torch.nn.Module.state_dict(self.agent) if isinstance(self.agent, torch.nn.Module)
+                else self.agent.state_dict(), "obs_shapes": self.obs_shapes, "action_spec": self.spec,
+                "config": OmegaConf.to_container(self.cfg, resolve=True),
+                "counters": {"env_steps": loop.env_steps, "updates": loop.updates,
+                             "frames": loop.env_steps * self.repeat},
+                "eval_return": result["mean"], "eval_episodes": self.eval_episodes})
         return result["mean"]
 
     def write_metrics(self) -> None:
@@ -374,7 +394,8 @@ class Session:
         loop, clocks, tc, step = self.loop, self.loop.clocks, self.cfg.train, self.step
         stop = False
         if clocks["eval"](step) and self.eval_episodes and self.info.is_main:  # the others wait at `agree`
-            stop = tc.stop_return is not None and self.evaluate() >= tc.stop_return
+            mean_return = self.evaluate()
+            stop = tc.stop_return is not None and mean_return >= tc.stop_return
         if clocks["log"](step) or stop:
             self.write_metrics()
         if clocks["checkpoint"](step):
@@ -406,7 +427,8 @@ class Session:
         previous = None if self._flag is not None else sigterm_as_interrupt()
         try:
             with Progress(self.steps, enabled=bool(self.cfg.train.progress) and self.info.is_main,
-                          description="pretrain" if self.offline else "train") as self.progress:
+                          description="pretrain" if self.offline else "train", prefill=self.prefill,
+                          start_steps=self.step) as self.progress:
                 yield
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
             self.interrupted = True
@@ -421,7 +443,8 @@ class Session:
 
     def finish(self) -> dict[str, Any]:
         """The end of the run: a final evaluation (unless the last step just had one), metrics, checkpoint, video,
-        ``summary.json`` (uninterrupted finishes only); returns the summary (see :func:`reverie.train.train`)."""
+        ``summary.json`` (uninterrupted finishes only), the resume command of an interrupted run; returns the
+        summary (see :func:`reverie.train.train`)."""
         cfg, info, loop = self.cfg, self.info, self.loop
         stopped = self.interrupted or self.diverged
         evaluated = loop.evals and loop.evals[-1][0] == self.step
@@ -438,14 +461,21 @@ class Session:
                 self.logger.video("eval/episode", frames, self.step)
         self.stepper.close()
         self.logger.close()
-        wall = loop.wall_s()
+        wall, best = loop.wall_s(), loop.best_eval()
         summary = {"env_steps": loop.env_steps, "updates": loop.updates, "eval_return": final, "evals": loop.evals,
-                   "wall_s": wall, "interrupted": self.interrupted, "diverged": self.diverged,
+                   "wall_s": wall, "best_eval_step": None if best is None else best[0],
+                   "best_eval_return": float("nan") if best is None else best[1],
+                   "interrupted": self.interrupted, "diverged": self.diverged,
                    "resumed_from": None if self.saved is None else self.saved["counters"]["updates" if self.offline
                                                                                         else "env_steps"]}
         if not stopped and info.is_main:
             write_summary(self.run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
         outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"
+        where = "update" if self.offline else "env step"
+        kept = f" (best {best[1]:.1f} at {where} {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
         print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, last eval return "
-              f"{final:.1f}, {wall / 60:.2f} min; run dir {self.run_dir}")
+              f"{final:.1f}{kept}, {wall / 60:.2f} min; run dir {self.run_dir}")
+        if self.interrupted and info.is_main:
+            command = "pretrain" if self.offline else "train"
+            print(f"[reverie] resume this run with: {resume_command(self.run_dir, command=command)}", flush=True)
         return summary

@@ -55,6 +55,15 @@ class LoopState:
         """A fresh state: ``every`` maps each name of :data:`CLOCKS` to its interval (0: never)."""
         return cls(schedule, np.random.default_rng(seed), {name: Clock(every.get(name, 0)) for name in CLOCKS})
 
+    def best_eval(self) -> tuple[int, float] | None:
+        """``(env_step, mean_return)`` of the best evaluation so far: the first one with the highest finite mean
+        (each evaluation that beats every earlier one writes ``checkpoints/best.pt``); None without one."""
+        best = None
+        for step, _, mean in self.evals:
+            if math.isfinite(mean) and (best is None or mean > best[1]):
+                best = (int(step), float(mean))
+        return best
+
     def wall_s(self) -> float:
         """Wall seconds of the run so far, its time before a resume included."""
         return self.wall_before + time.time() - self.started

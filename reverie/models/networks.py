@@ -52,7 +52,7 @@ class MLP(nn.Module):
         in_dim: input features; input ``(..., in_dim)``, or RSSM features as a :class:`SplitFeat` (the first
             layer then reads the one-hot latent by row gathers, :mod:`reverie.models.kernels.onehot_linear`).
         out_dim: size of the output layer, or ``None`` for no output layer (output ``(..., units)``).
-        units, layers: width and depth of the hidden stack (size presets, DESIGN.md section 4).
+        units, layers: width and depth of the hidden stack (size presets, ``reverie/configs/size/``).
         out_scale: init scale of the output layer; ``0.0`` zero-initialises it (reward and critic heads).
     """
 

@@ -12,20 +12,22 @@ Valid windows (time-order positions ``p .. p+T-1`` counted from the oldest store
 - before wrapping, ``p >= 0``: position 0 is the first row ever added, nothing came before it, and its
   ``prev_action`` is 0.
 
-Windows may cross episode boundaries; ``is_first`` marks every crossing (DESIGN.md section 2).
+Windows may cross episode boundaries; ``is_first`` marks every crossing (:mod:`reverie.types`).
+
+Snapshots (:meth:`Replay.save`, :meth:`Replay.load`; a checkpoint's ``ckpt_<step>.replay/``) hold only the filled
+rows, ``(fill, N, ...)`` per key, so they cost what the buffer holds, not its capacity.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import mmap
 import os
-import shutil
 from collections.abc import Mapping
 
 import numpy as np
 
+from reverie.replay.files import bytes_per_row, copy_range, fsync_path, npy_rows, write_rows
 from reverie.types import FLAG_KEYS
 
 Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
@@ -33,7 +35,6 @@ REQUIRED_KEYS = ("action", "reward", *FLAG_KEYS)
 STORAGES = ("memory", "memmap")
 MIN_ROWS = 2
 META_FILE = "replay.json"
-FICLONE = 0x40049409  # linux/fs.h: reflink one file onto another (btrfs, xfs, ...)
 RELEASE_BYTES = 128 << 20  # memmap: unmap touched pages after about this many bytes written or read
 
 
@@ -96,6 +97,7 @@ class Replay:
         self.cursor = 0  # next row to write
         self.fill = 0  # rows stored, <= L
         self._wrapped = False  # the cursor has passed the last row at least once
+        self._high = 0  # rows [_high, L) were never written since the buffer was built or loaded: still zeros
         self.rng = np.random.default_rng(seed)
         self.arrays: dict[str, np.ndarray] = {}
         row_bytes = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in self.spec.values())
@@ -176,6 +178,7 @@ class Replay:
             values[key] = value
         for key, value in values.items():
             self.arrays[key][self.cursor] = value
+        self._high = max(self._high, self.cursor + 1)
         self.cursor += 1
         if self.cursor == self.length:
             self.cursor = 0
@@ -258,8 +261,9 @@ class Replay:
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: cursor, fill, RNG state, and the data.
 
-        For ``"memory"`` the arrays themselves (not copies); for ``"memmap"`` the files are flushed and
-        only their paths recorded (``"files"``).
+        For ``"memory"`` the arrays themselves (not copies, all ``L`` rows); for ``"memmap"`` the files are
+        flushed and only their paths recorded (``"files"``). Only rows ``[0, fill)`` hold data: before the
+        buffer wraps, ``cursor == fill``; after, ``fill == L``.
         """
         state = {
             "cursor": self.cursor,
@@ -288,6 +292,37 @@ class Replay:
                 f"num_envs={self.num_envs} rows={self.length} spec={mine}; build the Replay with the saved settings"
             )
 
+    def _is_own_file(self, key: str, path: str) -> bool:
+        return self.storage == "memmap" and os.path.abspath(self.arrays[key].filename) == os.path.abspath(path)
+
+    def _restore(self, sources: Mapping[str, str | np.ndarray], state: Mapping) -> None:
+        """Copy rows ``[0, fill)`` of each source (an array, or a ``.npy`` file holding at least ``fill`` rows) into
+        this buffer, zero the rows this buffer wrote past ``fill``, and take the state's counters and RNG. A
+        memmap file that is this buffer's own is left as it is."""
+        fill = int(state["fill"])
+        own = all(isinstance(src, str) and self._is_own_file(key, src) for key, src in sources.items())
+        for key, source in sources.items():
+            array = self.arrays[key]
+            if isinstance(source, str):
+                if self._is_own_file(key, source):
+                    continue
+                rows, offset = npy_rows(source)
+                if rows < fill:
+                    raise ValueError(f"saved replay file {source!r} holds {rows} rows, the replay had {fill}: a "
+                                     f"partial write")
+                if fill and self.storage == "memmap":
+                    array.flush()
+                    copy_range(source, offset, array.filename, int(array.offset), fill * bytes_per_row(array))
+                elif fill:
+                    array[:fill] = np.load(source, mmap_mode="r")[:fill]
+            else:
+                array[:fill] = source[:fill]
+            if self._high > fill:  # rows this buffer wrote itself: zero again, as in the buffer that was saved
+                array[fill:self._high] = 0
+        self.cursor, self.fill, self._wrapped = int(state["cursor"]), fill, bool(state["wrapped"])
+        self.rng.bit_generator.state = state["rng"]
+        self._high = self.length if own else fill
+
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a :meth:`state_dict` into this buffer (arrays copied in; memmap files read unless they are ours).
 
@@ -295,23 +330,17 @@ class Replay:
             ValueError: the state's ``num_envs``, rows per env or spec differ from this buffer's.
         """
         self._check_layout(state)
-        if "files" in state:
-            for key, path in state["files"].items():
-                if not (self.storage == "memmap" and os.path.abspath(self.arrays[key].filename) == path):
-                    self.arrays[key][...] = np.load(path, mmap_mode="r")
-        else:
-            for key, array in state["arrays"].items():
-                self.arrays[key][...] = array
-        self.cursor, self.fill, self._wrapped = int(state["cursor"]), int(state["fill"]), bool(state["wrapped"])
-        self.rng.bit_generator.state = state["rng"]
+        self._restore(state["files"] if "files" in state else state["arrays"], state)
 
     def save(self, directory: str | os.PathLike) -> dict:
         """Write one ``<key>.npy`` per key plus ``replay.json`` (cursor, fill, RNG state, layout, file sizes).
 
-        Nothing is copied through RAM: a memory buffer's arrays are written by ``np.save`` straight from their
-        buffers; a memmap buffer's files are flushed and copied file to file (a copy-on-write reflink where the
-        file system supports it, else ``copy_file_range``/``sendfile``). Saving a memmap buffer into its own
-        directory only flushes. Every file is fsync'ed before this returns.
+        Only the filled rows are written: ``(fill, N, ...)`` per key, in storage order (before the buffer wraps
+        that is rows ``[0, fill)``; after, all ``L`` rows with the cursor recorded), so a snapshot costs what the
+        buffer holds, not its capacity. Nothing is copied through RAM: a memory buffer's rows are written by
+        ``np.save`` from a view; a memmap buffer's rows are copied file to file (``copy_file_range``). Saving a
+        memmap buffer into its own directory only flushes (its files keep all ``L`` rows). Every file is
+        fsync'ed before this returns.
 
         Returns:
             The metadata written to ``replay.json`` (``"sizes"``: bytes of each ``.npy`` file).
@@ -321,11 +350,10 @@ class Replay:
         state = self.state_dict()
         for key, array in self.arrays.items():
             path = os.path.join(directory, _file_name(key))
-            if self.storage == "memmap":
-                if not (os.path.exists(path) and os.path.samefile(path, array.filename)):
-                    _copy_file(array.filename, path)
+            if self.storage == "memmap" and os.path.exists(path) and os.path.samefile(path, array.filename):
+                array.flush()
             else:
-                np.save(path, array)
+                write_rows(array, path, self.fill)
             fsync_path(path)
         meta = {k: v for k, v in state.items() if k not in ("arrays", "files")}
         meta["keys"] = list(self.arrays)
@@ -371,8 +399,9 @@ class Replay:
     def load(self, directory: str | os.PathLike) -> None:
         """Load what :meth:`save` wrote into this buffer (built with the same capacity, num_envs and spec).
 
-        A memmap buffer gets the saved files copied over its own (file to file, no RAM copy) and reopened; a
-        memory buffer reads them into its arrays. Loading the same directory twice gives the same buffer.
+        The saved rows are copied into rows ``[0, fill)`` (memmap: file to file, no RAM copy); rows this buffer
+        had written past them are zeroed, so the buffer equals the one saved and samples exactly as it did.
+        Loading the same directory twice gives the same buffer.
 
         Raises:
             FileNotFoundError: ``directory`` has no complete save (see :meth:`verify`).
@@ -380,21 +409,8 @@ class Replay:
         """
         directory = os.fspath(directory)
         meta = self.verify(directory)
-        meta["files"] = {key: os.path.abspath(os.path.join(directory, _file_name(key))) for key in meta["keys"]}
         self._check_layout(meta)
-        if self.storage == "memmap":
-            for key, path in meta["files"].items():
-                mine = self.arrays[key].filename
-                if os.path.abspath(mine) == path:
-                    continue
-                self.arrays[key].flush()
-                del self.arrays[key]  # drop our mapping before replacing the file under it
-                _copy_file(path, mine)
-                self.arrays[key] = np.lib.format.open_memmap(mine, mode="r+")
-            self.cursor, self.fill, self._wrapped = int(meta["cursor"]), int(meta["fill"]), bool(meta["wrapped"])
-            self.rng.bit_generator.state = meta["rng"]
-        else:
-            self.load_state_dict(meta)
+        self._restore({key: os.path.abspath(os.path.join(directory, _file_name(key))) for key in meta["keys"]}, meta)
 
     def _touch(self, nbytes: int) -> None:
         if self.storage == "memmap":
@@ -413,27 +429,3 @@ class Replay:
             raw = getattr(array, "_mmap", None)
             if raw is not None and hasattr(raw, "madvise"):
                 raw.madvise(mmap.MADV_DONTNEED)
-
-
-def fsync_path(path: str | os.PathLike) -> None:
-    """Flush a file's or a directory's entries to disk (``os.fsync`` on a read-only descriptor)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _copy_file(src: str, dst: str) -> None:
-    """Copy ``src`` to ``dst`` without reading it into Python: a reflink (FICLONE) where the file system can,
-    else ``shutil.copyfile`` (the kernel's ``sendfile`` on Linux). Written to ``dst.part`` then renamed."""
-    tmp = dst + ".part"
-    with open(src, "rb") as fsrc, open(tmp, "wb") as fdst:
-        try:
-            fcntl.ioctl(fdst.fileno(), FICLONE, fsrc.fileno())
-            cloned = True
-        except OSError:
-            cloned = False
-    if not cloned:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)

@@ -6,7 +6,7 @@ returns free memory at the top of the heap to the kernel above ``M_TRIM_THRESHOL
 and frees tensors of a few MiB thousands of times (``(N, S, K)`` latents, ``(H, N, 255)`` bins), so each of them
 arrives as untouched pages: 10,000-20,000 minor page faults per update at size xs, each a kernel entry and a page
 of zeroing, and the elementwise kernels that first touch such a tensor run several times slower than on reused
-memory (docs/speed.md, "Allocator").
+memory (docs/changelog.md, round 2).
 
 :func:`keep_freed_memory` sets ``M_MMAP_THRESHOLD`` to 32 MiB (glibc's maximum; blocks below it come from the
 heap and are reused after ``free``) and ``M_TRIM_THRESHOLD`` to 1 GiB (up to that much freed heap memory stays

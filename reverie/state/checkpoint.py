@@ -4,12 +4,14 @@ Layout under ``<run_dir>/checkpoints/``::
 
     ckpt_<env_step>.pt        one torch.save payload: agent state, counters, RNG states, config, ... (small)
     ckpt_<env_step>.replay/   the replay at that step: one <key>.npy per key + replay.json (Replay.save)
+    best.pt                   the agent's weights at the best evaluation so far (save_best; weights only)
 
 Writes are atomic: the replay snapshot goes to ``.replay.tmp/`` and is renamed, then the payload goes to
 ``.pt.tmp``, is fsync'ed and renamed; the ``.pt`` file is the commit marker, so a run killed mid-write leaves
-the previous checkpoint intact. The newest ``keep`` checkpoints are kept (with their replay snapshots).
-Loading a run directory tries the newest checkpoint first and falls back, with a warning, to the previous
-one when a file is truncated or unreadable or its replay snapshot is incomplete.
+the previous checkpoint intact. The newest ``keep`` READABLE checkpoints are kept (with their replay snapshots):
+an unreadable one never takes the place of a readable one, it is removed when pruned (issue 20).
+Loading a run directory tries the newest checkpoint first and falls back, with a warning (once per file and
+process), to the previous one when a file is truncated or unreadable or its replay snapshot is incomplete.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ from typing import Any
 
 import torch
 
-from reverie.replay.buffer import fsync_path
+from reverie.replay.files import fsync_path
 
 CKPT_PATTERN = re.compile(r"^ckpt_(\d+)\.pt$")
 REPLAY_SUFFIX = ".replay"
+BEST_FILE = "best.pt"  # the weights of the best evaluation so far (save_best)
+
+#: What this process learnt about checkpoint files: ``(path, size, mtime_ns) -> None`` (readable) or the reason it
+#: is not. Files this process wrote or loaded are not read again to prune, and an unreadable one is warned about once.
+_READABLE: dict[tuple[str, int, int], str | None] = {}
 
 
 def replay_dir_for(checkpoint: str | Path) -> Path:
@@ -73,21 +80,81 @@ def save_checkpoint(directory: str | Path, step: int, payload: dict[str, Any], k
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-    tmp = path.with_suffix(".pt.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(directory)
-    for old in list_checkpoints(directory)[:-keep]:
-        old.unlink(missing_ok=True)
-        shutil.rmtree(replay_dir_for(old), ignore_errors=True)
+    _atomic_save(payload, path)
+    _READABLE[_file_key(path)] = None
+    _prune(directory, keep)
     kept = {replay_dir_for(p).name for p in list_checkpoints(directory)}
     for stale in directory.glob(f"ckpt_*{REPLAY_SUFFIX}*"):  # leftovers of interrupted writes or removed steps
         if stale.name not in kept and stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
     return path
+
+
+def _atomic_save(payload: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to ``<path>.tmp``, fsync, rename onto ``path``, fsync the folder."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def save_best(directory: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` (the agent's weights, config, step and return of its evaluation) as ``best.pt`` in
+    ``directory``, atomically. It is not a resumable checkpoint (no optimiser, replay or RNG state) and is never
+    pruned; :func:`reverie.state.saved_run.load_run` loads it with ``checkpoint="best"``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / BEST_FILE
+    _atomic_save(payload, path)
+    return path
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Keep the newest ``keep`` readable checkpoints; remove older ones and every unreadable one (with a note)."""
+    readable = 0
+    for candidate in reversed(list_checkpoints(directory)):  # newest first
+        reason = None if readable >= keep else unreadable_reason(candidate)
+        if reason is None and readable < keep:
+            readable += 1
+            continue
+        if reason is not None:
+            print(f"[reverie] removing unreadable checkpoint {candidate} ({reason}); kept the newest {keep} readable")
+        candidate.unlink(missing_ok=True)
+        shutil.rmtree(replay_dir_for(candidate), ignore_errors=True)
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _read(candidate: Path, map_location: str | torch.device) -> dict[str, Any]:
+    """Load one checkpoint file and check its replay snapshot; any failure raises."""
+    payload = torch.load(candidate, map_location=map_location, weights_only=False)
+    if not isinstance(payload, dict):
+        raise ValueError(f"holds a {type(payload).__name__}, not a checkpoint dict")
+    _verify_replay(candidate, payload)
+    return payload
+
+
+def unreadable_reason(path: str | Path) -> str | None:
+    """None when the checkpoint ``path`` loads (its ``.pt`` and its replay snapshot), else why not. Remembered per
+    file (path, size, modification time) for this process, so each file is read at most once here."""
+    path = Path(path)
+    try:
+        key = _file_key(path)
+    except OSError as err:
+        return f"{type(err).__name__}: {err}"
+    if key not in _READABLE:
+        try:
+            _read(path, "cpu")
+            _READABLE[key] = None
+        except Exception as err:  # noqa: BLE001 - any failure to read means unreadable
+            _READABLE[key] = f"{type(err).__name__}: {err}"
+    return _READABLE[key]
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:
@@ -130,11 +197,16 @@ def _verify_replay(checkpoint: Path, payload: dict) -> None:
     Replay.verify(replay_dir_for(checkpoint))
 
 
+class _Known(Exception):
+    """A checkpoint this process already found unreadable (and warned about)."""
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load the newest readable checkpoint under ``path`` (see :func:`find_checkpoint`).
 
     A checkpoint that cannot be read (truncated or corrupt ``.pt``, missing or partial replay snapshot) is
-    skipped with a ``UserWarning`` naming it and the reason, and the previous one is tried.
+    skipped with a ``UserWarning`` naming it and the reason (once per file and process), and the previous one is
+    tried.
 
     Returns:
         The payload, plus ``"checkpoint_path"`` (the ``.pt`` used) and, when it has a replay snapshot,
@@ -146,16 +218,21 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     """
     errors = []
     for candidate in _candidates(path):
+        key = _file_key(candidate)
+        known = _READABLE.get(key)
         try:
-            payload = torch.load(candidate, map_location=map_location, weights_only=False)
-            if not isinstance(payload, dict):
-                raise ValueError(f"holds a {type(payload).__name__}, not a checkpoint dict")
-            _verify_replay(candidate, payload)
+            if known is not None:  # found unreadable before by this process: warned then
+                raise _Known(known)
+            payload = _read(candidate, map_location)
         except Exception as err:  # noqa: BLE001 - any failure to read means: use the previous checkpoint
-            errors.append(f"{candidate.name}: {type(err).__name__}: {err}")
-            warnings.warn(f"checkpoint {candidate} is unreadable ({type(err).__name__}: {err}); trying the "
-                          f"previous one", stacklevel=2)
+            reason = str(err) if isinstance(err, _Known) else f"{type(err).__name__}: {err}"
+            errors.append(f"{candidate.name}: {reason}")
+            if not isinstance(err, _Known):
+                _READABLE[key] = reason
+                warnings.warn(f"checkpoint {candidate} is unreadable ({reason}); trying the previous one",
+                              stacklevel=2)
             continue
+        _READABLE[key] = None
         payload["checkpoint_path"] = str(candidate)
         if "replay_meta" in payload:
             payload["replay_dir"] = str(replay_dir_for(candidate))

@@ -6,7 +6,9 @@ The estimate, in bytes:
   12,288 bytes), held in RAM for ``replay.storage=memory`` and on disk for ``memmap``;
 - model = parameters and buffers x 4 (the values, their gradients and Adam's two moments); activations are
   not counted, so this is a lower bound;
-- checkpoints on disk = ``train.checkpoint_keep`` replay snapshots (plus the live memmap files).
+- checkpoints on disk = ``train.checkpoint_keep`` x (replay snapshot + model), plus the live memmap files. A
+  snapshot holds the filled rows only (issue 20), at most ``min(capacity, train.steps)`` steps
+  (:func:`held_steps`), so a short run with a large capacity is not refused for disk it will never use.
 
 A run whose RAM estimate exceeds the available memory (``MemAvailable``), or whose disk estimate exceeds the
 free space where the replay and checkpoints go, is refused with the numbers and the fix.
@@ -64,9 +66,20 @@ def free_disk(path: str | os.PathLike) -> int:
     return shutil.disk_usage(path).free
 
 
+def held_steps(capacity: int, num_envs: int, steps: int | None) -> int:
+    """The most env steps the replay holds during a run of ``steps`` env steps: ``min(L, ceil(steps / N)) x N``
+    with ``L = capacity // N`` rows per env (``steps`` None: the capacity)."""
+    n = max(int(num_envs), 1)
+    rows = int(capacity) // n
+    if steps is not None:
+        rows = min(rows, -(-int(steps) // n))
+    return rows * n
+
+
 def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, agent: Any, storage: str,
               replay_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, keep: int,
-              ram: int | None = None, disk: int | None = None) -> dict[str, int]:
+              ram: int | None = None, disk: int | None = None, steps: int | None = None,
+              num_envs: int = 1) -> dict[str, int]:
     """Estimate the run's memory and disk needs and refuse a run that cannot fit.
 
     Args:
@@ -74,9 +87,13 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
         agent: the built agent (its parameters are counted). storage: ``"memory"`` or ``"memmap"``.
         replay_dir: where memmap files go. checkpoint_dir: where checkpoints go. keep: checkpoints kept.
         ram, disk: available bytes (measured when None; tests pass numbers).
+        steps, num_envs: ``train.steps`` and ``N``: a checkpoint holds the filled replay rows only, at most
+            :func:`held_steps` (None: the whole capacity).
 
     Returns:
-        ``{"replay_bytes", "model_bytes", "ram_needed", "ram_available", "disk_needed", "disk_free"}``.
+        ``{"replay_bytes"`` (the capacity), ``"held_bytes"`` (the most the replay holds in this run),
+        ``"model_bytes", "checkpoint_bytes"`` (one checkpoint at its largest: held replay + model),
+        ``"ram_needed", "ram_available", "disk_needed", "disk_free"}``.
 
     Raises:
         PreflightError: RAM or disk too small; the message has the numbers and suggests ``replay.storage=memmap``
@@ -84,14 +101,18 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
     """
     per_step = step_bytes(spec)
     replay = int(capacity) * per_step
+    held_n = held_steps(capacity, num_envs, steps)
+    held = held_n * per_step
     model = model_bytes(agent)
     ram_needed = model + (replay if storage == "memory" else 0)
     ram_available = available_ram() if ram is None else int(ram)
-    disk_needed = replay * int(keep) + (replay if storage == "memmap" else 0)
+    checkpoint = held + model
+    disk_needed = checkpoint * int(keep) + (held if storage == "memmap" else 0)
     same_fs = _device(replay_dir) == _device(checkpoint_dir)
     disk_free = (free_disk(checkpoint_dir) if disk is None else int(disk))
-    report = {"replay_bytes": replay, "model_bytes": model, "ram_needed": ram_needed, "ram_available": ram_available,
-              "disk_needed": disk_needed, "disk_free": disk_free}
+    report = {"replay_bytes": replay, "held_bytes": held, "held_steps": held_n, "model_bytes": model,
+              "checkpoint_bytes": checkpoint, "keep": int(keep), "ram_needed": ram_needed,
+              "ram_available": ram_available, "disk_needed": disk_needed, "disk_free": disk_free}
     what = (f"replay {replay / GIB:.2f} GiB ({capacity:,} steps x {per_step:,} bytes) + model ~{model / GIB:.2f} "
             f"GiB (parameters, gradients, Adam moments)")
     if ram_needed > ram_available:
@@ -101,15 +122,29 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
             f"{ram_available / GIB:.2f} GiB is available. Keep the replay on disk with replay.storage=memmap, "
             f"or lower replay.capacity (about {fits:,} steps fit). replay.preflight=false skips this check.")
     if disk_needed > disk_free:
-        fits = disk_free // max(per_step * (int(keep) + (storage == "memmap")), 1)
         where = checkpoint_dir if same_fs else f"{checkpoint_dir} (checkpoints) and {replay_dir} (replay)"
+        per_held = per_step * (int(keep) + (storage == "memmap"))
+        fits = max(0, (disk_free - model * int(keep)) // max(per_held, 1))
         raise PreflightError(
-            f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where} "
-            f"({keep} checkpoint replay snapshot(s){' + the live memmap files' if storage == 'memmap' else ''} of "
-            f"{replay / GIB:.2f} GiB each: {capacity:,} steps x {per_step:,} bytes) but only {disk_free / GIB:.2f} GiB is free. Lower replay.capacity "
-            f"(about {fits:,} steps fit) or train.checkpoint_keep, or free disk space. replay.preflight=false "
-            f"skips this check.")
+            f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where}: {describe(report)}"
+            f"{' + the live memmap files' if storage == 'memmap' else ''}; only {disk_free / GIB:.2f} GiB is free. "
+            f"Lower replay.capacity (about {fits:,} steps fit) or train.checkpoint_keep, or free disk space. "
+            f"replay.preflight=false skips this check.")
     return report
+
+
+def size_text(nbytes: float) -> str:
+    """``"1.21 GiB"`` from 1 GiB up, else ``"12.3 MiB"``."""
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / (1 << 20):.1f} MiB"
+
+
+def describe(report: Mapping[str, int]) -> str:
+    """The checkpoint cost in words: ``"checkpoints up to 1.21 GiB each (replay of at most 100,000 steps ...)"``."""
+    per_step = report["held_bytes"] // max(report["held_steps"], 1)
+    return (f"checkpoints up to {size_text(report['checkpoint_bytes'])} each (replay of at most "
+            f"{report['held_steps']:,} steps = min(replay.capacity, train.steps) x {per_step:,} bytes, "
+            f"{size_text(report['held_bytes'])}; model ~{size_text(report['model_bytes'])}), x "
+            f"train.checkpoint_keep={report['keep']}: {size_text(report['keep'] * report['checkpoint_bytes'])}")
 
 
 def _device(path: str | os.PathLike) -> int:

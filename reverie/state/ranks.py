@@ -22,7 +22,7 @@ def checkpoint_dir(run_dir: str | Path, info: DistInfo) -> Path:
 def load_rank_checkpoint(run_dir: str | Path, info: DistInfo) -> dict[str, Any] | None:
     """This rank's checkpoint to resume from, or None for a fresh run; every rank resumes the same env step.
 
-    Rank 0 takes its newest readable checkpoint (:func:`reverie.checkpoint.load_checkpoint`) and tells the others
+    Rank 0 takes its newest readable checkpoint (:func:`reverie.state.checkpoint.load_checkpoint`) and tells the others
     its env step; rank ``r`` loads its own checkpoint of that step and rank 0's agent of that step (the replicas
     are identical; the digest stored by rank ``r`` is checked against it with :func:`check_digest`).
 

@@ -9,6 +9,10 @@ logs, evaluates and checkpoints), and any other change is rejected with :class:`
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ SAFE_KEYS = (
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
     "logger", "exp_name",
     "run_dir",
-    "train.async_collect",  # wall time only: the run is the same with it on or off (tests/test_async_collect.py)
+    "train.async_collect",  # wall time only: the run is the same with it on or off (tests/loop/test_async_collect.py)
     "replay.preflight", "trainer.timeout_min",
     "train.policy_sync_every",  # with train.control_hz: how fresh the acting copy is; no state depends on it
     "pretrain.updates", "pretrain.log_every", "pretrain.eval_every", "pretrain.eval_episodes",
@@ -207,3 +211,35 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """The summary of a finished run, or None when the run has not finished."""
     path = Path(run_dir) / SUMMARY_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None,
+                   argv0: str | None = None, command: str = "train") -> str:
+    """The shell command that resumes ``run_dir``, runnable as printed from the current directory (``command``:
+    ``train``, or ``pretrain`` for an offline run, whose resume is ``reverie pretrain --resume <run_dir>``).
+
+    Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``): ``make train ARGS="--resume <run_dir>"``. Otherwise
+    ``reverie train --resume <run_dir>``, with the launcher this process was started by: ``reverie`` when that
+    is the one on ``PATH``, else its path (``.venv/bin/reverie``); ``python -m reverie`` (the interpreter's path
+    when ``python`` on ``PATH`` is another one) for ``python -m reverie``.
+    """
+    environ = os.environ if environ is None else environ
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    target = shlex.quote(str(run_dir))
+    if environ.get("REVERIE_MAKE_TRAIN") and command == "train":
+        return f'make train ARGS="--resume {target}"'
+    if os.path.basename(argv0) == "__main__.py":  # python -m reverie
+        python = "python" if _same_file(shutil.which("python"), sys.executable) else shlex.quote(sys.executable)
+        launcher = f"{python} -m reverie"
+    elif os.path.basename(argv0) == "reverie" and not _same_file(shutil.which("reverie"), argv0):
+        launcher = shlex.quote(argv0)
+    else:
+        launcher = "reverie"
+    return f"{launcher} {command} --resume {target}"
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    try:
+        return a is not None and b is not None and os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from reverie.state.checkpoint import find_checkpoint, list_checkpoints
+from reverie.state.checkpoint import BEST_FILE, find_checkpoint, list_checkpoints
 from reverie.envs import to_env_action
 
 
@@ -20,8 +20,8 @@ class LoadedRun:
         agent: the agent (Agent protocol), in eval mode.
         config: the resolved run config (plain dict).
         obs_shapes, action_spec: what the agent expects and emits.
-        counters: ``{"env_steps", "updates"}`` at the checkpoint.
-        directory: the run directory; checkpoint: the checkpoint file loaded.
+        counters: ``{"env_steps", "updates"}`` at the checkpoint (plus ``"eval_return"`` for ``best.pt``).
+        directory: the run directory; checkpoint: the checkpoint file loaded; checkpoint_kind: why that one.
     """
 
     def __init__(self, agent: Any, config: dict, obs_shapes: dict, action_spec: Any, counters: dict):
@@ -29,6 +29,7 @@ class LoadedRun:
         self.counters = counters
         self.directory: Path | None = None  # the run directory (set by load_run)
         self.checkpoint: Path | None = None  # the checkpoint file loaded
+        self.checkpoint_kind = ""  # why that file (load_run's ``checkpoint``): "best: ...", "last", ...
 
     def initial_state(self, batch: int = 1) -> Any:
         return self.agent.initial_state(batch)
@@ -105,16 +106,48 @@ def run_directory(path: str | Path) -> Path:
     return path.parent if path.name == "checkpoints" else path
 
 
-def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
-    """Rebuild the agent of a run directory (newest checkpoint) or of a checkpoint file.
+def select_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path, str]:
+    """The checkpoint file :func:`load_run` reads, and what it is in words.
+
+    Args:
+        path: a run directory, its ``checkpoints/`` folder or a checkpoint file (a file is used as it is).
+        checkpoint: ``"best"`` (``checkpoints/best.pt``: the weights of the run's best evaluation; the newest
+            checkpoint when the run has none yet), ``"last"`` (the newest ``ckpt_<step>.pt``) or a file path
+            (as given, else relative to the run's ``checkpoints/``).
+
+    Raises:
+        FileNotFoundError: nothing that looks like a checkpoint there; a path that does not exist.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path, "the file given"
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path  # a run dir, or its checkpoints
+    if checkpoint not in ("best", "last"):
+        for candidate in (Path(checkpoint), folder / checkpoint):
+            if candidate.is_file():
+                return candidate, "the file given"
+        raise FileNotFoundError(f"checkpoint {checkpoint!r}: no such file (nor {folder / checkpoint}); pass best, "
+                                f"last or a checkpoint file")
+    if checkpoint == "best" and (folder / BEST_FILE).is_file():
+        return folder / BEST_FILE, "best: the weights of the best evaluation"
+    newest = find_checkpoint(path)
+    return newest, "last" if checkpoint == "last" else "last (the run has no best.pt: no evaluation finished yet)"
+
+
+def load_run(path: str | Path, device: str = "cpu", checkpoint: str = "best") -> LoadedRun:
+    """Rebuild the agent of a run directory or of a checkpoint file.
 
     Args:
         path: run directory, its ``checkpoints/`` folder, a checkpoint file, or a wandb artifact reference
             (see :func:`resolve_run`).
         device: torch device for the agent.
+        checkpoint: which checkpoint of a run directory (:func:`select_checkpoint`): ``"best"`` (default:
+            ``checkpoints/best.pt``, the weights of the run's best evaluation, else the newest checkpoint),
+            ``"last"`` (the newest ``ckpt_<step>.pt``) or a file path.
 
     Returns:
-        :class:`LoadedRun` with ``directory`` (the run directory) and ``checkpoint`` (the file loaded).
+        :class:`LoadedRun` with ``directory`` (the run directory), ``checkpoint`` (the file loaded) and
+        ``checkpoint_kind`` (why that file: ``"best: ..."``, ``"last"``, ...).
 
     Raises:
         RunError: the path does not exist; no checkpoint under it (with what the directory holds); the
@@ -125,7 +158,7 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
 
     path = resolve_run(path)
     try:
-        ckpt = find_checkpoint(path)
+        ckpt, kind = select_checkpoint(path, checkpoint)
     except FileNotFoundError as err:
         found = sorted(p.name for p in Path(path).iterdir())[:12] if Path(path).is_dir() else []
         hint = (" It holds config.yaml but no checkpoint: the run stopped before its first checkpoint "
@@ -153,9 +186,25 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
         raise RunError(f"checkpoint {ckpt} does not fit the agent its config describes "
                        f"({type(err).__name__}: {str(err).splitlines()[0]}){fix}") from err
     agent.eval()
-    run = LoadedRun(agent, config, payload["obs_shapes"], payload["action_spec"], payload.get("counters", {}))
-    run.directory, run.checkpoint = run_directory(ckpt), ckpt
+    counters = dict(payload.get("counters", {}))
+    if "eval_return" in payload:  # best.pt: the evaluation it was kept for
+        counters["eval_return"] = payload["eval_return"]
+    run = LoadedRun(agent, config, payload["obs_shapes"], payload["action_spec"], counters)
+    run.directory, run.checkpoint, run.checkpoint_kind = run_directory(ckpt), ckpt, kind
     return run
+
+
+def describe_checkpoint(run: LoadedRun) -> str:
+    """``"checkpoints/best.pt (best: the weights of the best evaluation; env step 7,500, eval return 487.6)"``."""
+    where = run.checkpoint
+    try:
+        where = run.checkpoint.relative_to(run.directory)
+    except (TypeError, ValueError):
+        pass
+    facts = [f"env step {run.counters['env_steps']:,}"] if "env_steps" in run.counters else []
+    if "eval_return" in run.counters:
+        facts.append(f"eval return {run.counters['eval_return']:.1f}")
+    return f"{where} ({run.checkpoint_kind}{'; ' + ', '.join(facts) if facts else ''})"
 
 
 def version_mismatches(run: LoadedRun) -> list[str]:

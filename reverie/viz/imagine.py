@@ -70,6 +70,7 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
         ValueError: unknown ``actions`` string; an agent without an actor for ``"policy"``; an array of the
             wrong shape or with an index outside ``[0, A)``.
     """
+    device = next(agent.parameters()).device  # where the imagined actions go
     if isinstance(actions, str) and actions == "policy":
         actor = getattr(agent, "actor", None)
         if actor is None:
@@ -82,7 +83,7 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
             table = np.eye(spec.dim, dtype=np.float32)[rng.integers(spec.dim, size=horizon + 1)]
         else:
             table = rng.uniform(-1, 1, size=(horizon + 1, spec.dim)).astype(np.float32)
-        return lambda i, feat: torch.as_tensor(table[i][None], device=feat.device)
+        return lambda i, feat: torch.as_tensor(table[i][None], device=device)
     if isinstance(actions, str):
         raise ValueError(f"actions must be 'policy', 'random' or an array / .npy file, got {actions!r}")
     table = np.asarray(actions)
@@ -94,7 +95,7 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
         raise ValueError(f"actions must be shaped (H, A) = ({horizon}, {spec.dim}) (or (H,) indices for discrete "
                          f"actions), got {table.shape}")
     table = np.concatenate([table, table[-1:]]).astype(np.float32)  # one spare row: the never-executed last action
-    return lambda i, feat: torch.as_tensor(table[i][None], device=feat.device)
+    return lambda i, feat: torch.as_tensor(table[i][None], device=device)
 
 
 @torch.inference_mode()

@@ -64,14 +64,15 @@ def test_pretrain_writes_a_normal_run_directory(pretrained, data):
 
 
 def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, monkeypatch):
-    """train_ratio 0: no update changes what was loaded. seed 1: the fresh actor differs from the pretrain run's."""
+    """train_ratio 1 (1/32 update per env step): no update in 16 env steps changes what was loaded. seed 1: the fresh
+    actor differs from the pretrain run's."""
     acted = []
     real_act = DreamerV3.act
     monkeypatch.setattr(DreamerV3, "act", lambda self, obs, state=None, mode="explore":
                         acted.append(mode) or real_act(self, obs, state, mode))
     online = tmp_path / "online"
     assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={pretrained}", "seed=1", "train.steps=16",
-                 "agent.train_ratio=0", "train.eval_episodes=1"]) == 0
+                 "agent.train_ratio=1", "train.eval_episodes=1"]) == 0
     assert acted[:4] == ["explore"] * 4  # init.prefill=0: the agent acts from the first env step
     pre, now = load_checkpoint(pretrained), load_checkpoint(online)
     assert same(modules(pre, "wm."), modules(now, "wm.")) and not same(modules(pre, "actor."), modules(now, "actor."))
@@ -92,7 +93,7 @@ def test_init_from_a_behavior_run_takes_the_policy_and_drop_data(data, tmp_path)
     assert all("loss/actor" in m for m in metrics) and not (pre / "scores.jsonl").read_text()  # no env steps at all
     online = tmp_path / "online"
     assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={pre}", "seed=1", "train.steps=16",
-                 "agent.train_ratio=0", "init.keep_data=false", "train.eval_episodes=1"]) == 0
+                 "init.prefill=16", "init.keep_data=false", "train.eval_episodes=1"]) == 0  # no update: replay short
     a, b = load_checkpoint(pre), load_checkpoint(online)
     assert same(a["agent"]["modules"], b["agent"]["modules"])  # world model, actor, critic, slow critic, normaliser
     assert json.loads((online / "checkpoints" / "ckpt_0000000016.replay" / "replay.json").read_text())["fill"] == 4
@@ -135,5 +136,5 @@ def test_planet_pretrains_and_starts_online_from_it(data, tmp_path):
                  "pretrain.eval_episodes=0", "env.num_envs=1"]) == 0
     assert all("loss/kl" in m for m in read_jsonl(pre / "metrics.jsonl"))
     assert main(["train", "agent=planet", "exp=debug", f"run_dir={online}", f"init_from={pre}", "train.steps=4",
-                 "train.eval_episodes=1", "env.num_envs=1", "agent.train_steps=0"]) == 0
+                 "train.eval_episodes=1", "env.num_envs=1", "init.prefill=8"]) == 0  # no update in 4 steps
     assert same(load_checkpoint(pre)["agent"]["modules"], load_checkpoint(online)["agent"]["modules"])

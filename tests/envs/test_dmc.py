@@ -142,3 +142,13 @@ def test_gl_error_names_the_debian_packages(fresh_gl, monkeypatch):
     with pytest.raises(dmc.GLUnavailableError, match="MUJOCO_GL=egl: ImportError: cannot load library"):
         dmc.select_gl(required=True)  # remembered: no second probe, same clear error
     assert dmc.select_gl(required=False) == "disable"  # proprio-only runs go on without GL
+
+
+def test_suggestions_are_real_task_names():
+    """Issue 20: the examples and close names are tasks dm_control knows (cup_catch is only an alias)."""
+    tasks = [("ball_in_cup", "catch"), ("cartpole", "swingup"), ("walker", "walk")]
+    with pytest.raises(ValueError) as caught:
+        dmc.dmc_task("cup_cach", tasks)
+    message = str(caught.value)
+    assert "(cartpole_swingup, walker_walk, ball_in_cup_catch). Close names: ball_in_cup_catch." in message
+    assert dmc.dmc_task("cup_catch", tasks) == ("ball_in_cup", "catch")

@@ -350,7 +350,7 @@ def test_progress_without_a_terminal_prints_plain_lines_and_the_final_bar():
     assert lines[0].startswith("train 50/100 (50%) | - steps/s | - updates/s | return - | 0:00:0")
     assert lines[1].startswith("train 100/100 (100%) | ")
     assert "updates/s | return 7.2 | " in lines[1]  # 7.25 formatted with one decimal
-    assert "100/100" in lines[2] and "return 7.2" in lines[2]
+    assert "100/100" in lines[2] and "ret 7.2" in lines[2]
 
 
 def test_progress_does_not_spam_and_can_be_disabled():
@@ -380,7 +380,8 @@ def test_progress_rates_are_per_second():
     now[0] = 4.0
     progress.update(50)  # updates unknown this time: the last count is kept
     assert progress.rates() == (10.0, 1.25)
-    assert progress.status_line() == "train 50/100 (50%) | 10 steps/s | 1.2 updates/s | return - | 0:00:04"
+    # 50 steps in 4 s since the start (no prefill: one phase) -> 50 more take 4 s
+    assert progress.status_line() == "train 50/100 (50%) | 10 steps/s | 1.2 updates/s | return - | 0:00:04 | eta 0:00:04"
     # Only the last RATE_WINDOW_S (30 s) count: a sudden speed-up shows within the window.
     now[0] = 64.0
     progress.update(650, {"updates": 9})
@@ -390,6 +391,60 @@ def test_progress_rates_are_per_second():
     assert progress.rates() == (100.0, 0.0)  # only t=64 and t=65 are within 30 s of now
     progress.close()
     assert out.getvalue().count("\n") == 1
+
+
+def test_remaining_time_comes_from_the_phase_the_run_is_in():
+    """Issue 20: prefill runs at 100 steps/s, learning at 2 steps/s; the estimate never mixes the two, and the
+    first update (60 s of compiling) is shown as a status and left out of the learning speed."""
+    from reverie.loop.progress import remaining_s
+
+    assert remaining_s(300, 1000, (10.0, 100), 20.0) == 35.0  # 200 steps in 10 s (20/s) -> 700 more in 35 s
+    assert remaining_s(100, 1000, (10.0, 100), 20.0) is None  # no step yet in this phase
+    assert remaining_s(1200, 1000, (0.0, 0), 1.0) == 0.0
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress(10_000, console=Console(file=out, force_terminal=False), plain_interval_s=None,
+                        clock=lambda: now[0], prefill=1000)
+    now[0] = 5.0
+    progress.update(500)
+    assert progress.remaining() == ("prefill eta", 5.0)  # 500 steps in 5 s: the prefill's last 500 take 5 s
+    now[0] = 10.0
+    progress.update(1000)  # prefill done: the learning phase starts here
+    progress.status("first update (compiling/allocating)...")
+    assert progress.status_line().endswith("| first update (compiling/allocating)...")
+    assert "first update (compiling/allocating)..." in progress.line(80)
+    now[0] = 70.0
+    progress.status(None)  # the first update took 60 s; the estimate counts from now
+    assert progress.remaining() == ("eta", None)
+    now[0] = 120.0
+    progress.update(1100)  # 100 steps in 50 s -> the other 8,900 take 4,450 s
+    assert progress.remaining() == ("eta", 4450.0)
+    assert progress.status_line().endswith("| eta 1:14:10")
+    progress.close()
+    assert "first update (compiling/allocating)..." in out.getvalue()  # printed once without a terminal
+
+
+@pytest.mark.parametrize("steps, total, ret, rate", [(4096, 30_000, 21.0, 812.0), (29_999_999, 30_000_000, -1419.7,
+                                                                                   99_999.0)])
+def test_progress_line_fits_80_columns_with_total_and_elapsed(steps, total, ret, rate):
+    from reverie.loop.progress import format_line
+
+    now = [0.0]
+    progress = Progress(total, console=Console(file=io.StringIO(), force_terminal=False, width=80),
+                        plain_interval_s=None, clock=lambda: now[0])
+    progress.update(0, {"updates": 0})
+    now[0] = 450_000.0  # 125 hours
+    progress.update(steps, {"updates": 12_345, "last_return": ret})
+    for width in (79, 80, 60, 40):
+        line = progress.line(width)
+        assert len(line) <= width and f"{steps:,}/{total:,}" in line and "125:00:00" in line, (width, line)
+    assert "ret" in progress.line(79) and "eta" in progress.line(79)
+    fields = [("eta", "eta 0:01:07"), ("steps/s", "812 steps/s"), ("ret", "ret 21.0"), ("bar", ""),
+              ("upd/s", "25.3 upd/s"), ("label", "train")]
+    assert format_line(79, "4,096/30,000", "0:00:05", fields, 0.5) == (
+        "━━━━━━━╺━━━━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07")  # label dropped, bar 14
+    assert format_line(32, "4,096/30,000", "0:00:05", fields, 0.5) == "4,096/30,000 0:00:05 eta 0:01:07"
+    progress.close()
 
 
 def test_tensorboard_purge_step_hides_the_rows_a_resumed_run_logs_again(tmp_path):

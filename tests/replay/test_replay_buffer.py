@@ -197,6 +197,84 @@ def test_spec_for_dict_space():
         Replay.spec_for(spaces.Box(-1, 1, (4,)), 3)
 
 
+# ------------------------------------------------------------- issue 20: a snapshot holds only the filled rows
+def snapshot_bytes(directory, key):
+    """(file size, header size) of a saved key's .npy file."""
+    from reverie.replay.files import npy_rows
+
+    path = directory / f"{key}.npy"
+    return path.stat().st_size, npy_rows(str(path))[1]
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_snapshot_size_is_the_filled_rows_not_the_capacity(tmp_path, storage):
+    kwargs = {"storage": storage, "directory": tmp_path / "live"} if storage == "memmap" else {}
+    replay = Replay(20_000, 2, spec(image=True), seed=1, **kwargs)  # 10,000 rows per env, 3 filled, then 7
+    per_row = 2 * 3 * 4 * 4  # N x one uint8 (3, 4, 4) image
+    fill(replay, 3, image=True)
+    replay.save(tmp_path / "a")
+    fill(replay, 4, start=3, image=True)
+    replay.save(tmp_path / "b")
+    size_a, header_a = snapshot_bytes(tmp_path / "a", "image")
+    size_b, header_b = snapshot_bytes(tmp_path / "b", "image")
+    assert size_a - header_a == 3 * per_row and size_b - header_b == 7 * per_row
+    assert np.load(tmp_path / "b" / "vector.npy").shape == (7, 2, 1)
+    restored = Replay(20_000, 2, spec(image=True), seed=0)
+    restored.load(tmp_path / "a")
+    assert (restored.cursor, restored.fill, restored.wrapped) == (3, 3, False)
+    partial = Replay(20_000, 2, spec(image=True), seed=1)
+    fill(partial, 3, image=True)
+    for key in replay.arrays:  # every row equal to a buffer that was only ever given those 3 rows (zeros after)
+        np.testing.assert_array_equal(restored.arrays[key], partial.arrays[key], err_msg=key)
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_wrapped_buffer_round_trips_exactly(tmp_path, storage):
+    kwargs = {"storage": storage, "directory": tmp_path / "live"} if storage == "memmap" else {}
+    replay = Replay(10, 2, spec(image=True), seed=4, **kwargs)  # 5 rows per env
+    fill(replay, 13, image=True)  # wrapped twice, cursor at row 3
+    replay.sample(3, 2)
+    replay.save(tmp_path / "s")
+    assert np.load(tmp_path / "s" / "image.npy").shape == (5, 2, 3, 4, 4)  # all rows, in storage order
+    restored = Replay(10, 2, spec(image=True), seed=0, storage=storage,
+                      directory=tmp_path / "other" if storage == "memmap" else None)
+    restored.load(tmp_path / "s")
+    assert (restored.cursor, restored.fill, restored.wrapped) == (3, 5, True)
+    for key in replay.arrays:
+        np.testing.assert_array_equal(restored.arrays[key], replay.arrays[key], err_msg=key)
+    x, y = replay.sample(16, 4), restored.sample(16, 4)
+    for key in x:
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_load_drops_rows_written_after_the_snapshot(tmp_path, storage):
+    """A live buffer that moved on past its snapshot (a run killed after its checkpoint) is loaded back to exactly
+    the snapshot: the later rows are zero again, so it samples as the buffer that was saved."""
+    kwargs = {"storage": storage, "directory": tmp_path / "live"} if storage == "memmap" else {}
+    replay = Replay(40, 2, spec(), seed=6, **kwargs)
+    fill(replay, 5)
+    replay.save(tmp_path / "s")
+    want = {k: np.array(v) for k, v in replay.arrays.items()}
+    x = replay.sample(8, 3)
+    fill(replay, 9, start=5)  # rows 5..13 past the snapshot
+    replay.load(tmp_path / "s")
+    for key in want:
+        np.testing.assert_array_equal(replay.arrays[key], want[key], err_msg=key)
+    y = replay.sample(8, 3)
+    for key in x:
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+def test_empty_buffer_saves_and_loads(tmp_path):
+    replay = Replay(12, 2, spec(image=True), storage="memmap", directory=tmp_path / "live")
+    replay.save(tmp_path / "s")
+    assert np.load(tmp_path / "s" / "image.npy").shape == (0, 2, 3, 4, 4)
+    restored = Replay(12, 2, spec(image=True))
+    restored.load(tmp_path / "s")
+    assert (restored.cursor, len(restored)) == (0, 0)
+
+
 @pytest.mark.parametrize("first, second", [(3, 2), (4, 3), (5, 5)])
 def test_extend_equals_adding_row_by_row(first, second):
     """K rows at once (wrapping over the oldest, as a full buffer does) leave the buffer as K adds would."""

@@ -43,7 +43,7 @@ def rank_payloads(run_dir):
 
 
 def agent_digest(run_dir):
-    return collectives.param_digest(load_run(run_dir).agent)
+    return collectives.param_digest(load_run(run_dir, checkpoint="last").agent)
 
 
 @pytest.mark.timeout(300)

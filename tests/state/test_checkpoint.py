@@ -100,3 +100,18 @@ def test_keep_removes_old_replay_snapshots_and_leftovers(tmp_path):
     assert meta["sizes"]["image"] == (ckpts / "ckpt_0000000030.replay" / "image.npy").stat().st_size
     with pytest.raises(ValueError, match="checkpoint_keep"):
         save_checkpoint(ckpts, 40, {}, keep=0)
+
+
+def test_pruning_removes_an_unreadable_checkpoint_before_any_readable_one(tmp_path, capsys):
+    """Issue 20: keep=2 with ckpt 30 truncated: writing 40 keeps 20 and 40 (the newest two readable), not 30."""
+    ckpts = tmp_path / "checkpoints"
+    replay = filled_replay("memory", None)
+    for step in (10, 20, 30):
+        save_checkpoint(ckpts, step, {"step": step}, keep=3, replay=replay)
+    bad = ckpts / "ckpt_0000000030.pt"
+    bad.write_bytes(bad.read_bytes()[:50])
+    save_checkpoint(ckpts, 40, {"step": 40}, keep=2, replay=replay)
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "ckpt_0000000020.pt", "ckpt_0000000020.replay", "ckpt_0000000040.pt", "ckpt_0000000040.replay"]
+    assert "removing unreadable checkpoint" in capsys.readouterr().out and "ckpt_0000000030.pt" not in str(
+        list_checkpoints(ckpts))

@@ -97,13 +97,21 @@ def test_resume_rejects_unsafe_changes_and_applies_safe_ones(tmp_path, capsys):
 
 
 def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, capsys):
+    """Issue 20: the resume warns once; the next checkpoint's pruning removes the unreadable file, never the good
+    one it resumed from (keep 2: the good 16 and the new 20 stay, the truncated 32 goes)."""
     run(tmp_path / "t", "train.steps=32", "train.checkpoint_every=16")
+    (tmp_path / "t" / "summary.json").unlink()  # as if killed right after writing checkpoint 32 ...
     newest = tmp_path / "t" / "checkpoints" / "ckpt_0000000032.pt"
-    newest.write_bytes(newest.read_bytes()[:100])
-    with pytest.warns(UserWarning, match="ckpt_0000000032.pt is unreadable"):
-        run(tmp_path / "t", "train.steps=48", "train.checkpoint_every=16")
-    assert "from ckpt_0000000016.pt: env step 16" in capsys.readouterr().out
-    assert load_checkpoint(tmp_path / "t")["counters"]["env_steps"] == 48
+    newest.write_bytes(newest.read_bytes()[:100])  # ... which the disk then cut short
+    with pytest.warns(UserWarning, match="ckpt_0000000032.pt is unreadable") as caught:
+        run(tmp_path / "t", "train.steps=20", "train.checkpoint_every=20", "train.checkpoint_keep=2")
+    assert sum("is unreadable" in str(w.message) for w in caught) == 1
+    out = capsys.readouterr().out
+    assert "from ckpt_0000000016.pt: env step 16" in out and "removing unreadable checkpoint" in out
+    assert [p.name for p in list_checkpoints(tmp_path / "t" / "checkpoints")] == [
+        "ckpt_0000000016.pt", "ckpt_0000000020.pt"]
+    assert load_checkpoint(tmp_path / "t")["counters"]["env_steps"] == 20
+    assert load_checkpoint(tmp_path / "t" / "checkpoints" / "ckpt_0000000016.pt")["counters"]["env_steps"] == 16
 
 
 def test_many_non_finite_updates_in_a_row_stop_with_a_checkpoint(tmp_path, monkeypatch):
@@ -122,24 +130,33 @@ def test_many_non_finite_updates_in_a_row_stop_with_a_checkpoint(tmp_path, monke
 @pytest.mark.parametrize("storage, message", [("memory", "GiB of RAM"), ("memmap", "GiB of disk")])
 def test_preflight_refuses_a_replay_that_cannot_fit(tmp_path, capsys, storage, message):
     assert main(["train", *BASE, f"run_dir={tmp_path / 'x'}", "replay.capacity=400000000000",
-                 f"replay.storage={storage}"]) == 2
+                 "train.steps=400000000000", f"replay.storage={storage}"]) == 2
     err = capsys.readouterr().err
-    assert message in err and "400,000,000,000 steps x 31 bytes" in err and "replay.capacity" in err
+    assert message in err and "replay.capacity" in err
+    assert ("400,000,000,000 steps x 31 bytes" if storage == "memory" else
+            "400,000,000,000 steps = min(replay.capacity, train.steps) x 31 bytes") in err
     assert not (tmp_path / "x").exists()
 
 
 def test_preflight_numbers():
-    from reverie.state.preflight import PreflightError, preflight
+    from reverie.state.preflight import PreflightError, held_steps, preflight
 
     spec = {"image": ((3, 64, 64), np.uint8), "action": ((6,), np.float32), "reward": ((), np.float32),
             "is_first": ((), bool), "is_last": ((), bool), "is_terminal": ((), bool)}
     agent = torch.nn.Linear(10, 10)  # 110 parameters -> 4 x 440 bytes
     report = preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**9, disk=10**9)
     assert report["replay_bytes"] == 1000 * (12_288 + 24 + 4 + 3) and report["model_bytes"] == 1760
-    assert report["disk_needed"] == 2 * report["replay_bytes"]
+    assert report["disk_needed"] == 2 * (report["replay_bytes"] + 1760)  # no train.steps: the full capacity
     with pytest.raises(PreflightError, match="replay.storage=memmap"):
         preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)
     assert preflight(spec, 1000, agent, "memmap", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)["ram_needed"] == 1760
+    # issue 20: a checkpoint holds the filled rows, at most min(L, ceil(steps / N)) rows per env
+    assert (held_steps(1000, 4, 300), held_steps(1000, 4, 301), held_steps(1000, 4, 10**6)) == (300, 304, 1000)
+    short = preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**8, steps=1000,
+                      num_envs=4)
+    assert short["checkpoint_bytes"] == 1000 * 12_319 + 1760 and short["disk_needed"] == 4 * 1000 * 12_319 + 3 * 1760
+    with pytest.raises(PreflightError, match=r"checkpoints up to 11.7 MiB each .* x train.checkpoint_keep=3: 35.2 MiB"):
+        preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**7, steps=1000, num_envs=4)
 
 
 def test_sigterm_writes_a_final_checkpoint(tmp_path):
@@ -179,3 +196,37 @@ def test_checkpoint_without_run_state_is_refused_clearly(tmp_path, capsys):
     save_checkpoint(tmp_path / "old" / "checkpoints", 16, payload)  # as an older reverie wrote it
     assert main(["train", "--resume", str(tmp_path / "old"), "train.steps=32"]) == 2
     assert "cannot be resumed: it lacks ['replay_meta', 'rng', 'stepper']" in capsys.readouterr().err
+
+
+def test_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
+    """Issue 20: Ctrl-C prints `... train --resume <run_dir>`; that command, run as printed (plus a shorter
+    train.steps so the test ends), resumes the run from its final checkpoint."""
+    import os
+    import re
+    import signal
+    import subprocess
+
+    from helpers.train_process import interrupt_training
+
+    run_dir = tmp_path / "int"
+    code, out = interrupt_training([*BASE, f"run_dir={run_dir}", "train.steps=100000",
+                                    "train.checkpoint_every=100000"], run_dir / "metrics.jsonl", rows=2,
+                                   signum=signal.SIGINT, timeout_s=120)
+    assert code == 130, out[-2000:]
+    command = re.search(r"\[reverie\] resume this run with: (.+)", out).group(1)
+    assert command.endswith(f"-m reverie train --resume {run_dir}")  # started as `python -m reverie`
+    stopped = load_checkpoint(run_dir)["counters"]["env_steps"]
+    done = subprocess.run(f"{command} train.steps={stopped + 16}", shell=True, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"resumed {run_dir} from ckpt_{stopped:010d}.pt: env step {stopped}" in done.stdout
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == stopped + 16
+
+
+def test_resume_command_forms(tmp_path):
+    from reverie.state.resume import resume_command
+
+    assert resume_command("runs/a b", environ={"REVERIE_MAKE_TRAIN": "1"}) == 'make train ARGS="--resume \'runs/a b\'"'
+    assert resume_command("runs/x", environ={}, argv0=str(tmp_path / "bin" / "reverie")) == (
+        f"{tmp_path / 'bin' / 'reverie'} train --resume runs/x")  # a launcher not on PATH: its path
+    assert resume_command("runs/x", environ={}, argv0="/usr/bin/pytest") == "reverie train --resume runs/x"

@@ -32,7 +32,7 @@ def test_eval_writes_the_returns_table_videos_and_openloop_plots(run_dir, tmp_pa
     assert table["mean"] == pytest.approx(np.mean(table["returns"])) and table["std"] == pytest.approx(
         np.std(table["returns"]))
     assert (table["min"], table["max"]) == (min(table["returns"]), max(table["returns"]))
-    assert table["seed"] == 0 and table["mode"] == "eval" and table["checkpoint"].endswith("ckpt_0000000064.pt")
+    assert table["seed"] == 0 and table["mode"] == "eval" and table["checkpoint"].endswith("checkpoints/best.pt")
     csv = (tmp_path / "returns.csv").read_text().splitlines()
     assert csv[0] == "episode,return,length"
     assert [float(line.split(",")[1]) for line in csv[1:]] == table["returns"]

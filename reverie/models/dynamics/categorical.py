@@ -1,4 +1,4 @@
-"""The categorical RSSM of DreamerV3 (Hafner et al. 2023, section 3; 2023 reference ``rssm.py``, ``RSSM``).
+"""The categorical RSSM of DreamerV3 (Hafner et al. 2023, section 3; 2023 reference ``dreamerv3/nets.py``, ``RSSM``).
 
 State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)`` from a LayerNorm GRU, ``stoch`` ``z_t`` ``(..., S, K)``,
 ``S`` one-hot categorical latents of ``K`` classes mixed with 1% uniform ("unimix"), and their ``logits``
@@ -35,7 +35,7 @@ from reverie.models.networks import MLP, FeatLinear, trunc_normal_init_
 
 
 class GRUCell(nn.Module):
-    """LayerNorm GRU of the DreamerV3 reference (``rssm.py`` ``_gru``: ``update = sigmoid(u - 1)``).
+    """LayerNorm GRU of the DreamerV3 reference (``nets.py`` ``RSSM._gru``: ``update = sigmoid(u - 1)``).
 
     ``forward(x (B, I), h (B, D)) -> (B, D)``: the gates in the compute dtype, the state in ``h``'s dtype or
     wider (float32 from a float32 ``h`` under bf16 autocast), mixed as ``lerp(h, cand, update)`` (the reference's

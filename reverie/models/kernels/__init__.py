@@ -6,20 +6,25 @@ overhead. ``off`` runs the readable code alone: plain PyTorch autograd over the 
 ``tests/contract/test_fast_equals_plain.py`` compares ``auto`` against (whole updates, float64, equal parameters).
 ``auto`` uses each kernel where it applies (most on CPU, where they were measured); nothing else changes.
 
-=====================  ======================================================  =====================================
-kernel                 replaces                                                measured gain (docs/speed.md)
-=====================  ======================================================  =====================================
-observe_scan.py        the categorical RSSM's per-step observe loop under       5.6% of an update at xs, 3.5% at s
-                       autograd (one node, backward written out)
-scan_linear.py         per-step weight gradients of the scan's linear layers    one ``G^T @ X`` per weight; the per-op
-                       (where the fused scan does not apply: CUDA)              observe loop only (not timed on CPU)
-onehot_linear.py       ``cat(deter, one-hot) @ W^T`` in every layer reading     fewer FLOPs in every head's first
-                       the features (SplitFeat; imagination by class index)     layer (see docs/speed.md)
-mlp_tape.py            the discrete actor's second forward pass in the loss     4.1% at xs, 2.0% at s
-straight_through.py    the straight-through graph of a sampled latent           one node instead of four
-two_hot.py             the two-hot cross-entropy's dense gradient               no ``(..., 255)`` temporaries
-sampling.py            ``torch.searchsorted`` in the unimix draw                ~4x faster draw on CPU at K = 32
-=====================  ======================================================  =====================================
+=====================  ===================================================  =========================================
+kernel                 replaces                                             measured gain (paired; docs/changelog.md)
+=====================  ===================================================  =========================================
+observe_scan.py        the categorical RSSM's step-by-step observe loop     1.056x per update at size xs, 1.035x at s
+                       under autograd (one node, its backward written out)  (the scan alone: 70 -> 53 ms at xs)
+scan_linear.py         each step's weight gradients in that loop (where     2.1% at xs, 3.3% at s (measured on CPU
+                       the fused scan does not apply: GPUs)                 before the fused scan replaced it there)
+onehot_linear.py       ``cat(deter, one-hot) @ W^T`` in every first layer   128 -> 58 GFLOP per xs update; 1.51x per
+                       that reads the features (and imagination by index)   update in float32, 1.09x in bf16
+mlp_tape.py            the discrete actor's second forward pass (the loss)  1.041x at xs, 1.020x at s
+straight_through.py    the straight-through graph of a sampled latent       one node instead of four (part of 4.7% at
+                                                                            xs, with the scan's reset skip)
+two_hot.py             autograd's gather from ``log_softmax`` in the        no ``(..., 255)`` temporaries (part of 13%
+                       two-hot losses (reward, critic)                      at xs / 7% at s, round 2)
+sampling.py            ``torch.searchsorted`` in the unimix draw            the search 0.45 -> 0.10 ms per imagination
+                                                                            step at xs
+=====================  ===================================================  =========================================
+
+All of them together: docs/speed.md ("Current numbers") times whole updates with ``kernels=auto`` and ``off``.
 
 Where the switch is read: :class:`reverie.models.dynamics.CategoricalRSSM` (observe scan, scan linears, features,
 imagination, straight-through, sampling), :class:`reverie.models.world_model.WorldModel` (two-hot reward loss) and

@@ -3,7 +3,8 @@
 DreamerV3's actor for discrete actions (REINFORCE, section 4) is evaluated twice on the imagined states: once per
 step of the rollout to sample the actions (no gradient), and once more on all ``H`` steps together for the loss
 ``-log pi(a_t | s_t) * adv_t`` (with gradient). The two passes give the same values (same weights, same inputs),
-so the second one is redundant work: about 5% of an update at size s on the 2-core CPU (docs/speed.md).
+so the second one is redundant work: the tape gained 1.041x / 1.020x paired at sizes xs / s (docs/changelog.md,
+round 3). It replaces :class:`reverie.agents.dreamer.ActorPasses` (the readable second pass) with kernels on.
 
 :class:`MLPTape` keeps what the rollout's passes computed (pre-norm activations, LayerNorm statistics,
 normalised and activated activations, written into ``(steps, N, units)`` buffers as they are computed, and the
@@ -12,7 +13,7 @@ outputs ``(steps, N, out)`` as a function of the MLP's parameters whose backward
 at once, with autograd's own kernels: ``silu_backward``, ``native_layer_norm_backward``, one ``G^T @ X`` per weight, and the one-hot rows'
 weight gradient of :mod:`reverie.models.kernels.onehot_linear` for a :class:`SplitFeat` input. Reusing the 15 per-step
 graphs instead (one backward per step) was measured slower: the small per-step weight gradients cost what the
-second forward pass saves. ``tests/models/test_mlp_tape.py`` checks values and every parameter gradient against
+second forward pass saves. ``tests/models/kernels/test_mlp_tape.py`` checks values and every parameter gradient against
 autograd through a fresh forward pass, in float64 and bf16.
 
 Supports :class:`reverie.models.networks.MLP` with LayerNorm hidden layers (``NormLinear``: linear, LayerNorm,

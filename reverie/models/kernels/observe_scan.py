@@ -11,7 +11,7 @@ would call (``native_layer_norm_backward``, ``silu_backward``, ``sigmoid_backwar
 straight-through gradient of the unimix probabilities), with no engine in between, and forms each weight's
 gradient once from all steps (``G^T @ X``, as :mod:`reverie.models.kernels.scan_linear` does for the per-op path).
 
-One step (DreamerV3 2023 reference ``rssm.py``, ``obs_step`` with ``img_step`` inside; row ``t`` of each input):
+One step (DreamerV3 2023 reference ``nets.py`` ``RSSM.obs_step`` with ``img_step`` inside; row ``t`` of each input):
 
     resets:   h, s = h * keep + h0 * first, s * keep + s0 * first        (only on steps with some is_first)
     input:    x = silu(LN_in(s @ W_z^T + a_t))                            a_t = in_a(prev_action_t), precomputed

@@ -5,7 +5,7 @@ Value: the one-hot of the drawn class. Gradient: that of the unimix probabilitie
 + unimix / K`` (Bengio et al. 2013; DreamerV3 section 3), written out as ``(1 - unimix) * p * (g - sum(g * p))``.
 One node instead of four (mix, subtract, add, softmax) per latent sample of the observe scan: part of the 4.7% at
 size xs of round 2 (docs/changelog.md). :func:`straight_through_grad` is also the fused observe scan's backward of
-the sample. ``tests/models/test_distributions.py`` checks the gradient against the plain graph.
+the sample. ``tests/models/kernels/test_sampling.py`` checks the gradient against the plain graph.
 """
 
 from __future__ import annotations

@@ -155,3 +155,33 @@ def test_initial_state_gradient_in_float64():
     per_op = run(make(kernels="off"), embed, action, first)[1]["initial_deter"]
     fused = run(rssm, embed, action, first)[1]["initial_deter"]
     torch.testing.assert_close(fused, per_op, rtol=1e-12, atol=1e-14)
+
+
+def test_an_edited_cell_is_refused_with_kernels_and_runs_as_written_without(monkeypatch):
+    """The fused scan reproduces GRUCell's forward as shipped. Edit it (here the update gate's bias, -1 -> 0) and an
+    RSSM built with kernels is refused at construction, naming the fix; with kernels off the edit is what runs."""
+    from reverie.models.dynamics import GRUCell
+
+    def edited(self, x, h):
+        reset, cand, update = self.norm(self.linear(torch.cat([x, h], -1))).chunk(3, -1)
+        return torch.lerp(h, torch.tanh(torch.sigmoid(reset) * cand), torch.sigmoid(update))  # was update - 1
+
+    embed, action, first = inputs(torch.float32)
+    shipped, _ = make(torch.float32, kernels="off").observe(embed, action, first, sample=False)
+    monkeypatch.setattr(GRUCell, "forward", edited)
+    with pytest.raises(ValueError, match=r"does not reproduce this RSSM: two steps give a different deter.*kernels=off"):
+        make(torch.float32)
+    post, _ = make(torch.float32, kernels="off").observe(embed, action, first, sample=False)
+    assert not torch.allclose(post["deter"], shipped["deter"])  # the edited cell ran
+
+
+def test_modules_the_scan_does_not_read_are_refused():
+    from torch import nn
+
+    from reverie.models.kernels.rssm import check_fused_scan
+
+    rssm = make(torch.float32, kernels="off")
+    check_fused_scan(rssm)  # the shipped modules pass
+    rssm.in_norm = nn.Sequential(nn.LayerNorm(12, eps=1e-3), nn.ReLU())
+    with pytest.raises(ValueError, match="in_norm/post_norm are not LayerNorm -> SiLU"):
+        check_fused_scan(rssm)
