@@ -2,6 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/planning.py                       # reference: 1000 x 12 x 10, size 200/30/200
     .venv/bin/python bench/planning.py --candidates 250 --horizon 15 --iterations 5 --deter 100 --stoch 16 --units 100
+    .venv/bin/python bench/planning.py --candidates 150 --horizon 10 --iterations 4 --top-k 15 --deter 100 --stoch 16 \
+        --units 100 --head-units 100 --head-layers 2 --no-cont                   # agent_exp/planet_classic.yaml
 
 Times ``PlaNet.act`` (posterior filter + CEM, what one env step costs at collection time) for a batch of
 ``--envs`` envs on vector observations; the CEM dominates (``iterations x horizon`` open-loop steps over
@@ -33,6 +35,8 @@ def main() -> None:
     parser.add_argument("--deter", type=int, default=200)
     parser.add_argument("--stoch", type=int, default=30)
     parser.add_argument("--units", type=int, default=200)
+    parser.add_argument("--head-units", type=int, default=300, help="reward/continue heads (reference 3 x 300)")
+    parser.add_argument("--head-layers", type=int, default=3)
     parser.add_argument("--action-dim", type=int, default=1)
     parser.add_argument("--discrete", action="store_true", help="categorical CEM over Discrete(action-dim)")
     parser.add_argument("--envs", type=int, default=1)
@@ -48,6 +52,7 @@ def main() -> None:
     spec = ActionSpec(args.discrete, args.action_dim)
     dynamics = partial(GaussianRSSM, deter=args.deter, stoch=args.stoch, units=args.units)
     agent = PlaNet({"vector": (5,)}, spec, dynamics=dynamics, units=args.units,
+                   head_units=args.head_units, head_layers=args.head_layers,
                    candidates=args.candidates, horizon=args.horizon, iterations=args.iterations,
                    top_k=min(args.top_k, args.candidates), plan_cont=not args.no_cont, device=args.device,
                    precision=args.precision)
@@ -63,7 +68,7 @@ def main() -> None:
     ms = [t * 1000 for t in times]
     steps = args.iterations * args.horizon
     print(f"CEM {args.candidates} candidates x horizon {args.horizon} x {args.iterations} iterations, model "
-          f"{args.deter}/{args.stoch}/{args.units}, {args.envs} env(s), {args.threads} thread(s), {args.device}, {args.precision}:")
+          f"{args.deter}/{args.stoch}/{args.units}, heads {args.head_layers} x {args.head_units}, {args.envs} env(s), {args.threads} thread(s), {args.device}, {args.precision}:")
     print(f"  {statistics.median(ms):.1f} ms per planned action (median of {args.repeats}; min {min(ms):.1f}, "
           f"max {max(ms):.1f}); {statistics.median(ms) / steps:.2f} ms per open-loop step of "
           f"{args.envs * args.candidates} states")

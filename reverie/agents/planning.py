@@ -11,7 +11,9 @@ reward head at ``s_{t+1}`` predicts the reward received on arriving there)::
     s_{t+1} = step(s_t, a_t);   return = sum_t gamma^t c_{<=t} r(s_{t+1}) + gamma^H c_{<=H} value(s_H)
 
 where ``c_{<=t}`` is the product of predicted continue probabilities up to ``s_{t+1}`` (1 without a
-continue head) and the value term is left out without a critic.
+continue head) and the value term is left out without a critic. ``gamma`` is the planner's ``gamma`` when given,
+else the model's ``discount``: the critic's discount for :meth:`WorldModelPlanning.from_dreamer` (a value
+trained at gamma 0.997 bootstraps a return discounted at 0.997), 1 otherwise (PlaNet's plain sum).
 
 Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horizon 12, 1000 candidates, top 100,
 10 iterations; candidates clipped into the bounds) and :class:`CategoricalCEM` for ``Discrete`` actions
@@ -37,6 +39,8 @@ class PlanningModel(Protocol):
     - ``reward(state) -> (M,)``: predicted reward received on arriving at ``state``.
     - ``cont(state) -> (M,) or None``: probability that the episode continues after ``state``.
     - ``value(state) -> (M,) or None``: value bootstrap at the last planned state.
+    - ``discount`` (optional attribute, 1.0 when absent): the discount the planners use when not given one, the
+      one the value was trained with.
     """
 
     def step(self, state: State, action: torch.Tensor) -> State: ...
@@ -57,18 +61,23 @@ class WorldModelPlanning:
         value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean).
         sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
         use_cont: weight rewards by the predicted continue probabilities.
+        discount: the discount planners use with these model unless given their own (1.0: a plain sum).
     """
 
     def __init__(self, wm: Any, value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, sample: bool = True,
-                 use_cont: bool = True):
+                 use_cont: bool = True, discount: float = 1.0):
         self.wm, self.value_fn, self.sample, self.use_cont = wm, value_fn, sample, use_cont
+        self.discount = float(discount)
 
     @classmethod
     def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelPlanning":
-        """PlanningModel of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap."""
+        """PlanningModel of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap and the
+        critic's discount ``agent.gamma`` (``1 - 1/333``) as :attr:`discount`, so planned rewards and the bootstrap
+        are discounted as the critic's lambda-returns are."""
         from reverie.models.distributions import TwoHotSymlog
 
-        return cls(agent.wm, value_fn=lambda feat: TwoHotSymlog(agent.critic(feat)).mean, sample=sample)
+        return cls(agent.wm, value_fn=lambda feat: TwoHotSymlog(agent.critic(feat)).mean, sample=sample,
+                   discount=agent.gamma)
 
     def step(self, state: State, action: torch.Tensor) -> State:
         return self.wm.dynamics.img_step(state, action, sample=self.sample)
@@ -83,11 +92,18 @@ class WorldModelPlanning:
         return None if self.value_fn is None else self.value_fn(self.wm.dynamics.features(state))
 
 
-def score(model: PlanningModel, start: State, actions: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+def discount_of(model: PlanningModel, gamma: float | None = None) -> float:
+    """``gamma`` when given, else the model's ``discount`` attribute (1.0 when it has none)."""
+    return float(getattr(model, "discount", 1.0)) if gamma is None else float(gamma)
+
+
+def score(model: PlanningModel, start: State, actions: torch.Tensor, gamma: float | None = None) -> torch.Tensor:
     """Predicted return of action sequences ``actions (H, M, A)`` from ``start`` ``(M, ...)`` -> ``(M,)``.
 
-    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the model has a value.
+    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the model has a value;
+    ``gamma`` None: :func:`discount_of` the model.
     """
+    gamma = discount_of(model, gamma)
     state, total, weight = start, 0.0, 1.0
     for t in range(actions.shape[0]):
         state = model.step(state, actions[t])
@@ -96,6 +112,9 @@ def score(model: PlanningModel, start: State, actions: torch.Tensor, gamma: floa
         weight = weight * gamma * (1.0 if cont is None else cont.float())  # no reward after a predicted end
     value = model.value(state)
     return total + weight * value.float() if value is not None else total
+
+
+_REFIT_VAR_EPS = 1e-6  # added to the elites' variance before the square root (reference planning.py:53)
 
 
 def _repeat(state: State, k: int) -> State:
@@ -115,11 +134,15 @@ class GaussianCEM:
 
     Per env: a diagonal normal over ``(H, A)`` starts at the box centre with std half the box width; each
     iteration samples ``candidates`` sequences, clips them into the box, scores them (:func:`score`) and refits
-    mean and std (population std, so a single elite gives std 0, not NaN) to the ``top_k`` best.
+    mean and std to the ``top_k`` best: ``std = sqrt(var + 1e-6)`` with the population variance (google-research/planet
+    ``control/planning.py:52-53``: ``tf.nn.moments``; a single elite gives std 1e-3, never NaN). The start is the box
+    centre with std half its width: mean 0, std 1 in ``[-1, 1]``, as ``planning.py:56-57``.
 
     Args:
         low, high: ``(A,)`` action bounds (the agent acts in ``[-1, 1]``). horizon: ``H`` (12). candidates:
-        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards (1: PlaNet's plain sum).
+        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards; None (default): the model'
+        ``discount`` (:func:`discount_of`: 1, PlaNet's plain sum, or the critic's with
+        :meth:`WorldModelPlanning.from_dreamer`).
 
     Raises:
         ValueError: bad sizes, or bounds with ``low > high`` or of different shapes.
@@ -128,7 +151,7 @@ class GaussianCEM:
     discrete = False
 
     def __init__(self, low: Any, high: Any, horizon: int = 12, candidates: int = 1000, top_k: int = 100,
-                 iterations: int = 10, gamma: float = 1.0):
+                 iterations: int = 10, gamma: float | None = None):
         _check(horizon, candidates, top_k, iterations)
         self.low = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
         self.high = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
@@ -153,7 +176,7 @@ class GaussianCEM:
             # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
             elite = returns.view(n, C).topk(K, dim=1).indices  # (N, K)
             elites = cand.gather(1, elite[:, :, None, None].expand(n, K, H, A))  # (N, K, H, A)
-            mean, std = elites.mean(1), elites.std(1, unbiased=False)
+            mean, std = elites.mean(1), (elites.var(1, unbiased=False) + _REFIT_VAR_EPS).sqrt()
         return torch.maximum(torch.minimum(mean[:, 0], high), low)
 
     def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
@@ -183,7 +206,7 @@ class CategoricalCEM:
     discrete = True
 
     def __init__(self, num_actions: int, horizon: int = 12, candidates: int = 1000, top_k: int = 100,
-                 iterations: int = 10, gamma: float = 1.0):
+                 iterations: int = 10, gamma: float | None = None):
         _check(horizon, candidates, top_k, iterations)
         if num_actions < 1:
             raise ValueError(f"CategoricalCEM: num_actions must be >= 1, got {num_actions}")

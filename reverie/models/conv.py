@@ -31,15 +31,21 @@ ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU,
 NORMS = ("layer", "none")
 
 
+def float32_or_wider(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as float32, or as it is when already float64: 16-bit autocast outputs and integer pixels become
+    float32 for the distributions, float64 models stay float64 (exactness tests)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def scale_image(x: torch.Tensor) -> torch.Tensor:
     """uint8 pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 ``x / 255 - 0.5`` in ``[-0.5, 0.5]``.
 
     The one place images are scaled (reference: ``image / 255`` in the agent's preprocessing, ``- 0.5`` in the
     encoder, ``+ 0.5`` on the decoder's output; here both offsets live in this function). Float inputs holding
     pixel values in ``[0, 255]`` give the same result as the uint8 tensor. Exact at the ends: 0 -> -0.5,
-    255 -> 0.5.
+    255 -> 0.5. float64 inputs stay float64 (exactness tests); every other dtype gives float32.
     """
-    return x.to(torch.float32) / 255.0 - 0.5
+    return float32_or_wider(x) / 255.0 - 0.5
 
 
 def unscale_image(x: torch.Tensor) -> torch.Tensor:
@@ -271,7 +277,7 @@ class ImageMSE(td.Distribution):
     arg_constraints: dict = {}
 
     def __init__(self, pred: torch.Tensor):
-        self.pred = pred.to(torch.promote_types(pred.dtype, torch.float32))
+        self.pred = float32_or_wider(pred)
         super().__init__(batch_shape=pred.shape[:-3], event_shape=pred.shape[-3:], validate_args=False)
 
     @property

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import distributions as td
 
-from reverie.models.conv import ImageMSE, scale_image
+from reverie.models.conv import ImageMSE, float32_or_wider, scale_image
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -159,7 +159,10 @@ class TwoHotSymlog(td.Distribution):
             from reverie.models.kernels.two_hot import SparseTargetLogProb
 
             return SparseTargetLogProb.apply(self.logits, index, weight, self._given_probs)
-        return (self.log_probs.gather(-1, index) * weight).sum(-1)
+        picked = self.log_probs.gather(-1, index)  # (..., 2 * len(values))
+        # a zero weight contributes 0 even where its bin's log-probability is -inf (a -inf logit next to a target
+        # that sits exactly on a bin): 0 * -inf would be NaN
+        return torch.where(weight != 0, picked * weight, picked.new_zeros(())).sum(-1)
 
     def entropy(self) -> torch.Tensor:
         logp = self.log_probs
@@ -278,11 +281,6 @@ def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _wide(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in :func:`_at_least_float32` of its dtype."""
-    return x.to(_at_least_float32(x.dtype))
-
-
 class UnimixCategorical(td.OneHotCategorical):
     """One-hot categorical mixed with ``unimix`` of the uniform distribution, straight-through ``rsample``.
 
@@ -299,7 +297,7 @@ class UnimixCategorical(td.OneHotCategorical):
     has_rsample = True
 
     def __init__(self, logits: torch.Tensor, unimix: float = 0.01):
-        super().__init__(logits=unimix_logits(_wide(logits), unimix), validate_args=False)
+        super().__init__(logits=unimix_logits(float32_or_wider(logits), unimix), validate_args=False)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -328,8 +326,8 @@ class BoundedNormal(td.Independent):
     """
 
     def __init__(self, mean_raw: torch.Tensor, std_raw: torch.Tensor, min_std: float = 0.1, max_std: float = 1.0):
-        mean = torch.tanh(_wide(mean_raw))
-        std = (max_std - min_std) * torch.sigmoid(_wide(std_raw) + 2.0) + min_std
+        mean = torch.tanh(float32_or_wider(mean_raw))
+        std = (max_std - min_std) * torch.sigmoid(float32_or_wider(std_raw) + 2.0) + min_std
         super().__init__(td.Normal(mean, std), 1, validate_args=False)
 
     @property
@@ -346,7 +344,7 @@ class SymlogMSE(td.Distribution):
     arg_constraints: dict = {}
 
     def __init__(self, pred: torch.Tensor):
-        self.pred = _wide(pred)
+        self.pred = float32_or_wider(pred)
         super().__init__(batch_shape=pred.shape[:-1], event_shape=pred.shape[-1:], validate_args=False)
 
     @property
@@ -365,7 +363,7 @@ class Bernoulli(td.Bernoulli):
     """Bernoulli continue head (DreamerV3 section 3). ``logits`` ``(...)``; ``mode`` is ``probs > 0.5``."""
 
     def __init__(self, logits: torch.Tensor):
-        super().__init__(logits=_wide(logits), validate_args=False)
+        super().__init__(logits=float32_or_wider(logits), validate_args=False)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -395,7 +393,7 @@ class FixedNormal(td.Distribution):
     def __init__(self, mean: torch.Tensor, std: float = 1.0, event_dims: int = 1):
         if std <= 0:
             raise ValueError(f"FixedNormal: std must be > 0 (decoder_std), got {std}")
-        self.loc = _wide(mean)
+        self.loc = float32_or_wider(mean)
         self.scale = float(std)
         self.event_dims = int(event_dims)
         shape = self.loc.shape
@@ -448,20 +446,20 @@ class GaussianImage(ImageMSE):
 def reduce_bits(image: torch.Tensor, bits: int = 5, noise: bool = True) -> torch.Tensor:
     """Bit-depth reduction with dequantisation noise (PlaNet ``preprocess``: 5 bits, uniform noise).
 
-    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 pixel values in
-    ``[0, 256)``: ``floor(x / 2^(8 - bits)) * 2^(8 - bits)`` plus ``U[0, 2^(8 - bits))`` noise (``noise=True``,
-    training) or plus half a bin (``noise=False``: the noise's mean; acting and evaluation). ``bits == 8``
-    without noise returns the pixels as float unchanged. Feed the result to the image encoder and the image
-    likelihood, which scale pixel values themselves.
+    ``image``: uint8 (or integer-valued) pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 (float64 for float64
+    input) pixel values ``v = (floor(x / 2^(8 - bits)) + u) * 2^(8 - bits) * 255 / 256`` in ``[0, 255)``, ``u ~
+    U[0, 1)`` (``noise=True``, training) or ``u = 1/2`` (``noise=False``: the noise's mean; acting and evaluation).
+    The image encoder and likelihood scale pixel values by ``v / 255 - 0.5``
+    (:func:`reverie.models.conv.scale_image`), which makes that ``(floor(x / 2^(8 - bits)) + u) / 2^bits - 0.5``, the
+    reference's ``tools/preprocess.py`` (bins of ``1 / 2^bits`` in ``[-0.5, 0.5)``). Feed the result to the image
+    encoder and the image likelihood.
 
     Raises:
         ValueError: ``bits`` outside ``1..8``.
     """
     if not 1 <= bits <= 8:
         raise ValueError(f"reduce_bits: bits must be in 1..8 (image_bits), got {bits}")
-    x = image.to(torch.float32)
-    if bits == 8 and not noise:
-        return x
+    x = float32_or_wider(image)
     step = float(2 ** (8 - bits))
-    x = torch.floor(x / step) * step
-    return x + (torch.rand_like(x) * step if noise else step / 2.0)
+    x = torch.floor(x / step) + (torch.rand_like(x) if noise else 0.5)
+    return x * (step * 255.0 / 256.0)

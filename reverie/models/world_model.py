@@ -7,7 +7,9 @@ dec/rew/cont 1.0, dyn 0.5, rep 0.1).
 
 Two families of output distributions (``likelihood``): ``"symlog"`` (DreamerV3: symlog squared error for vectors,
 squared error for images, a two-hot symlog categorical for the reward) and ``"gaussian"`` (PlaNet: fixed-std
-Gaussians, ``decoder_std``, with images bit-reduced to ``image_bits`` with dequantisation noise).
+Gaussians, ``decoder_std``, with images bit-reduced to ``image_bits`` with dequantisation noise). Two families of
+networks (``nets``): ``"dreamer"`` (the DreamerV3 conv stacks and LayerNorm + SiLU MLPs) and ``"planet"`` (PlaNet's own
+``conv_ha`` stacks and ReLU feed-forward heads, :mod:`reverie.models.planet_nets`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from reverie.models.distributions import (Bernoulli, FixedNormal, GaussianImage,
 from reverie.models.dynamics import CategoricalRSSM, Dynamics, State
 from reverie.models.kernels import resolve
 from reverie.models.networks import MLP
+from reverie.models.planet_nets import ConvHaDecoder, ConvHaEncoder, FeedForward
 
 LIKELIHOODS = ("symlog", "gaussian")
+NETS = ("dreamer", "planet")
 
 
 class WorldModel(nn.Module):
@@ -54,21 +58,34 @@ class WorldModel(nn.Module):
         cnn: further :class:`ConvEncoder`/:class:`ConvDecoder` keyword arguments (``channels``, ``kernel``,
             ``stride``, ``padding``, ``min_res``, ``norm``, ``act``); defaults are the reference's.
         kernels: ``"auto"`` or ``"off"``: the two-hot reward loss's kernel (:mod:`reverie.models.kernels.two_hot`).
+        nets: ``"dreamer"`` (:class:`ConvEncoder`/:class:`ConvDecoder` and :class:`MLP` heads of ``units x layers``)
+            or ``"planet"`` (with ``likelihood="gaussian"``: PlaNet's ``conv_ha`` :class:`ConvHaEncoder`/
+            :class:`ConvHaDecoder` with channel multiplier ``cnn_depth``, 64x64 images only, and :class:`FeedForward`
+            reward/continue heads and vector encoder/decoder of ``head_layers x head_units`` with ``act``; ``cnn``,
+            ``units`` and ``layers`` are then unused).
+        head_units, head_layers, act: PlaNet's feed-forward networks (reference ``num_units`` 300, ``num_layers`` 3,
+            ``activation`` relu; google-research/planet ``scripts/configs.py:109-116``); ``nets="planet"`` only.
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``; image keys of different
             sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`); an
-            unknown ``likelihood`` or ``kernels``; ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``.
+            unknown ``likelihood``, ``nets`` or ``kernels``; ``nets="planet"`` with ``likelihood="symlog"``;
+            ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
                  dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
                  likelihood: str = "symlog", reward_bins: int = 255, decoder_std: float = 1.0, image_bits: int = 8,
-                 cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto"):
+                 cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto", nets: str = "dreamer",
+                 head_units: int = 300, head_layers: int = 3, act: str = "relu"):
         super().__init__()
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
                              f"got {likelihood!r}, {decoder_std}, {image_bits}")
+        if nets not in NETS or (nets == "planet" and likelihood != "gaussian"):
+            raise ValueError(f"WorldModel: nets must be 'dreamer' or, with likelihood='gaussian', 'planet'; got "
+                             f"nets={nets!r} with likelihood={likelihood!r}")
+        self.nets = nets
         self.likelihood, self.decoder_std, self.image_bits = likelihood, float(decoder_std), int(image_bits)
         self.fast = resolve(kernels)
         bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
@@ -87,10 +104,18 @@ class WorldModel(nn.Module):
                 raise ValueError(f"WorldModel: image keys {self.image_keys} have different sizes {sorted(sides)}; "
                                  f"they are concatenated along channels, so resize them to one size in the env layer.")
             image_shape = (sum(self.obs_shapes[k][0] for k in self.image_keys), *sides.pop())  # (C_total, H, W)
-            self.image_encoder = ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {}))
+            self.image_encoder = (ConvHaEncoder(image_shape, depth=cnn_depth) if nets == "planet"
+                                  else ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {})))
             embed += self.image_encoder.out_dim
+
+        def mlp(in_dim: int, out_dim: int | None, depth: int, out_scale: float = 1.0) -> nn.Module:
+            if nets == "planet":  # reference networks.feed_forward (scripts/configs.py:112-116)
+                return FeedForward(in_dim, out_dim, units=head_units,
+                                   layers=head_layers if out_dim is not None else max(head_layers, 1), act=act)
+            return MLP(in_dim, out_dim, units=units, layers=depth, out_scale=out_scale)
+
         if self.vector_keys:
-            self.encoder = MLP(self._vector_dim, None, units=units, layers=max(layers, 1))
+            self.encoder = mlp(self._vector_dim, None, max(layers, 1))
             embed += self.encoder.out_dim
         if embed == 0:
             raise ValueError("WorldModel: no observation keys to encode")
@@ -100,12 +125,12 @@ class WorldModel(nn.Module):
             self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
         feat = self.dynamics.feat_dim
         if self.image_keys:
-            self.image_decoder = ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {}))
+            self.image_decoder = (ConvHaDecoder(feat, image_shape, depth=cnn_depth) if nets == "planet"
+                                  else ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {})))
         if self.vector_keys:
-            self.decoder = MLP(feat, self._vector_dim, units=units, layers=layers)
-        self.reward_head = MLP(feat, reward_bins if likelihood == "symlog" else 1, units=units, layers=layers,
-                               out_scale=0.0)
-        self.cont_head = MLP(feat, 1, units=units, layers=layers)
+            self.decoder = mlp(feat, self._vector_dim, layers)
+        self.reward_head = mlp(feat, reward_bins if likelihood == "symlog" else 1, layers, out_scale=0.0)
+        self.cont_head = mlp(feat, 1, layers)
 
     @property
     def _vector_dim(self) -> int:

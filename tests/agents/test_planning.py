@@ -5,6 +5,7 @@ import torch
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.planet import PlaNet
+from reverie.agents import planning
 from reverie.agents.planning import CategoricalCEM, GaussianCEM, WorldModelPlanning, make_planner, score
 from reverie.envs import VectorStepper, make_vector_env
 from reverie.types import ActionSpec
@@ -16,8 +17,10 @@ LOW, HIGH = [-0.5, 1.0], [0.5, 2.0]
 class SumOfAction:
     """Toy dynamics: the state is the last action; reward = sum of the action (or its entry ``index``)."""
 
-    def __init__(self, index=None, cont=None, value=None):
+    def __init__(self, index=None, cont=None, value=None, discount=None):
         self.index, self._cont, self._value = index, cont, value
+        if discount is not None:
+            self.discount = discount
         self.seen = []  # every action the planner scored
 
     def step(self, state, action):
@@ -130,3 +133,46 @@ def test_cem_works_with_dreamer_world_model_and_critic():
     assert critic_mean.shape == (3,)
     action = GaussianCEM([-1.0, -1.0], [1.0, 1.0], horizon=3, candidates=20, top_k=4, iterations=2).plan(model, state)
     assert action.shape == (3, 2) and bool((action.abs() <= 1.0).all())
+
+
+def test_planners_discount_by_the_dynamics_discount_unless_given_one(monkeypatch):
+    """The planners' gamma defaults to the dynamics' ``discount``: with DreamerV3's critic as the bootstrap that is the
+    critic's gamma (0.997), not 1; an explicit gamma (PlaNet's plan_gamma) wins; dynamics without one sum (1.0)."""
+    actions = torch.tensor([[[1.0, 2.0]], [[3.0, 4.0]]])  # (H=2, M=1, A=2): rewards 3 and 7
+    toy = SumOfAction(value=10.0, discount=0.5)
+    torch.testing.assert_close(score(toy, start(1), actions), torch.tensor([3.0 + 0.5 * 7.0 + 0.25 * 10.0]))
+    torch.testing.assert_close(score(toy, start(1), actions, gamma=1.0), torch.tensor([20.0]))
+    seen = []
+    real_score = planning.score
+    monkeypatch.setattr(planning, "score", lambda dyn, s0, acts, gamma: seen.append(
+        planning.discount_of(dyn, gamma)) or real_score(dyn, s0, acts, gamma))
+    GaussianCEM(LOW, HIGH, horizon=2, candidates=4, top_k=2, iterations=1).plan(toy, start(1))
+    CategoricalCEM(2, horizon=2, candidates=4, top_k=2, iterations=1).plan(SumOfAction(discount=0.9), start(1))
+    GaussianCEM(LOW, HIGH, horizon=2, candidates=4, top_k=2, iterations=1, gamma=1.0).plan(toy, start(1))
+    GaussianCEM(LOW, HIGH, horizon=2, candidates=4, top_k=2, iterations=1).plan(SumOfAction(), start(1))
+    assert seen == [0.5, 0.9, 1.0, 1.0]
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **dreamer(deter=16, units=16))
+    assert agent.gamma == pytest.approx(1 - 1 / 333) and WorldModelPlanning.from_dreamer(agent).discount == agent.gamma
+    assert WorldModelPlanning(agent.wm).discount == 1.0
+    plan_agent = PlaNet({"vector": (3,)}, ActionSpec(False, 2), **planet(deter=8, units=8))
+    assert plan_agent.planner.gamma == 1.0  # plan_gamma: the reference's plain sum of rewards
+
+
+def test_gaussian_cem_refits_std_as_sqrt_of_the_elite_variance_plus_1e_6():
+    """google-research/planet control/planning.py:38-57: start at mean 0, std 1 in [-1, 1]; candidates mean + std * N(0, 1)
+    clipped into the box; refit mean and sqrt(population variance + 1e-6) of the top-k."""
+    torch.manual_seed(4)
+    n, C, H, A = 2, 6, 3, 2
+    toy = SumOfAction()
+    GaussianCEM([-1.0, -1.0], [1.0, 1.0], horizon=H, candidates=C, top_k=C, iterations=2).plan(toy, start(n))
+    torch.manual_seed(4)
+    eps1, eps2 = torch.randn(n, C, H, A), torch.randn(n, C, H, A)
+    first = eps1.clamp(-1, 1)  # mean 0, std 1
+    seen1 = torch.stack(toy.seen[:H]).reshape(H, n, C, A).permute(1, 2, 0, 3)  # (H, N*C, A) -> (N, C, H, A)
+    torch.testing.assert_close(seen1, first)
+    mean, std = first.mean(1), (first.var(1, unbiased=False) + 1e-6).sqrt()  # every candidate is an elite
+    second = (mean[:, None] + std[:, None] * eps2).clamp(-1, 1)
+    seen2 = torch.stack(toy.seen[H:]).reshape(H, n, C, A).permute(1, 2, 0, 3)
+    torch.testing.assert_close(seen2, second)
+    one = GaussianCEM(LOW, HIGH, horizon=2, candidates=5, top_k=1, iterations=2)
+    assert torch.isfinite(one.plan(SumOfAction(), start(1))).all()

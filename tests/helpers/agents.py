@@ -17,8 +17,8 @@ def dreamer(deter: int = 32, stoch: int = 4, classes: int = 4, units: int = 32, 
 
 
 def planet(deter: int = 16, stoch: int = 4, units: int = 16, min_std: float = 0.1, free_nats: float = 3.0,
-           overshooting: int = 0, **kwargs) -> dict:
+           overshooting: int = 0, act: str = "relu", head_units: int = 16, head_layers: int = 1, **kwargs) -> dict:
     """``PlaNet(obs_shapes, spec, **planet(...))``: exp=debug's PlaNet sizes."""
     dynamics = partial(GaussianRSSM, deter=deter, stoch=stoch, units=units, min_std=min_std, free_nats=free_nats,
-                       overshooting=overshooting)
-    return dict(dynamics=dynamics, units=units, **kwargs)
+                       overshooting=overshooting, act=act)
+    return dict(dynamics=dynamics, units=units, act=act, head_units=head_units, head_layers=head_layers, **kwargs)

@@ -200,3 +200,24 @@ def test_two_hot_given_probs_zero_weight_bin_with_zero_probability_gives_a_finit
     given = TwoHotSymlog(logits, probs=probs, fast=True).log_prob(target)
     torch.testing.assert_close(given, TwoHotSymlog(logits).log_prob(target))
     assert given.item() == 0.0
+
+
+@pytest.mark.parametrize("fast, given", [(False, False), (True, False), (True, True)])
+def test_two_hot_minus_inf_logit_next_to_a_target_on_a_bin_gives_no_nan(fast, given):
+    """A target exactly on a bin puts weight 0 on its neighbour; with that neighbour's logit -inf (a masked bin) its
+    log-probability is -inf and 0 * -inf would be NaN. The loss is the log-probability of the target's bin, and the
+    gradient is softmax - one_hot(target bin), 0 at the -inf bin."""
+    bins = symlog_bins(5, -2.0, 2.0)  # [-2, -1, 0, 1, 2]
+    inf = float("inf")
+    logits = torch.tensor([[0.0, 1.0, 1.0, -inf, 0.0],   # target symlog 0 = bin 2; bin 3 (weight 0) is -inf
+                           [-inf, -inf, 0.0, -inf, 3.0]],  # target symlog 2 = bin 4 (the top end); bin 3 is -inf
+                          requires_grad=True)
+    target = symexp(torch.tensor([0.0, 2.0]))
+    probs = torch.softmax(logits.detach(), -1) if given else None
+    lp = TwoHotSymlog(logits, bins, probs=probs, fast=fast).log_prob(target)
+    logp = torch.log_softmax(logits.detach(), -1)
+    torch.testing.assert_close(lp, torch.stack([logp[0, 2], logp[1, 4]]))
+    assert torch.isfinite(lp).all()
+    lp.sum().backward()
+    expected = torch.softmax(logits.detach(), -1) - torch.tensor([[0.0, 0, 1, 0, 0], [0.0, 0, 0, 0, 1]])
+    torch.testing.assert_close(logits.grad, -expected)

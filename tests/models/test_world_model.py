@@ -134,6 +134,14 @@ def test_bad_observation_shapes_fail_with_a_clear_error():
         small_image_model({"image": (3, 48, 48)})
 
 
+@pytest.mark.parametrize("kwargs", [dict(nets="planet"), dict(nets="sheeprl", likelihood="gaussian"),
+                                    dict(likelihood="beta"), dict(likelihood="gaussian", image_bits=9)])
+def test_bad_nets_and_likelihood_fail_with_a_clear_error(kwargs):
+    """PlaNet's networks come with its Gaussian likelihoods only (the two-hot reward head is DreamerV3's)."""
+    with pytest.raises(ValueError, match="WorldModel: (nets must be|need likelihood)"):
+        WorldModel({"vector": (3,)}, 2, units=8, layers=1, **kwargs)
+
+
 def test_kl_losses_values_and_entropies_equal_the_distributions():
     """kl_losses writes the KL out on the unimix log-probabilities: the same numbers as categorical_kl and
     torch.distributions on UnimixCategorical (entropies summed over the S groups)."""

@@ -4,7 +4,8 @@ module with the protocol's members), built from the config's ``agent.module.dyna
 
 from reverie.models.dynamics.base import Dynamics, State, free_bits, rollout
 from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell, kl_losses, scale_action
-from reverie.models.dynamics.gaussian import GaussianRSSM, gaussian_kl, overshooting_kl
+from reverie.models.dynamics.gaussian import (GaussianRSSM, free_nats_hinge, gaussian_kl, overshooting_kl,
+                                              overshooting_loss)
 
-__all__ = ["Dynamics", "State", "CategoricalRSSM", "GaussianRSSM", "GRUCell", "free_bits", "rollout", "kl_losses",
-           "gaussian_kl", "overshooting_kl", "scale_action"]
+__all__ = ["Dynamics", "State", "CategoricalRSSM", "GaussianRSSM", "GRUCell", "free_bits", "free_nats_hinge",
+           "rollout", "kl_losses", "gaussian_kl", "overshooting_kl", "overshooting_loss", "scale_action"]

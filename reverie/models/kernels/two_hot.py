@@ -37,7 +37,10 @@ class SparseTargetLogProb(torch.autograd.Function):
         dtype = torch.promote_types(logits.dtype, torch.float32)
         logp = F.log_softmax(logits, -1, dtype=dtype)  # (..., K)
         ctx.save_for_backward(logp if probs is None else probs, index, weight)  # the backward needs softmax
-        return (logp.gather(-1, index) * weight).sum(-1)
+        # a zero weight contributes 0 even where its bin's log-probability is -inf (a -inf logit next to a target
+        # that sits exactly on a bin): 0 * -inf would be NaN
+        picked = logp.gather(-1, index)  # (..., J)
+        return torch.where(weight != 0, picked * weight, picked.new_zeros(())).sum(-1)
 
     @staticmethod
     def backward(ctx, grad):
