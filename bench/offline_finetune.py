@@ -2,7 +2,9 @@
 
 For each env (CartPole-v1, Pendulum-v1; DreamerV3 xs, exp=classic):
 
-1. source policy: ``reverie train`` from scratch for ``--source-steps`` env steps (seed 100), or ``--source RUN``;
+1. source policy: ``reverie train`` from scratch for ``--source-steps`` env steps (seed 100), or ``--source RUN``,
+   or ``--source pkg.module.function``, a scripted controller (:func:`cartpole_balance` below, for a budget that
+   cannot afford training one);
 2. dataset: ``reverie record`` of ``--episodes`` episodes of the source policy with per-step probability
    ``--epsilon`` of a uniform random action, plus ``--random-episodes`` episodes of the random policy (seed 0);
    held-out data: the same mix, fewer episodes, another seed (7);
@@ -18,6 +20,7 @@ table and writes ``<out>/results.json`` and ``<out>/table.md``::
 
     taskset -c 1 env OMP_NUM_THREADS=1 .venv/bin/python bench/offline_finetune.py --out bench_runs/offline
     taskset -c 1 env OMP_NUM_THREADS=1 .venv/bin/python bench/offline_finetune.py --env pendulum --seeds 0 1 2
+    ... --env cartpole --source bench.offline_finetune.cartpole_balance --override size=debug   # no source run
     ... --override size=debug --source-steps 2000 --updates 100 --online-steps 1000   # a quick pipeline check
 """
 
@@ -29,9 +32,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from omegaconf import OmegaConf
 
 ENVS = {"cartpole": "env=cartpole", "pendulum": "env=pendulum"}
+
+
+def cartpole_balance(obs: dict) -> np.ndarray:
+    """A scripted CartPole-v1 controller for ``--source``: push towards the side the pole falls to (angle plus
+    angular velocity); ``obs["vector"] (N, 4)`` (x, x_dot, theta, theta_dot) -> ``(N,)`` action indices."""
+    vector = np.asarray(obs["vector"])
+    return (vector[:, 2] + vector[:, 3] > 0).astype(np.int64)
 
 
 def reverie(*args: str) -> None:
@@ -63,7 +74,8 @@ def heldout_error(run_dir: Path, heldout: Path, length: int, sequences: int) -> 
 
 def run_env(args: argparse.Namespace, env: str, out: Path) -> dict:
     base = common(args, env)
-    source = Path(args.source) if args.source else out / "source"
+    scripted = bool(args.source) and not Path(args.source).exists()  # an import path, not a run
+    source = args.source if scripted else Path(args.source) if args.source else out / "source"
     if not args.source and not (source / "summary.json").exists():
         reverie("train", *base, "seed=100", f"train.steps={args.source_steps}", f"run_dir={source}",
                 f"train.eval_every={args.source_steps}")
@@ -76,7 +88,8 @@ def run_env(args: argparse.Namespace, env: str, out: Path) -> dict:
                 str(max(2, args.episodes // 4)), "--epsilon", str(args.epsilon), ENVS[env], "seed=7")
         reverie("record", "--out", str(heldout), "--episodes", str(max(1, args.random_episodes // 4)), ENVS[env],
                 "seed=7")
-    result: dict = {"source": {"run": str(source), "evals": evals(source)},
+    # a scripted source has no evaluations (the table shows the mean return of each recording of the mix)
+    result: dict = {"source": {"run": str(source), "evals": [] if scripted else evals(source)},
                     "dataset": json.loads((data / "dataset.json").read_text())["recordings"], "seeds": {}}
     online = [f"train.steps={args.online_steps}", f"train.eval_every={args.eval_every}"]
     for seed in args.seeds:
@@ -101,9 +114,12 @@ def run_env(args: argparse.Namespace, env: str, out: Path) -> dict:
 
 def table(env: str, result: dict) -> str:
     seeds = result["seeds"]
-    mix = "; ".join(f"{r['episodes']} episodes ({r['steps']} steps) of {r['policy']}" for r in result["dataset"])
-    lines = [f"### {env}", "", f"dataset: {mix}", f"source policy eval return: {result['source']['evals'][-1][1]:.1f}",
-             "", "| | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |", "|---" * (len(seeds) + 2) + "|"]
+    mix = "; ".join(f"{r['episodes']} episodes ({r['steps']} steps, mean return {np.mean(r['returns']):.1f}) of "
+                    f"{r['policy']}" for r in result["dataset"])
+    source = result["source"]
+    lines = [f"### {env}", "", f"dataset: {mix}", f"source policy: {source['run']}" + (
+        f", eval return {source['evals'][-1][1]:.1f}" if source["evals"] else " (scripted, not evaluated)"), "",
+        "| | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |", "|---" * (len(seeds) + 2) + "|"]
 
     def row(name: str, values: list[float]) -> None:
         lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {sum(values) / len(values):.2f} |")
