@@ -6,7 +6,7 @@
 
 Run from the repository root. Steps:
 1. makes sure sheeprl is installed in a throwaway venv OUTSIDE the repository (``--venv``, default
-   /work/sheeprl-venv): ``python -m venv``, then ``pip install torch==<this torch>`` first (so the CPU build
+   ~/.cache/reverie/sheeprl-venv): ``python -m venv``, then ``pip install torch==<this torch>`` first (so the CPU build
    already here is reused and no CUDA build is pulled), then ``pip install sheeprl==0.8.4``; skipped when the venv
    already has both versions;
 2. per size, runs sheeprl's own DreamerV3 (``sheeprl.cli.run()``) on CartPole-v1 vector observations through
@@ -83,7 +83,7 @@ def ensure_sheeprl(venv: Path, torch_version: str, sheeprl_version: str) -> Path
     venv = venv.resolve()
     if Path(_ROOT) in (venv, *venv.parents):
         raise ValueError(f"--venv {venv} is inside the repository {_ROOT}; pass a path outside it "
-                         f"(default /work/sheeprl-venv)")
+                         f"(default ~/.cache/reverie/sheeprl-venv)")
     python = venv / "bin" / "python"
     have = venv_versions(python)
     if have and have[0].split("+")[0] == torch_version and have[1] == sheeprl_version:
@@ -152,7 +152,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (each side)")
     parser.add_argument("--max-seconds", type=float, default=300.0, help="time bound per side and size")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both sides")
-    parser.add_argument("--venv", type=Path, default=Path("/work/sheeprl-venv"), help="throwaway sheeprl venv")
+    parser.add_argument("--venv", type=Path, default=Path.home() / ".cache" / "reverie" / "sheeprl-venv",
+                        help="throwaway sheeprl venv")
     parser.add_argument("--compile", action="store_true", help="also time reverie with compile=True")
     parser.add_argument("--precision", default="float32", choices=["float32", "auto", "bfloat16"],
                         help="reverie's precision (float32 matches sheeprl's fabric.precision=32-true)")

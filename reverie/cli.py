@@ -112,6 +112,9 @@ def _explain(err: Exception, overrides: list[str]) -> str:
         where = f"'{parent}'" if parent else "the root config"
         if isinstance(node, DictConfig) and len(node) > 0:
             known = f"Supported keys there: {', '.join(sorted(node.keys()))}."
+            nested = _nested_match(node, missing)
+            if nested:
+                known = f"Did you mean '{parent + '.' if parent else ''}{nested}'? " + known
         elif isinstance(node, DictConfig):
             known = (f"{where} is a free-form mapping (e.g. keyword arguments): add the key with "
                      f"`+{key}=...`.")
@@ -119,6 +122,18 @@ def _explain(err: Exception, overrides: list[str]) -> str:
             known = "`reverie train --cfg` prints the whole config."
         return f"config error: unknown key '{key}': {where} has no key '{missing}'. {known}"
     return f"config error: {text}"
+
+
+def _nested_match(node: DictConfig, name: str) -> str | None:
+    """The path, relative to ``node``, of the closest key named like ``name`` one level below it (for keys that
+    moved into a sub-block, e.g. ``agent.module.free_nats`` -> ``agent.module.dynamics.free_nats``), or None."""
+    import difflib
+
+    paths = {f"{k}.{sub}": sub for k, v in node.items() if isinstance(v, DictConfig) for sub in v.keys()}
+    close = difflib.get_close_matches(name, [*node.keys(), *paths.values()], n=1, cutoff=0.8)
+    if not close or close[0] in node:
+        return None
+    return next(path for path, sub in paths.items() if sub == close[0])
 
 
 def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:

@@ -1,6 +1,7 @@
 """Where the official score files are, and which file a ``--reference`` name or path means.
 
-A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or ``../shared/reference_scores``) holds
+A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or a ``reference_scores/`` folder in or next to the
+current directory) holds
 score files in the danijar/dreamerv3 ``scores/`` format, directly or one sub-folder deep::
 
     reference_scores/dreamerv3/dmc_proprio-dreamerv3.json.gz        current names: <suite>-<method>.json.gz
@@ -33,14 +34,13 @@ REFERENCE_DIR_ENV = "REVERIE_REFERENCE_SCORES"
 def default_reference_dir() -> Path | None:
     """Where the official score files live when no ``--reference-dir`` is given.
 
-    Order: ``$REVERIE_REFERENCE_SCORES``, then ``shared/reference_scores`` next to the current directory or
-    next to the repository holding this package. Returns None when none exists.
+    Order: ``$REVERIE_REFERENCE_SCORES``, then ``reference_scores/`` in the current directory, then next to it
+    (``../reference_scores``). Returns None when none exists.
     """
     candidates = []
     if os.environ.get(REFERENCE_DIR_ENV):
         candidates.append(Path(os.environ[REFERENCE_DIR_ENV]))
-    candidates += [Path.cwd().parent / "shared" / "reference_scores", Path.cwd() / "shared" / "reference_scores",
-                   Path(__file__).resolve().parents[3] / "shared" / "reference_scores"]
+    candidates += [Path.cwd() / "reference_scores", Path.cwd().parent / "reference_scores"]
     return next((c for c in candidates if c.is_dir()), None)
 
 

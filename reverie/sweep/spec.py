@@ -7,7 +7,7 @@ A sweep file (see ``examples/sweeps/`` and ``docs/sweep.md``)::
     budget: 4000                        # env steps per trial (sets train.steps; optional)
     space:                              # parameter -> distribution; parameters are `reverie train` keys
       agent.module.model_lr: {grid: [1.0e-4, 3.0e-4]}
-      agent.module.free_nats: {choice: [0.5, 1.0]}
+      agent.module.dynamics.free_nats: {choice: [0.5, 1.0]}
       agent.module.actor_entropy: {loguniform: [1.0e-4, 1.0e-2]}
       agent.train_ratio: {randint: [64, 256]}       # integers in [lo, hi)
       agent.module.lam: {uniform: [0.9, 0.99]}

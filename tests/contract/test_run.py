@@ -61,6 +61,15 @@ def test_unknown_key_fails_naming_the_key_and_alternatives():
         load_config(["agent.module.lerning_rate=1"])
 
 
+def test_a_key_that_moved_into_a_sub_block_is_suggested_with_its_path():
+    with pytest.raises(ConfigError, match=r"unknown key 'agent.module.free_nats'.*Did you mean "
+                                          r"'agent.module.dynamics.free_nats'\?"):
+        load_config(["agent.module.free_nats=1"])
+    with pytest.raises(ConfigError) as err:  # a key of the block itself is not redirected
+        load_config(["agent.module.lerning_rate=1"])
+    assert "Did you mean" not in str(err.value)
+
+
 def test_unknown_group_option_lists_options():
     with pytest.raises(ConfigError, match=r"env/nope(.|\n)*cartpole"):
         load_config(["env=nope"])

@@ -1,4 +1,4 @@
-"""The real official files in ../shared/reference_scores (skipped where they are absent)."""
+"""The real official files in $REVERIE_REFERENCE_SCORES (skipped where it is not set)."""
 
 from __future__ import annotations
 

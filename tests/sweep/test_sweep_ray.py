@@ -42,7 +42,7 @@ def _trainings_in(sweep_dir: Path) -> list[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to check for orphaned trials")
 def test_killed_sweep_resumes_without_repeating_finished_trials(tmp_path):
     spec = {"name": "kill", "base": ["exp=debug"], "budget": 72, "seeds": 1, "retries": 0,
-            "space": {"agent.module.free_nats": {"grid": [0.5, 1.0]}}, "resources": {"cpus": 1}}
+            "space": {"agent.module.dynamics.free_nats": {"grid": [0.5, 1.0]}}, "resources": {"cpus": 1}}
     path = tmp_path / "kill.yaml"
     path.write_text(yaml.safe_dump(spec))
     sweep_dir = tmp_path / "sweep"
@@ -84,7 +84,7 @@ def test_killed_sweep_resumes_without_repeating_finished_trials(tmp_path):
     text = (sweep_dir / "summary.md").read_text()
     assert "2 trials: 2 finished" in text and "Best configuration" in text
     best = json.loads((sweep_dir / "best.json").read_text())
-    assert best["seeds"] == 1 and best["overrides"][-1] in ("agent.module.free_nats=0.5", "agent.module.free_nats=1.0")
+    assert best["seeds"] == 1 and best["overrides"][-1] in ("agent.module.dynamics.free_nats=0.5", "agent.module.dynamics.free_nats=1.0")
     for name in ("params.png", "summary.csv", "trials.csv", "compare/table.md", "compare/curves.png"):
         assert (sweep_dir / name).is_file(), name
     assert "1/2 done" in second.stdout or "2/2 done" in second.stdout  # progress lines

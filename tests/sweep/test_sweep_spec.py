@@ -14,7 +14,7 @@ from reverie.sweep import SweepSpecError, config_id, configurations, parse_spec
 from reverie.sweep.cli import cmd_sweep
 from reverie.sweep.trial import EvalWatcher, _set_aside_failed_attempt, train_command
 
-GRID = {"base": ["exp=debug"], "space": {"agent.module.free_nats": {"grid": [0.5, 1.0]}}, "seeds": 2}
+GRID = {"base": ["exp=debug"], "space": {"agent.module.dynamics.free_nats": {"grid": [0.5, 1.0]}}, "seeds": 2}
 
 
 def spec_of(**changes):
@@ -44,8 +44,8 @@ def test_unknown_distribution_is_named():
         parse_spec({**GRID, "space": {"agent.module.lam": {"normal": [0.9, 0.99]}}})
 
 
-@pytest.mark.parametrize("space", [None, {}, {"agent.module.free_nats": {"grid": []}},
-                                   {"agent.module.free_nats": []}])
+@pytest.mark.parametrize("space", [None, {}, {"agent.module.dynamics.free_nats": {"grid": []}},
+                                   {"agent.module.dynamics.free_nats": []}])
 def test_empty_search_space(space):
     data = {k: v for k, v in GRID.items() if k != "space"}
     if space is not None:
@@ -63,7 +63,7 @@ def test_empty_search_space(space):
     ({"search": {"samples": 3}}, "grid search runs every grid point once"),
     ({"seeds": 0}, "seeds must be a positive integer"),
     ({"seeds": [1, 1]}, "lists a seed twice"),
-    ({"base": ["exp=debug", "agent.module.free_nats=2"]}, "sets a parameter that 'space' sweeps"),
+    ({"base": ["exp=debug", "agent.module.dynamics.free_nats=2"]}, "sets a parameter that 'space' sweeps"),
     ({"base": ["seed=3"]}, "'seed' is set by the sweep"),
     ({"base": ["train.steps=9"], "budget": 5}, "both 'budget' and train.steps in base"),
     ({"resources": {"cpus": 0}}, "resources.cpus must be a positive number"),
@@ -82,10 +82,10 @@ def test_cli_reports_unknown_key_and_unknown_config_key_without_starting_ray(tmp
     assert cmd_sweep([str(bad), "--dir", str(tmp_path / "s")]) == 2
     assert "sweep error:" in capsys.readouterr().err
     typo = tmp_path / "typo.yaml"
-    typo.write_text(yaml.safe_dump({**GRID, "space": {"agent.module.free_natz": [0.5, 1.0]}}))
+    typo.write_text(yaml.safe_dump({**GRID, "space": {"agent.module.dynamics.free_natz": [0.5, 1.0]}}))
     assert cmd_sweep([str(typo), "--dir", str(tmp_path / "s"), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "unknown key 'agent.module.free_natz'" in err and "free_nats" in err  # reverie's own config hint
+    assert "unknown key 'agent.module.dynamics.free_natz'" in err and "free_nats" in err  # reverie's own config hint
     assert not (tmp_path / "s").exists()
 
 
