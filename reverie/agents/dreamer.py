@@ -35,13 +35,15 @@ class Actor(nn.Module):
 
     Discrete: :class:`UnimixCategorical` over ``A`` one-hot actions (unimix 1%). Continuous:
     :class:`BoundedNormal` with ``tanh`` mean and std in ``[0.1, 1.0]`` (reference ``actor.minstd/maxstd``).
+    ``net``: the network from features to ``A`` (discrete) or ``2A`` outputs; None builds the 2023 :class:`MLP`.
     """
 
     def __init__(self, feat_dim: int, spec: ActionSpec, units: int, layers: int, unimix: float = 0.01,
-                 min_std: float = 0.1, max_std: float = 1.0):
+                 min_std: float = 0.1, max_std: float = 1.0, net: nn.Module | None = None):
         super().__init__()
         self.spec, self.unimix, self.min_std, self.max_std = spec, unimix, min_std, max_std
-        self.net = MLP(feat_dim, spec.dim if spec.discrete else 2 * spec.dim, units=units, layers=layers)
+        self.net = net if net is not None else MLP(feat_dim, spec.dim if spec.discrete else 2 * spec.dim,
+                                                   units=units, layers=layers)
 
     def forward(self, feat: torch.Tensor) -> torch.distributions.Distribution:
         return self.dist(self.net(feat))

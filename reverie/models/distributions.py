@@ -40,11 +40,13 @@ def symlog_bins(num_bins: int = 255, low: float = -20.0, high: float = 20.0) -> 
 _BINS: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
-def _default_bins(num_bins: int, device: torch.device) -> torch.Tensor:
-    """:func:`symlog_bins` ``(K,)`` float32 on ``device``, built once per process (read-only: do not modify)."""
-    key = (num_bins, device)
+def _default_bins(num_bins: int, device: torch.device, space: str = "symlog") -> torch.Tensor:
+    """:func:`symlog_bins` ``(K,)`` float32 on ``device`` (``space="symexp"``: their :func:`symexp`, the bins of
+    :class:`TwoHotSymexp`), built once per process (read-only: do not modify)."""
+    key = (num_bins, device, space)
     if key not in _BINS:
-        _BINS[key] = symlog_bins(num_bins).to(device)
+        bins = symlog_bins(num_bins)
+        _BINS[key] = (symexp(bins) if space == "symexp" else bins).to(device)
     return _BINS[key]
 
 
@@ -74,13 +76,16 @@ class TwoHotSymlog(td.Distribution):
 
     arg_constraints: dict = {}
     has_rsample = False
+    _space = "symlog"  # where the bins live and targets are two-hot encoded
+    _squash = staticmethod(symlog)  # target value -> bin space
+    _unsquash = staticmethod(symexp)  # expected bin -> value
 
     def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None, probs: torch.Tensor | None = None,
                  fast: bool = False):
         self.fast, self.dtype = bool(fast), _at_least_float32(logits.dtype)
         default_bins = bins is None
         if default_bins:
-            bins = _default_bins(logits.shape[-1], logits.device)
+            bins = _default_bins(logits.shape[-1], logits.device, self._space)
         bins = bins.to(device=logits.device, dtype=self.dtype)
         if bins.shape[-1] != logits.shape[-1]:
             raise ValueError(f"TwoHotSymlog: logits have {logits.shape[-1]} bins, bins tensor has {bins.shape[-1]}")
@@ -136,8 +141,8 @@ class TwoHotSymlog(td.Distribution):
             # bins[m + i] == -bins[m - i]: pair the halves, so equal probabilities cancel exactly (mean 0 at 0 logits)
             m = self.bins.shape[-1] // 2
             diff = probs[..., m + 1 :] - probs[..., :m].flip(-1)  # (..., m)
-            return symexp(diff @ self.bins[m + 1 :])
-        return symexp(probs @ self.bins)
+            return self._unsquash(diff @ self.bins[m + 1 :])
+        return self._unsquash(probs @ self.bins)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -151,7 +156,7 @@ class TwoHotSymlog(td.Distribution):
         e.g. DreamerV3's critic loss: the return target plus ``slow_reg`` times the slow critic's mean)."""
         index, weight = [], []
         for value, scale in zip(values, scales):
-            below, above, w_below, w_above = two_hot_indices(symlog(value.to(self.dtype)), self.bins)
+            below, above, w_below, w_above = two_hot_indices(self._squash(value.to(self.dtype)), self.bins)
             index += [below, above]
             weight += [scale * w_below, scale * w_above]
         index, weight = torch.stack(index, -1), torch.stack(weight, -1)  # (..., 2 * len(values))
@@ -167,6 +172,28 @@ class TwoHotSymlog(td.Distribution):
     def entropy(self) -> torch.Tensor:
         logp = self.log_probs
         return -(logp.exp() * logp).sum(-1)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+class TwoHotSymexp(TwoHotSymlog):
+    """Categorical over bins spaced by symexp, trained with two-hot targets in the values' own space: the current
+    official DreamerV3's reward and value heads (``embodied/jax/heads.py`` ``symexp_twohot``, ``outs.py``
+    ``TwoHot``; danijar/dreamerv3 at e3f0224).
+
+    The bins are ``symexp(symlog_bins(K))`` (255 bins from ``-symexp(20)`` to ``symexp(20)``, exactly symmetric);
+    ``mean = sum(probs * bins)`` (no symexp afterwards) and ``log_prob(x)`` is the cross-entropy of the two-hot
+    encoding of ``x`` itself between its neighbouring bins (weights linear in ``x``, not in ``symlog(x)``). The
+    2023 head (:class:`TwoHotSymlog`) encoded ``symlog(x)`` between evenly spaced bins and returned
+    ``symexp(sum(probs * bins))``: the same bins in another space, different interpolation and prediction.
+    Arguments and the rest of the interface as :class:`TwoHotSymlog`.
+    """
+
+    _space = "symexp"
+    _squash = staticmethod(_identity)  # values are encoded as they are
+    _unsquash = staticmethod(_identity)
 
 
 def two_hot_indices(x: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, ...]:

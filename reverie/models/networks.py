@@ -30,6 +30,20 @@ def trunc_normal_init_(weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor
     return nn.init.trunc_normal_(weight, 0.0, std, -2.0 * std, 2.0 * std)
 
 
+def trunc_normal_fan_in_(weight: torch.Tensor, fan_in: int, outscale: float = 1.0) -> torch.Tensor:
+    """Fan-in truncated normal initialisation of the current official DreamerV3 (``embodied/jax/nets.py``
+    ``Initializer('trunc_normal', 'in')`` and ``Linear._scaled_winit``): a unit normal truncated to ``[-2, 2]``,
+    times ``1.1368 * sqrt(1 / fan_in)`` (so its std is ``sqrt(1 / fan_in)``), times ``outscale`` (a factor on the
+    values, not on the variance; ``0`` gives zeros). ``fan_in`` is passed explicitly because the official fans of
+    block and conv kernels count every input of the layer (``Initializer.compute_fans``). Any weight shape.
+    """
+    if outscale == 0.0:
+        return nn.init.zeros_(weight)
+    with torch.no_grad():
+        nn.init.trunc_normal_(weight, 0.0, 1.0, -2.0, 2.0)
+        return weight.mul_(1.1368 * math.sqrt(1.0 / fan_in) * outscale)
+
+
 class NormLinear(nn.Sequential):
     """``Linear(in_dim, out_dim, bias=False) -> LayerNorm(out_dim) -> SiLU``. Input ``(..., in_dim)``, or a
     :class:`SplitFeat` of that width (the linear layer is a :class:`FeatLinear`: one-hot inputs by row gathers)."""

@@ -32,6 +32,33 @@ LIKELIHOODS = ("symlog", "gaussian")
 NETS = ("dreamer", "planet")
 
 
+def observation_layout(obs_shapes: dict[str, tuple[int, ...]], owner: str = "WorldModel") -> tuple[
+        dict[str, tuple[int, ...]], list[str], list[str], tuple[int, int, int] | None]:
+    """How a world model reads dict observations: ``(shapes, vector_keys, image_keys, image_shape)`` with the keys
+    sorted, vector keys ``(F,)``, image keys ``(C, H, W)`` and ``image_shape`` ``(C_total, H, W)`` of all image keys
+    concatenated along channels (None without images).
+
+    Raises:
+        ValueError (naming ``owner``): a shape that is neither ``(F,)`` nor ``(C, H, W)``, or image keys of
+            different sizes.
+    """
+    bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
+    if bad:
+        raise ValueError(f"{owner}: observation keys {bad} are neither vectors (F,) nor images (C, H, W); "
+                         f"flatten them to vectors or make them uint8 images in the env layer.")
+    shapes = {k: tuple(int(v) for v in obs_shapes[k]) for k in sorted(obs_shapes)}
+    vector_keys = [k for k, s in shapes.items() if len(s) == 1]
+    image_keys = [k for k, s in shapes.items() if len(s) == 3]
+    image_shape = None
+    if image_keys:
+        sides = {shapes[k][1:] for k in image_keys}
+        if len(sides) > 1:
+            raise ValueError(f"{owner}: image keys {image_keys} have different sizes {sorted(sides)}; "
+                             f"they are concatenated along channels, so resize them to one size in the env layer.")
+        image_shape = (sum(shapes[k][0] for k in image_keys), *sides.pop())  # (C_total, H, W)
+    return shapes, vector_keys, image_keys, image_shape
+
+
 class WorldModel(nn.Module):
     """Encoder, dynamics and heads over dict observations of image and vector keys (multi-modal).
 
@@ -88,22 +115,11 @@ class WorldModel(nn.Module):
         self.nets = nets
         self.likelihood, self.decoder_std, self.image_bits = likelihood, float(decoder_std), int(image_bits)
         self.fast = resolve(kernels)
-        bad = {k: tuple(s) for k, s in obs_shapes.items() if len(s) not in (1, 3)}
-        if bad:
-            raise ValueError(f"WorldModel: observation keys {bad} are neither vectors (F,) nor images (C, H, W); "
-                             f"flatten them to vectors or make them uint8 images in the env layer.")
-        self.obs_shapes = {k: tuple(int(v) for v in obs_shapes[k]) for k in sorted(obs_shapes)}
-        self.vector_keys = [k for k, s in self.obs_shapes.items() if len(s) == 1]
-        self.image_keys = [k for k, s in self.obs_shapes.items() if len(s) == 3]
+        self.obs_shapes, self.vector_keys, self.image_keys, image_shape = observation_layout(obs_shapes)
         embed = 0
         self.encoder = self.decoder = None  # vector MLPs (names kept from the vector-only model for checkpoints)
         self.image_encoder = self.image_decoder = None
         if self.image_keys:
-            sides = {self.obs_shapes[k][1:] for k in self.image_keys}
-            if len(sides) > 1:
-                raise ValueError(f"WorldModel: image keys {self.image_keys} have different sizes {sorted(sides)}; "
-                                 f"they are concatenated along channels, so resize them to one size in the env layer.")
-            image_shape = (sum(self.obs_shapes[k][0] for k in self.image_keys), *sides.pop())  # (C_total, H, W)
             self.image_encoder = (ConvHaEncoder(image_shape, depth=cnn_depth) if nets == "planet"
                                   else ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {})))
             embed += self.image_encoder.out_dim

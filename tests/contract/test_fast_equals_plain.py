@@ -82,11 +82,49 @@ def test_kernels_auto_equals_off_over_whole_updates_in_float64(discrete, image, 
                 "sign-bit search"} | ({"actor tape"} if discrete else set())
     assert set(used) == expected and not calls, (used, dict(calls))
     assert next(fast.parameters()).dtype == torch.float64
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics, run("off", spec, image, updates=0)[0])
+
+
+def assert_same_updates(fast, fast_metrics, plain, plain_metrics, initial) -> None:
+    """Every metric and every parameter equal up to the order of float64 additions, and the updates changed the
+    parameters (against ``initial``, the agent before any update)."""
     for got, want in zip(fast_metrics, plain_metrics):
         assert got.keys() == want.keys()
         for key in want:
             assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
     for (name, p), q in zip(fast.named_parameters(), plain.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12, msg=name)
-    assert any(not torch.equal(p, q) for p, q in zip(fast.parameters(), run("off", spec, image, updates=0)[0]
-                                                     .parameters()))  # the updates changed the parameters
+    assert any(not torch.equal(p, q) for p, q in zip(fast.parameters(), initial.parameters()))
+
+
+def run_2025(kernels: str, spec: ActionSpec, updates: int = 3):
+    from reverie.agents import DreamerV3_2025
+
+    torch.manual_seed(0)
+    agent = DreamerV3_2025({"vector": (4,)}, spec, dynamics=dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4,
+                                                                 kernels=kernels),
+                           units=8, horizon=3, warmup=0, eps=1e-8, kernels=kernels, precision="float64")
+    # eps 1e-8, not the official 1e-20: LaProp divides each gradient by its RMS, so with eps 1e-20 a gradient that is
+    # 0 on one path and 1e-18 of rounding on the other becomes a full step on one path only
+    metrics = []
+    for i in range(updates):
+        batch = make_batch(i, image=False)
+        batch["is_last"] = np.roll(batch["is_first"], -1, 0)  # each episode's last row before the next first
+        torch.manual_seed(100 + i)
+        metrics.append(agent.update(batch))
+    return agent, metrics
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
+def test_kernels_auto_equals_off_for_the_current_dreamerv3(discrete, monkeypatch):
+    """agent=dreamerv3_2025 reads the switch too: the latent and policy draws and the two-hot losses (reward,
+    value, replay value) through their kernels with ``auto``, the same updates in float64."""
+    spec = ActionSpec(discrete, 2)
+    calls = count_kernels(monkeypatch)
+    fast, fast_metrics = run_2025("auto", spec)
+    used = dict(calls)
+    calls.clear()
+    plain, plain_metrics = run_2025("off", spec)
+    assert set(used) == {"two-hot backward", "straight-through node", "sign-bit search"} and not calls, \
+        (used, dict(calls))
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics, run_2025("off", spec, updates=0)[0])

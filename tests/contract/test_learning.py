@@ -86,12 +86,13 @@ def test_planet_learns_pendulum(tmp_path):
 @pytest.mark.slow
 def test_dreamerv3_dmc_cpu_cartpole_swingup(tmp_path):
     """`exp=dmc_cpu` on DMC proprio cartpole_swingup, seed 0, for 30k env frames (15,000 agent steps at action
-    repeat 2; about 18 minutes on one core of this project's CPU). Measured with the same command: mean eval
-    returns 75 / 123 / 139 / 186 / 178 / 208 at 5k..30k frames (the official DreamerV3 curve: 261 at 30k); at the
-    first evaluation, before learning shows, 75. The whole 100k-frame runs are in docs/dreamerv3.md."""
+    repeat 2; about 18 minutes on one core of this project's CPU). Measured with the same command, mean eval
+    returns at 5k..30k frames: 75 / 123 / 139 / 186 / 178 / 208 (seed 0), 76 / 130 / 130 / 142 / 133 / 140 (seed 1);
+    the official DreamerV3 curve: 261 at 30k. 120 is above every first evaluation (75-76, before learning shows)
+    and below the best of both seeds. The whole 100k-frame runs are in docs/dreamerv3.md."""
     pytest.importorskip("dm_control")
     run_dir = tmp_path / "swingup"
     assert main(["train", "exp=dmc_cpu", "env.task=cartpole_swingup", "seed=0", "train.steps=15000",
                  f"run_dir={run_dir}", "train.progress=false", "train.video=false"]) == 0
     returns = eval_returns(run_dir)
-    assert len(returns) == 6 and max(ret for _, ret in returns) >= 150.0, returns
+    assert len(returns) == 6 and max(ret for _, ret in returns) >= 120.0, returns

@@ -1,4 +1,4 @@
-"""Data-parallel learning (reverie.distributed): 2 processes, gloo on CPU.
+"""Data-parallel learning (reverie.runtime): 2 processes, gloo on CPU.
 
 The claim: averaging the per-rank gradients of equal-sized batch shards gives the single-process gradient of the
 concatenated batch. Checked on the DreamerV3 world-model loss of the debug preset. Latent draws are replaced by

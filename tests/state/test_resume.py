@@ -46,6 +46,16 @@ def test_2n_equals_n_then_resume_n(tmp_path):
     assert summary["env_steps"] == 2 * N and summary["resumed_from"] == N
 
 
+def test_current_dreamerv3_resumes_exactly(tmp_path):
+    """agent=dreamerv3_2025: its one LaProp state (steps, moments), slow value and normaliser resume exactly."""
+    current = ["agent=dreamerv3_2025", "agent.module.warmup=2"]
+    run(tmp_path / "straight", f"train.steps={2 * N}", *current)
+    run(tmp_path / "resumed", f"train.steps={N}", *current)
+    run(tmp_path / "resumed", f"train.steps={2 * N}", *current)
+    compare_runs(tmp_path / "straight", tmp_path / "resumed")
+    assert load_checkpoint(tmp_path / "resumed")["agent"]["opt"]["state"]  # the optimiser state was saved
+
+
 class Killed(BaseException):
     """Stands in for kill -9: nothing after it runs (no checkpoint, no summary)."""
 

@@ -28,7 +28,9 @@ All of them together: docs/speed.md ("Current numbers") times whole updates with
 
 Where the switch is read: :class:`reverie.models.dynamics.CategoricalRSSM` (observe scan, scan linears, features,
 imagination, straight-through, sampling), :class:`reverie.models.world_model.WorldModel` (two-hot reward loss) and
-:class:`reverie.agents.DreamerV3` (critic loss, actor tape). Each kernel's module docstring says what it replaces and
+:class:`reverie.agents.DreamerV3` (critic loss, actor tape); for ``agent=dreamerv3_2025``,
+:class:`reverie.models.dynamics.BlockRSSM` (sampling, straight-through), its world model (two-hot reward loss) and
+:class:`reverie.agents.DreamerV3_2025` (value and replay value losses, the policy's draw). Each kernel's module docstring says what it replaces and
 how it is tested against the readable code.
 """
 

@@ -1,0 +1,290 @@
+"""DreamerV3 as the current official code has it (danijar/dreamerv3 at e3f0224, the 2024-25 rewrite): ``agent=
+dreamerv3_2025``. docs/dreamerv3.md has the table of what changed since the 2023 code, file and line on both sides.
+
+One update (``dreamerv3/agent.py`` ``Agent.loss``, ``imag_loss``, ``repl_loss``), one loss, one optimiser:
+
+- world model (:class:`reverie.models.world_model_2025.WorldModel2025`): reconstruction, reward, continue
+  (target ``(1 - is_terminal) * (1 - 1/horizon)``), ``dyn``, ``rep``;
+- imagination of ``H`` steps from the posterior states of the last ``K`` rows (``imag_last``; 0: all ``T``),
+  without gradients into the world model; the imagined continue *probabilities* discount the lambda-returns
+  (``contdisc``: gamma 1 in the return, the discount lives in the continue head) and weight the losses
+  (``cumprod``, starting with the start state's own prediction);
+- policy by REINFORCE for every action type: ``-sg(weight) * (log pi(a_t | s_t) * sg(adv_t) + actent * H[pi])``
+  with ``adv = (R - v) / max(1, P95 - P5)`` (EMA percentiles of the returns; the advantage itself is not
+  normalised further: ``advnorm: none``);
+- value: two-hot symexp regression to the lambda-return plus ``slowreg`` times the slow value's prediction
+  (``slowtar: False``: the return bootstraps with the fast value);
+- replay value (``repval``): on the replayed rows, lambda-returns of the real rewards and terminations that
+  bootstrap with each row's imagined return (``gamma = 1 - 1/horizon``, ``lam`` 0.95, cut at ``is_last``),
+  trained through the posterior features into the world model;
+- total ``rec 1, rew 1, con 1, dyn 1, rep 0.1, policy 1, value 1, repval 0.3``, one backward pass, LaProp with
+  AGC (:class:`reverie.agents.optim.LaProp`) over all parameters; the slow value moves 2% towards the value after it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from reverie.agents.base import WorldModelAgent
+from reverie.agents.dreamer import Actor
+from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
+from reverie.agents.optim import LaProp
+from reverie.models.distributions import TwoHotSymexp
+from reverie.models.kernels import resolve
+from reverie.models.rms_mlp import RMSMLP
+from reverie.models.world_model_2025 import WorldModel2025
+from reverie.runtime.collectives import all_gather_cat
+from reverie.runtime.precision import autocast
+from reverie.types import ActionSpec
+
+#: official ``loss_scales`` (``configs.yaml:86``); ``rec`` applies to every observation key
+LOSS_SCALES = {"rec": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1, "policy": 1.0, "value": 1.0,
+               "repval": 0.3}
+
+
+def replay_is_last(is_last: torch.Tensor, is_first: torch.Tensor) -> torch.Tensor:
+    """``is_last (T, B)`` also set on every row followed by an ``is_first`` row in the window (an episode left
+    without its last row; official ``replay.py:287-291``)."""
+    following = torch.zeros_like(is_first)
+    following[:-1] = is_first[1:]
+    return is_last | following
+
+
+def replay_returns(reward: torch.Tensor, boot: torch.Tensor, is_terminal: torch.Tensor, is_last: torch.Tensor,
+                   gamma: float, lam: float) -> torch.Tensor:
+    """Lambda-returns ``(K-1, B)`` of replayed rows ``(K, B)`` that bootstrap with ``boot``, each row's imagined
+    return (official ``repl_loss`` and ``lambda_return``, ``agent.py:449-490``)::
+
+        R_t = r_{t+1} + gamma (1 - term_{t+1}) ((1 - lam_{t+1}) boot_{t+1} + lam_{t+1} R_{t+1}),   R_{K-1} = boot_{K-1}
+
+    with ``lam_{t+1} = 0`` where ``is_last_{t+1}``: an episode's last row bootstraps from its own imagined return
+    and nothing after it enters. Rows that are themselves ``is_last`` get ``(1 - term_t) boot_t`` here (the official
+    code runs the recursion on into the next episode); the loss gives them weight 0 either way.
+    """
+    return lambda_return(reward, boot, 1.0 - is_terminal.float(), gamma, lam, is_last=is_last)
+
+
+class DreamerV3_2025(WorldModelAgent):
+    """The current official DreamerV3 agent, with the :class:`reverie.agents.base.Agent` protocol.
+
+    Args:
+        obs_shapes: ``{key: shape}``. action_spec: :class:`reverie.types.ActionSpec`.
+        dynamics: the dynamics factory or :class:`reverie.models.dynamics.BlockRSSM` arguments (config
+            ``agent.module.dynamics``).
+        units: width of encoder, decoder, heads, policy and value (size presets).
+        enc_layers, dec_layers, reward_layers, cont_layers, actor_layers, critic_layers: hidden layers
+            (official 3, 3, 1, 1, 3, 3).
+        cnn_depth, cnn: image stacks (:class:`reverie.models.world_model_2025.WorldModel2025`).
+        horizon: imagination length ``H`` (``imag_length: 15``). imag_last: imagine from the last ``K`` rows of
+            each replayed sequence (0: all rows; official default 0).
+        gamma: ``1 - 1/horizon`` (``horizon: 333``): the continue target's factor (``contdisc``) and the replay
+            return's discount. contdisc: put the discount into the continue head (official True); False discounts
+            the imagined returns by ``gamma`` instead.
+        lam: lambda of both returns (0.95). loss_scales: the official scales (:data:`LOSS_SCALES`) overridden.
+        actor_entropy: ``actent`` (3e-4). actor_outscale, critic_outscale: output layer init scales (0.01, 0.0).
+        actor_unimix: uniform mix of the discrete policy (0.0: the official ``policy`` config sets ``unimix: 0.01``
+            but the ``categorical`` head it selects never reads it, ``heads.py:101-110``).
+        min_std, max_std: bounds of the continuous policy's std (0.1, 1.0).
+        slow_critic_fraction: the slow value's EMA rate (``slowvalue.rate: 0.02``, every update).
+        slow_reg: ``slowreg`` (1.0) of the value and replay value losses.
+        retnorm_decay, retnorm_limit, retnorm_low, retnorm_high: the return percentile normaliser (rate 0.01,
+            limit 1.0, 5th and 95th percentiles; ``retnorm`` in ``configs.yaml:111``).
+        lr, agc, eps, beta1, beta2, warmup: :class:`reverie.agents.optim.LaProp` (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000).
+        kernels: ``"auto"`` or ``"off"`` (``agent.module.kernels``): the two-hot kernel in the reward, value and
+            replay value losses and the sampling kernel in the policy's draw (:mod:`reverie.models.kernels`; the
+            dynamics read the key through their own config block).
+        device, precision: as :class:`reverie.agents.DreamerV3`.
+
+    Raises:
+        ValueError: ``imag_last`` negative or 1 with the replay value loss on (its returns need two rows),
+            unknown ``loss_scales`` keys.
+    """
+
+    optimizers = ("opt",)
+
+    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec,
+                 dynamics: Callable[..., Any] | dict | None = None, units: int = 1024, enc_layers: int = 3,
+                 dec_layers: int = 3, reward_layers: int = 1, cont_layers: int = 1, actor_layers: int = 3,
+                 critic_layers: int = 3, cnn_depth: int = 64, cnn: dict | None = None, horizon: int = 15,
+                 imag_last: int = 0, gamma: float = 1.0 - 1.0 / 333.0, contdisc: bool = True, lam: float = 0.95,
+                 loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
+                 actor_outscale: float = 0.01, critic_outscale: float = 0.0, actor_unimix: float = 0.0,
+                 min_std: float = 0.1, max_std: float = 1.0, slow_critic_fraction: float = 0.02,
+                 slow_reg: float = 1.0, retnorm_decay: float = 0.99, retnorm_limit: float = 1.0,
+                 retnorm_low: float = 0.05, retnorm_high: float = 0.95, lr: float = 4e-5, agc: float = 0.3,
+                 eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
+                 kernels: str = "auto", device: str = "cpu", precision: str = "auto"):
+        super().__init__()
+        self.fast = resolve(kernels)
+        scales = LOSS_SCALES | dict(loss_scales or {})
+        if set(scales) != set(LOSS_SCALES):
+            raise ValueError(f"loss_scales keys {sorted(scales)}: the current DreamerV3 has {sorted(LOSS_SCALES)}")
+        if imag_last < 0 or (imag_last == 1 and scales["repval"]):
+            raise ValueError(f"DreamerV3_2025: imag_last must be 0 (all rows) or >= 2 with the replay value loss on "
+                             f"(its returns need two rows), got {imag_last}")
+        self.spec, self.horizon, self.imag_last = action_spec, int(horizon), int(imag_last)
+        self.gamma, self.contdisc, self.lam = float(gamma), bool(contdisc), float(lam)
+        self.loss_scales, self.actor_entropy = scales, actor_entropy
+        self.slow_fraction, self.slow_reg = slow_critic_fraction, slow_reg
+        self.obs_keys = sorted(obs_shapes)
+        self.wm = WorldModel2025(obs_shapes, action_spec.dim, dynamics, units=units, enc_layers=enc_layers,
+                                 dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
+                                 cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
+                                 kernels=kernels)
+        feat = self.wm.dynamics.feat_dim
+        out = action_spec.dim if action_spec.discrete else 2 * action_spec.dim
+        self.actor = Actor(feat, action_spec, units, actor_layers, actor_unimix, min_std, max_std,
+                           net=RMSMLP(feat, out, units, actor_layers, actor_outscale))
+        self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale)
+        self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.retnorm = ReturnNormalizer(retnorm_decay, retnorm_limit, retnorm_low, retnorm_high)
+        self._place(device, precision)
+        self.opt = LaProp(self.trainable(), lr=lr, agc=agc, eps=eps, beta1=beta1, beta2=beta2, warmup=warmup)
+
+    def trainable(self) -> list[nn.Parameter]:
+        """Every parameter the one optimiser trains: world model, policy and value (not the slow value)."""
+        return [*self.wm.parameters(), *self.actor.parameters(), *self.critic.parameters()]
+
+    # ----------------------------------------------------------------------------------------------- acting
+    @torch.inference_mode()
+    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
+        """One policy step for ``N`` envs (Agent protocol; official ``Agent.policy``): filter the observation,
+        then sample the policy (``"explore"``, ``"sample"``) or take its mode (``"eval"``; the official policy
+        samples in every mode). Returns ``(action (N, A) float32, state)``: one-hot or clipped to ``[-1, 1]``.
+
+        Raises:
+            ValueError: unknown ``mode``.
+        """
+        data, latent, prev_action = self._act_inputs(obs, state, mode)
+        with autocast(self.device, self.compute_dtype):
+            post = self.wm.posterior_step(data, prev_action, latent)
+            dist = self.actor(self.wm.dynamics.features(post))
+            action = dist.mode if mode == "eval" else dist.sample()
+        if not self.spec.discrete:
+            action = action.clamp(-1.0, 1.0)
+        return action.float().cpu().numpy(), (post, action.float())
+
+    # ----------------------------------------------------------------------------------------------- learning
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One update on a replay batch ``(T, B, ...)`` with observation keys, ``prev_action``, ``reward``,
+        ``is_first``, ``is_last``, ``is_terminal``. Row 0 starts from the initial state (official ``replay.py:286``
+        sets ``is_first`` there). Returns the metrics (``loss/<key>`` for every loss, gradient norm, returns)."""
+        data = self._update_inputs(batch)
+        data["is_last"] = torch.as_tensor(np.asarray(batch["is_last"]), device=self.device)
+        data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
+        with autocast(self.device, self.compute_dtype):
+            metrics = self._update(data)
+        return self._metric_floats(metrics)
+
+    def _update(self, data: dict[str, torch.Tensor], state: dict[str, torch.Tensor] | None = None):
+        wm, T, B = self.wm, *data["is_first"].shape
+        losses, post, feat, info = wm.loss(data, state)
+        K = min(self.imag_last or T, T)
+        retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the step is skipped
+        start = {k: post[k][-K:].detach().flatten(0, 1) for k in ("deter", "stoch")}  # (K, B, ...) -> (K*B, ...)
+        imag = self._imagine(start)
+        losses |= self._imagination_losses(imag)
+        if self.loss_scales["repval"]:
+            last = replay_is_last(data["is_last"], data["is_first"])
+            rows = {"feat": feat[-K:], "reward": data["reward"][-K:], "is_terminal": data["is_terminal"][-K:],
+                    "is_last": last[-K:], "boot": imag["ret"][0].detach().view(K, B)}  # (K*B,) -> (K, B)
+            losses["repval"] = self._replay_value_loss(rows)
+        total = sum(self._scale(k) * v.mean() for k, v in losses.items())
+        metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
+        metrics["loss/model"] = sum(self._scale(k) * losses[k].detach().mean() for k in wm.loss_keys)
+        metrics["loss/total"] = total.detach()
+        norm, skipped = self._optimize(total, bool(torch.isfinite(imag["ret"]).all()), retnorm)
+        metrics |= {"grad_norm/total": norm, "guard/nonfinite": torch.tensor(float(skipped))}
+        metrics |= info | imag["metrics"]
+        return metrics
+
+    def _scale(self, key: str) -> float:
+        return self.loss_scales["rec" if key in self.wm.obs_shapes else key]
+
+    def _imagine(self, start: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Roll out the policy for ``H`` steps from ``start`` ``(N, ...)`` without gradients (official
+        ``agent.py:188-200``: the imagined features are stop-gradient) and read rewards, continue probabilities
+        and slow values. Returns ``feat (H+1, N, F)``, ``action (H+1, N, A)``, ``reward``, ``cont``, ``slow``
+        ``(H+1, N)``."""
+        dynamics, actor = self.wm.dynamics, self.actor
+
+        def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
+            return actor.sample(actor.net(dynamics.features(state)), fast=self.fast)
+
+        with torch.no_grad():
+            states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
+            feat = dynamics.features(states)  # (H+1, N, F)
+            reward = self.wm.reward(feat).mean  # (H+1, N); row 0's is never read
+            cont = self.wm.cont(feat).probs  # (H+1, N): probabilities, row 0 the start state's own prediction
+            slow = TwoHotSymexp(self.slow_critic(feat)).mean  # (H+1, N)
+        return {"feat": feat, "action": actions, "reward": reward, "cont": cont, "slow": slow}
+
+    def _imagination_losses(self, imag: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Policy and value losses ``(H, N)`` on an imagined rollout (official ``imag_loss``, ``agent.py:382-446``);
+        stores the returns ``ret (H, N)`` and metrics in ``imag``."""
+        feat, cont = imag["feat"], imag["cont"]
+        value_out = self.critic(feat)  # (H+1, N, 255)
+        value = TwoHotSymexp(value_out).mean.detach()  # (H+1, N)
+        disc = 1.0 if self.contdisc else self.gamma
+        ret = lambda_return(imag["reward"], value, cont, disc, self.lam)  # (H, N)
+        weight = imagination_weights(cont, disc)[:-1]  # (H, N): cumprod(disc * cont) / disc
+        gathered = all_gather_cat(ret.flatten())  # data parallel: every rank's returns, one global scale
+        if bool(torch.isfinite(gathered).all()):  # a non-finite return must not move the normaliser
+            self.retnorm.update(gathered)
+        scale = self.retnorm.scale()
+        adv = (ret - value[:-1]) / scale  # (H, N)
+        policy = self.actor(feat[:-1])  # pi(. | s_t), t < H
+        logpi = policy.log_prob(imag["action"][:-1])  # (H, N)
+        entropy = policy.entropy()  # (H, N)
+        policy_loss = -weight * (logpi * adv.detach() + self.actor_entropy * entropy)
+        value_loss = -weight * TwoHotSymexp(value_out[:-1], fast=self.fast).log_prob_mix([ret, imag["slow"][:-1]],
+                                                                                         [1.0, self.slow_reg])
+        imag["ret"] = ret
+        imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
+                           "return/low": self.retnorm.low.clone(), "return/high": self.retnorm.high.clone(),
+                           "advantage/mean": adv.mean(), "advantage/std": adv.std(), "actor/entropy": entropy.detach().mean(),
+                           "value/mean": value.mean(), "imagine/reward_mean": imag["reward"].mean(),
+                           "imagine/cont_mean": cont.mean(), "imagine/weight_mean": weight.mean()}
+        return {"policy": policy_loss, "value": value_loss}
+
+    def _replay_value_loss(self, rows: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The replay value loss ``(K-1, B)`` (official ``repl_loss``, ``agent.py:449-479``) on the last ``K``
+        replayed rows: ``feat (K, B, F)`` with gradient, ``reward``, ``is_terminal``, ``is_last``, and ``boot``
+        ``(K, B)``, each row's imagined lambda-return. Returns (``lambda_return`` with ``value = boot``)::
+
+            R_t = r_{t+1} + gamma (1 - term_{t+1}) ((1 - lam_{t+1}) boot_{t+1} + lam_{t+1} R_{t+1}),  R_{K-1} = boot_{K-1}
+
+        with ``lam_{t+1} = 0`` where ``is_last_{t+1}``; rows that are themselves ``is_last`` get weight 0."""
+        value_out = self.critic(rows["feat"])  # (K, B, 255), gradient into the world model (repval_grad: True)
+        with torch.no_grad():
+            slow = TwoHotSymexp(self.slow_critic(rows["feat"])).mean  # (K, B)
+        ret = replay_returns(rows["reward"], rows["boot"], rows["is_terminal"], rows["is_last"], self.gamma, self.lam)
+        weight = 1.0 - rows["is_last"][:-1].float()  # (K-1, B)
+        return -weight * TwoHotSymexp(value_out[:-1], fast=self.fast).log_prob_mix([ret, slow[:-1]],
+                                                                                   [1.0, self.slow_reg])
+
+    def _optimize(self, loss: torch.Tensor, finite_returns: bool,
+                  retnorm: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """One backward pass and one guarded LaProp step over all parameters; the slow value follows. ``retnorm``:
+        the normaliser's ``(low, high)`` before this update, restored when the step is skipped.
+
+        Returns:
+            ``(grad_norm, skipped)``: the total gradient norm before AGC and 1 when the step was skipped (a
+            non-finite loss, gradient or return on any rank: parameters, moments, normaliser and slow value stay).
+        """
+        # the shared guarded step; no global-norm clip (``clip`` inf: the official chain clips per tensor, by AGC
+        # inside LaProp.step)
+        norm, skipped = self._step(self.opt, loss, self.trainable(), float("inf"), ok=finite_returns)
+        if skipped:
+            self.retnorm.low.copy_(retnorm[0])
+            self.retnorm.high.copy_(retnorm[1])
+            return norm, 1
+        with torch.no_grad():
+            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
+                slow.lerp_(fast, self.slow_fraction)
+        return norm, 0

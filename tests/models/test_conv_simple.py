@@ -1,0 +1,51 @@
+"""Image encoder and decoder of the current official DreamerV3 (rssm.py Encoder/Decoder, typ simple): stages,
+shapes, output range and the block layout of the decoder's first map (bspace)."""
+
+import pytest
+import torch
+
+from reverie.models.conv_simple import SimpleConvDecoder, SimpleConvEncoder, simple_stages
+
+
+def test_encoder_stages_and_shapes():
+    enc = SimpleConvEncoder((3, 64, 64), depth=4)
+    assert enc.channels == [8, 12, 16, 16] and enc.out_shape == (16, 4, 4) and enc.out_dim == 256
+    convs = [m for m in enc.layers if isinstance(m, torch.nn.Conv2d)]
+    assert [c.kernel_size for c in convs] == [(5, 5)] * 4 and all(c.stride == (1, 1) for c in convs)
+    x = torch.randint(0, 256, (2, 5, 3, 64, 64), dtype=torch.uint8)
+    assert enc(x).shape == (2, 5, 256)
+    small = SimpleConvEncoder((3, 16, 16), depth=4)  # two stages, the last multipliers: 16 -> 8 -> 4
+    assert small.channels == [16, 16] and small.out_shape == (16, 4, 4)
+    assert [simple_stages(s, 4) for s in (8, 16, 32, 64, 96)] == [1, 2, 3, 4, 4]
+    with pytest.raises(ValueError, match="image side"):
+        simple_stages(6, 4)
+
+
+def test_decoder_shapes_and_range():
+    torch.manual_seed(0)
+    dec = SimpleConvDecoder(deter=32, stoch=12, out_shape=(3, 64, 64), depth=4, units=8)
+    with torch.no_grad():
+        out = dec(torch.randn(2, 5, 44))
+    assert out.shape == (2, 5, 3, 64, 64) and float(out.min()) > -0.5 and float(out.max()) < 0.5  # sigmoid - 0.5
+    with pytest.raises(ValueError, match="bspace"):
+        SimpleConvDecoder(deter=30, stoch=12, out_shape=(3, 64, 64), depth=4, units=8)
+
+
+def test_decoder_first_map_puts_block_g_into_channels_g():
+    """sp0 rearranges (g h w c) -> h w (g c): block g of the deterministic layer fills channels g*c .. g*c + c-1."""
+    dec = SimpleConvDecoder(deter=16, stoch=4, out_shape=(1, 16, 16), depth=4, units=2, bspace=8)  # map (16, 4, 4)
+    c, h, w = 16 // 8, 4, 4
+    with torch.no_grad():
+        dec.space_deter.weight.zero_()
+        dec.space_deter.bias.copy_(torch.arange(8 * h * w * c, dtype=torch.float32))
+        for p in dec.space_stoch.parameters():
+            p.zero_()
+    seen = {}
+    dec.space_norm.register_forward_pre_hook(lambda module, args: seen.setdefault("x", args[0]))
+    dec(torch.zeros(1, 20))
+    x = seen["x"][0]  # (C', h, w)
+    for g in range(8):
+        for j in range(c):
+            want = torch.tensor([[g * h * w * c + (i * w + k) * c + j for k in range(w)] for i in range(h)],
+                                dtype=torch.float32)
+            assert torch.equal(x[g * c + j], want)
