@@ -19,6 +19,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
@@ -33,6 +34,9 @@ USAGE = """usage: reverie COMMAND [ARGS]
 commands:
   train [OVERRIDE ...]        train an agent (Hydra overrides; `reverie train --help`)
   train --resume RUN [OVR ..] continue a stopped or finished run (docs/resume.md)
+  train init_from=RUN [...]   start online from a pretrained run's weights (docs/offline.md)
+  pretrain DATA [OVR ...]     learn from logged episodes, no env steps (`reverie pretrain --help`)
+  record --out DIR [...]      record episodes from a policy into a dataset (`reverie record --help`)
   eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   play RUN [--port P]         play inside the world model next to the real env, in a browser (`reverie play --help`)
@@ -59,6 +63,7 @@ Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train exp=atari100k --cfg --diff   # only the keys that differ from the reference (agent=<agent> exp=reference)
   reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
   reverie train --resume RUN train.steps=50000  # run a finished run longer
+  reverie train init_from=RUN             # start from a pretrained run (reverie pretrain; docs/offline.md)
   reverie train trainer.nproc=2           # data parallel: 2 processes through torchrun (docs/speed.md)
 On resume only these keys may change: train.steps, log/eval/checkpoint cadence, logger, threads, ... (see
 docs/resume.md); other changes are rejected.
@@ -135,9 +140,10 @@ def _nested_match(node: DictConfig, name: str) -> str | None:
     return next(path for path, sub in paths.items() if sub == close[0])
 
 
-def check_setup(cfg: DictConfig) -> None:
+def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
     """Build one env copy and the agent so that a bad id, an unsupported space or a bad agent value fails
-    before any run directory exists (numeric ranges: :func:`reverie.configs.ranges.check_ranges`, called first).
+    before any run directory exists (numeric ranges: :func:`reverie.configs.ranges.check_ranges`, called first);
+    returns ``(agent, obs_shapes, action_spec)``.
 
     Raises:
         ConfigError: the env cannot be created or uses a space reverie cannot handle; the agent cannot be
@@ -186,6 +192,7 @@ def check_setup(cfg: DictConfig) -> None:
                       num_envs=int(cfg.env.get("num_envs", 1) or 1))
         except PreflightError as err:
             raise ConfigError(str(err)) from err
+    return agent, obs_shapes, spec
 
 
 def config_diff(cfg: DictConfig) -> list[str]:
@@ -207,24 +214,24 @@ def config_diff(cfg: DictConfig) -> list[str]:
     return lines
 
 
-def make_run_dir(cfg: DictConfig, root: str | Path = "runs") -> Path:
-    """``runs/<date>_<time>_<exp_name>/`` (or ``cfg.run_dir``), created, with the resolved ``config.yaml``."""
+def make_run_dir(cfg: DictConfig, root: str | Path = "runs", kind: str = "") -> Path:
+    """``runs/<date>_<time>_<exp_name><kind>/`` (or ``cfg.run_dir``), created, with the resolved ``config.yaml``."""
     if cfg.get("run_dir"):
         run_dir = Path(cfg.run_dir)
     else:
         stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-        run_dir = Path(root) / f"{stamp}_{cfg.exp_name}"
+        run_dir = Path(root) / f"{stamp}_{cfg.exp_name}{kind}"
         suffix = 1
         while run_dir.exists():
             suffix += 1
-            run_dir = Path(root) / f"{stamp}_{cfg.exp_name}_{suffix}"
+            run_dir = Path(root) / f"{stamp}_{cfg.exp_name}{kind}_{suffix}"
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.run_dir = str(run_dir)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     return run_dir
 
 
-def _resume_target(args: list[str]) -> tuple[list[str], Path | None]:
+def _resume_target(args: list[str], command: str = "train") -> tuple[list[str], Path | None]:
     """Split ``--resume RUN`` off ``args``; a ``run_dir=D`` override whose D has a checkpoint also resumes."""
     from reverie.state.checkpoint import list_checkpoints
 
@@ -232,12 +239,14 @@ def _resume_target(args: list[str]) -> tuple[list[str], Path | None]:
     if "--resume" in args:
         i = args.index("--resume")
         if i + 1 >= len(args) or "=" in args[i + 1]:
-            raise ConfigError("train --resume needs a run directory: `reverie train --resume runs/<run> [OVERRIDE ...]`")
+            raise ConfigError(f"{command} --resume needs a run directory: `reverie {command} --resume runs/<run> "
+                              f"[OVERRIDE ...]`")
         target = Path(args[i + 1])
         del args[i:i + 2]
         if not list_checkpoints(target / "checkpoints"):
             raise ConfigError(f"--resume {target}: no checkpoint under {target / 'checkpoints'}; pass a run directory "
-                              f"written by `reverie train` (it checkpoints every train.checkpoint_every env steps)")
+                              f"written by `reverie {command}` (it checkpoints every {command}.checkpoint_every "
+                              f"{'updates' if command == 'pretrain' else 'env steps'})")
         return [a for a in args if not a.startswith("run_dir=")] + [f"run_dir={target}"], target
     for a in args:
         if a.startswith("run_dir=") and list_checkpoints(Path(a.split("=", 1)[1]) / "checkpoints"):
@@ -268,31 +277,17 @@ def cmd_train(args: list[str]) -> int:
         if not cfg.get("run_dir"):
             raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
                               "same run directory); `reverie train ... trainer.nproc=N` starts torchrun with it")
-        summary = train(cfg, cfg.run_dir)
-        return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
+        return exit_code(train(cfg, cfg.run_dir))
     cfg = load_config(args)
     try:
         check_ranges(cfg)  # before anything is built or written
         nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
     except ValueError as err:
         raise ConfigError(str(err) if str(err).startswith("config error") else f"config error: {err}") from err
-    if resume_dir is not None:
-        from reverie.state.checkpoint import load_checkpoint
-        from reverie.state.resume import ResumeError, check_resumable, check_resume_config, read_summary
-
-        payload = load_checkpoint(resume_dir)
-        saved = payload["config"]
-        try:
-            check_resumable(payload, payload["checkpoint_path"])
-            check_resume_config(saved, OmegaConf.to_container(cfg, resolve=True))
-        except ResumeError as err:
-            raise ConfigError(f"resume error ({resume_dir}): {err}") from err
-        done = read_summary(resume_dir)
-        if done is not None and int(cfg.train.steps) <= int(saved["train"]["steps"]):
-            print(f"[reverie] {resume_dir} already finished ({done['env_steps']} env steps, summary.json); raise "
-                  f"train.steps above {saved['train']['steps']} to continue it")
-            return 0
-    check_setup(cfg)
+    if resume_dir is not None and resume_finished(cfg, resume_dir):
+        return 0
+    setup = check_setup(cfg)
+    dataset = check_init(cfg, setup, nproc) if cfg.get("init_from") and resume_dir is None else None
     run_dir = make_run_dir(cfg)
     from reverie.state.resume import save_overrides
 
@@ -303,8 +298,58 @@ def cmd_train(args: list[str]) -> int:
                                               f"run_dir={run_dir}"])
         except RuntimeError as err:
             raise ConfigError(f"config error: {err}") from err
-    summary = train(cfg, run_dir)
+    return exit_code(train(cfg, run_dir, dataset=dataset))
+
+
+def exit_code(summary: dict) -> int:
+    """0 finished, 130 interrupted (Ctrl-C / SIGTERM), 1 stopped by non-finite updates."""
     return 130 if summary["interrupted"] else 1 if summary.get("diverged") else 0
+
+
+def resume_finished(cfg: DictConfig, resume_dir: Path, length: tuple[str, str] = ("train", "steps")) -> bool:
+    """Check that ``resume_dir``'s checkpoint can be resumed with ``cfg``; True when the run is finished and ``cfg``
+    does not lengthen it (a message says so; nothing to run).
+
+    Raises:
+        ConfigError: the checkpoint lacks run state, or ``cfg`` changes keys that are not safe to change.
+    """
+    from reverie.state.checkpoint import load_checkpoint
+    from reverie.state.resume import ResumeError, check_resumable, check_resume_config, finished
+
+    payload = load_checkpoint(resume_dir)
+    try:
+        check_resumable(payload, payload["checkpoint_path"])
+        check_resume_config(payload["config"], OmegaConf.to_container(cfg, resolve=True))
+    except ResumeError as err:
+        raise ConfigError(f"resume error ({resume_dir}): {err}") from err
+    return finished(resume_dir, cfg, payload["config"], length) is not None
+
+
+def check_init(cfg: DictConfig, setup: tuple, nproc: int) -> Any:
+    """Check a fresh run's ``init_from`` before its run directory exists: that run's agent loads into the agent of
+    ``setup`` (:func:`check_setup`) and, with ``init.keep_data``, its replay validates against the env config and
+    fits ``replay.capacity``. Returns that replay as a dataset (or None) for :func:`reverie.train.train`.
+
+    Raises:
+        ConfigError: naming what does not fit and the fix.
+    """
+    from reverie.data import DatasetError, load_dataset
+    from reverie.data.fill import column_rows
+    from reverie.state.init_from import InitError, apply_init, load_init
+
+    if nproc > 1:
+        raise ConfigError("config error: init_from runs in one process for now; set trainer.nproc=1")
+    try:
+        payload = load_init(cfg.init_from)
+        agent, obs_shapes, spec = setup
+        apply_init(agent, payload, obs_shapes, spec)
+        if not cfg.init.keep_data:
+            return None
+        dataset = load_dataset(cfg.init_from, cfg.env)
+        column_rows(dataset.steps, int(cfg.replay.capacity), int(cfg.env.get("num_envs", 1) or 1))
+        return dataset
+    except (InitError, DatasetError) as err:
+        raise ConfigError(str(err) if str(err).startswith("dataset error") else f"init error: {err}") from err
 
 
 def _checkpoint_option(parser: argparse.ArgumentParser) -> None:
@@ -520,6 +565,8 @@ def cmd_play(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine, "play": cmd_play,
+            "pretrain": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_pretrain"]).cmd_pretrain(argv),
+            "record": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_record"]).cmd_record(argv),
             "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),
             "sweep": lambda argv: __import__("reverie.sweep.cli", fromlist=["cmd_sweep"]).cmd_sweep(argv)}
 

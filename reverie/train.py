@@ -27,13 +27,19 @@ from reverie.runtime.process_group import destroy_process_group, init_process_gr
 from reverie.state.resume import resume_point
 
 
-def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+def train(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[str, Any]:
     """Train the configured agent on the configured env, resuming ``run_dir``'s checkpoint if it has one.
 
     Args:
         cfg: the resolved root config (``reverie/configs/config.yaml`` plus overrides).
         run_dir: where ``config.yaml``, ``metrics.jsonl``, ``scores.jsonl``, ``tb/``, ``checkpoints/``,
             ``replay/``, ``videos/`` and, once finished, ``summary.json`` go.
+        dataset: with ``cfg.init_from`` and ``init.keep_data``, the validated replay of that run
+            (:func:`reverie.data.load_dataset`) when the caller has read it already; None reads it.
+
+    ``cfg.init_from`` (docs/offline.md): a fresh run starts from that run's agent (:mod:`reverie.state.init_from`)
+    and, with ``init.keep_data``, a replay filled with that run's replay; its agent acts after ``init.prefill``
+    random steps. A resumed run continues from its own checkpoint.
 
     Resume (docs/resume.md): when ``run_dir/checkpoints`` holds a readable checkpoint, everything in it is
     restored (agent, replay exactly as saved, train_ratio clock, counters, clocks, RNG states, the envs where
@@ -73,6 +79,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             anything is written.
         reverie.state.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
         reverie.state.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
+        reverie.state.init_from.InitError, reverie.data.DatasetError: an ``init_from`` run that does not fit.
         ValueError: a bad ``trainer`` block, or ``trainer.nproc`` other than the number of processes started;
             ``train.async_collect`` is true but the envs cannot step in the background (set
             ``env.vector_mode=async``) or the agent's schedule waits for finished episodes
@@ -92,7 +99,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         if done is not None:
             return done
         check_async_collect(cfg)
-        run = Session(cfg, Path(run_dir), info, saved)
+        run = Session(cfg, Path(run_dir), info, saved, dataset=dataset)
         with run.running():  # progress bar; Ctrl-C / SIGTERM stop the loop after the step in flight
             if cfg.train.get("control_hz"):
                 run_with_collector(run)  # a collector thread acts at a fixed rate while this one learns

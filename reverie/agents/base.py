@@ -35,6 +35,14 @@ class Agent(Protocol):
 
     Exact resume also asks that ``act`` and ``update`` draw randomness only from torch's global generator
     (or numpy's / python's global ones), which the checkpoint saves and restores.
+
+    Optional, for learning from logged data (``reverie pretrain``, docs/offline.md); both agents here have them
+    (:class:`WorldModelAgent`):
+
+    - ``update_model(batch)``: the world-model part of ``update`` alone (same guard, same metrics minus the
+      policy's), what ``reverie pretrain`` runs unless ``pretrain.behavior`` asks for the full ``update``.
+    - ``load_pretrained(state, behavior)``: start from another run's ``state_dict()``: the world model and its
+      optimiser only, or (``behavior`` True) everything; ``reverie train init_from=RUN`` calls it.
     """
 
     def initial_state(self, batch: int) -> Any: ...
@@ -159,6 +167,28 @@ class WorldModelAgent(nn.Module):
         if args or kwargs:
             return super().state_dict(*args, **kwargs)
         return {"modules": super().state_dict(), **{name: getattr(self, name).state_dict() for name in self.optimizers}}
+
+    def load_pretrained(self, state: dict, behavior: bool) -> list[str]:
+        """Start from another run's :meth:`state_dict` (the Agent protocol's optional ``load_pretrained``).
+
+        Args:
+            state: a ``state_dict()`` of an agent built from the same ``agent.module`` config and env spaces.
+            behavior: True: load everything (a run whose actor and critic were trained); False: the world model
+                (``wm.*`` parameters and buffers) and its optimiser ``model_opt`` only, the rest stays as built.
+
+        Returns:
+            What was loaded (``["world model", ...]``), for the log.
+
+        Raises:
+            RuntimeError: the state does not fit this agent (other sizes or spaces).
+        """
+        if behavior:
+            self.load_state_dict(state)
+            return ["world model", *(name for name, _ in self.named_children() if name != "wm")]
+        prefix = "wm."
+        self.wm.load_state_dict({k[len(prefix):]: v for k, v in state["modules"].items() if k.startswith(prefix)})
+        self.model_opt.load_state_dict(state["model_opt"])
+        return ["world model"]
 
     def load_state_dict(self, state: dict, strict: bool = True) -> Any:  # type: ignore[override]
         """Inverse of :meth:`state_dict` (a plain module state dict loads as ``nn.Module`` does)."""

@@ -238,22 +238,40 @@ class DreamerV3(WorldModelAgent):
             metrics: world-model losses (``loss/<key>``), ``kl``, entropies, actor/critic losses, return and
             advantage statistics, gradient norms, ``guard/nonfinite`` (optimiser steps skipped).
         """
+        with autocast(self.device, self.compute_dtype):
+            metrics = self._update(self._inputs(batch))
+        return self._metric_floats(metrics)
+
+    def update_model(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """The world-model step of :meth:`update` alone (offline pretraining, ``reverie pretrain``): the same loss,
+        optimiser step and guard; actor, critic, slow critic and return normaliser are left as they are.
+
+        Returns:
+            metrics: the world-model metrics of :meth:`update` and ``guard/nonfinite``.
+        """
+        with autocast(self.device, self.compute_dtype):
+            metrics, _, skipped = self._model_step(self._inputs(batch))
+        return self._metric_floats(metrics | {"guard/nonfinite": torch.tensor(float(skipped))})
+
+    def _inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         data = self._update_inputs(batch)
         # every replay window starts from the initial state with a zero previous action: row 0 counts as is_first
         # (2023 reference: embodied/replay/generic.py `_sample` sets seq['is_first'][0] = True)
         data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
-        with autocast(self.device, self.compute_dtype):
-            metrics = self._update(data)
-        return self._metric_floats(metrics)
+        return data
 
-    def _update(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        # --- world model (eq. 4-5) ---
+    def _model_step(self, data: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor],
+                                                                   int]:
+        """World model (eq. 4-5): losses, one guarded optimiser step; returns ``(metrics, posterior, skipped)``."""
         losses, post, info = self.wm.loss(data)
         model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
         grad_norm, skipped = self._step(self.model_opt, model_loss, self.wm.parameters(), self.model_clip)
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
+        return metrics, post, skipped
 
+    def _update(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        metrics, post, skipped = self._model_step(data)
         # --- imagination from every posterior state (section 4), or from the last imag_last rows ---
         rows = slice(-self.imag_last, None) if self.imag_last else slice(None)
         start = {k: v.detach()[rows].flatten(0, 1) for k, v in post.items()}  # (K, B, ...) -> (K*B, ...)

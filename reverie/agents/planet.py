@@ -139,6 +139,9 @@ class PlaNet(WorldModelAgent):
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
         return self._metric_floats(metrics | {"guard/nonfinite": torch.tensor(float(skipped))})
 
+    #: the world-model-only update of offline pretraining (the Agent protocol's optional ``update_model``): PlaNet's
+    #: whole update (it plans; there is no policy to train)
+    update_model = update
 
     def model_loss(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
         """The scaled world-model loss on tensors ``(T, B, ...)`` (:meth:`WorldModel.loss`'s batch):

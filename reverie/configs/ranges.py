@@ -40,6 +40,14 @@ RANGES: dict[str, tuple[float, bool, bool, bool, str]] = {
     "env.action_repeat": (1, True, True, True, "env steps per agent step"),
     "env.time_limit": (1, True, True, True, "agent steps per episode; null: the env's own"),
     "threads": (1, True, True, True, "torch threads; null: torch's default"),
+    "init.prefill": (0, True, True, False, "random-policy env steps before an init_from run's agent acts"),
+    "pretrain.updates": (0, False, True, False, "updates of reverie pretrain"),
+    "pretrain.log_every": (0, True, True, False, "updates between metric rows; 0: only at the end"),
+    "pretrain.eval_every": (0, True, True, False, "updates between evaluations; 0: only at the end"),
+    "pretrain.eval_episodes": (0, True, True, False, "episodes per evaluation; 0: never act in the env"),
+    "pretrain.checkpoint_every": (0, True, True, False, "updates between checkpoints; 0: only at the end"),
+    "pretrain.report_every": (0, True, True, False, "updates between open-loop reports; 0: off"),
+    "pretrain.heldout_sequences": (1, True, True, False, "held-out windows for the open-loop error"),
     "trainer.timeout_min": (0, False, False, True, "minutes a rank waits for the others"),
 }
 

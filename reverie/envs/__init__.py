@@ -1,4 +1,4 @@
-"""The env layer: the only code that imports gymnasium, ale-py, dm_control and envpool.
+"""The env layer: the only code that imports gymnasium, ale-py, dm_control, envpool and minari.
 
 Builds envs that keep the data contract of :mod:`reverie.types` and steps them (docs/envs.md)."""
 

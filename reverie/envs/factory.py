@@ -218,6 +218,34 @@ def write_env_metadata(cfg: Mapping, run_dir: str | Path) -> Path:
     return path
 
 
+def make_raw_env(cfg: Mapping) -> gym.Env:
+    """The env below reverie's contract wrappers: the suite's env, the user's ``env.wrappers`` and the action
+    repeat, with the env's own observation and action spaces (what a Minari dataset of this env records;
+    :class:`reverie.envs.convert.SpaceConverter`). :func:`make_env` wraps it into the contract.
+
+    Raises:
+        the errors of :func:`make_env` other than the contract's.
+    """
+    cfg = _plain(cfg)
+    _, suite = get_suite(cfg)
+    kwargs = _plain(cfg.get("kwargs")) or {}
+    env = suite.make(cfg, dict(kwargs))
+
+    user_wrappers = _plain(cfg.get("wrappers")) or []
+    if user_wrappers:
+        from hydra.utils import instantiate
+
+        for spec in user_wrappers:
+            if not isinstance(spec, Mapping) or "_target_" not in spec:
+                raise ValueError(f"each entry of env.wrappers needs a _target_ (a dotted wrapper class), got {spec!r}")
+            env = instantiate(spec, env=env)
+
+    repeat = cfg.get("action_repeat", 1)
+    if repeat not in (None, 1) and not suite.repeats:
+        env = ActionRepeat(env, repeat)
+    return env
+
+
 def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
     """Build one contract env from an env config.
 
@@ -243,23 +271,7 @@ def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
         ImportError: the suite's simulator is not installed (the message names the pip extra).
     """
     cfg = _plain(cfg)
-    _, suite = get_suite(cfg)
-    kwargs = _plain(cfg.get("kwargs")) or {}
-    env = suite.make(cfg, dict(kwargs))
-
-    user_wrappers = _plain(cfg.get("wrappers")) or []
-    if user_wrappers:
-        from hydra.utils import instantiate
-
-        for spec in user_wrappers:
-            if not isinstance(spec, Mapping) or "_target_" not in spec:
-                raise ValueError(f"each entry of env.wrappers needs a _target_ (a dotted wrapper class), got {spec!r}")
-            env = instantiate(spec, env=env)
-
-    repeat = cfg.get("action_repeat", 1)
-    if repeat not in (None, 1) and not suite.repeats:
-        env = ActionRepeat(env, repeat)
-    env = normalize_action(env)
+    env = normalize_action(make_raw_env(cfg))
     env = DictObservation(env)
     time_limit = cfg.get("time_limit")
     if time_limit is not None:

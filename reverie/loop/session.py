@@ -1,6 +1,12 @@
 """One training run's objects and bookkeeping, for the loop in :mod:`reverie.train` (and the collector's loop in
-:mod:`reverie.loop.collector`): the envs, the agent, the replay, the logger and the :class:`LoopState`, with the
-loop's steps as methods: act, step the envs, count the updates owed, update, log / evaluate / checkpoint, finish.
+:mod:`reverie.loop.collector`, and the offline loop of :mod:`reverie.pretrain`): the envs, the agent, the replay, the
+logger and the :class:`LoopState`, with the loop's steps as methods: act, step the envs, count the updates owed,
+update, log / evaluate / checkpoint, finish.
+
+Offline (``reverie pretrain``, docs/offline.md): no env is stepped, the replay is filled from a dataset, the run's
+step (its length, clocks, metric rows and checkpoint names) counts updates instead of env steps, and an update is the
+agent's world-model-only ``update_model`` unless ``pretrain.behavior``. A run started with ``init_from`` loads that
+run's agent and (``init.keep_data``) its replay before collecting (:mod:`reverie.state.init_from`).
 
 The data-parallel pieces stay in here: every rank runs the same loop on its own envs and replay shard; the updates
 owed are rank 0's count (:func:`reverie.runtime.collectives.broadcast_int`), stop and interrupt flags are agreed
@@ -21,7 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from reverie.agents.build import build_agent
-from reverie.envs import make_vector_env, write_env_metadata
+from reverie.envs import action_spec, make_env, make_vector_env, write_env_metadata
 from reverie.envs.stepper import VectorStepper
 from reverie.logs.logger import Logger
 from reverie.loop.evaluate import evaluate, record_episode
@@ -42,6 +48,21 @@ from reverie.types import ActionSpec
 from reverie.viz import report
 
 
+class NoEnvs:
+    """The stepper of an offline run (``reverie pretrain``): there are no envs to step, save or close."""
+
+    restarts, in_flight = 0, False
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state: Any) -> bool:
+        return False  # nothing restored exactly (and no episode in flight)
+
+    def close(self) -> None:
+        pass
+
+
 def random_actions(rng: np.random.Generator, spec: ActionSpec, n: int) -> np.ndarray:
     """Uniform random policy: one-hot ``(N, A)`` for discrete, ``U[-1, 1]^A`` for continuous. float32."""
     if spec.discrete:
@@ -54,19 +75,30 @@ class Session:
 
     Attributes the loops read: ``cfg``, ``info``, ``agent``, ``replay``, ``stepper``, ``logger``, ``loop``
     (:class:`LoopState`), ``row`` (the envs' current row ``(N, ...)``), ``act_state`` (what ``agent.act``
-    returned last), ``diverged``, ``interrupted``.
+    returned last), ``diverged``, ``interrupted``, ``step`` (the run's step: env steps, or updates offline) and
+    ``steps`` (where the run stops).
+
+    Args:
+        offline: a ``reverie pretrain`` run (module docstring): ``cfg.pretrain`` gives its length and clocks.
+        dataset: a validated :class:`reverie.data.Dataset` for a fresh run's replay (offline: the one to learn
+            from; with ``init_from``: the replay to keep); None: read from ``cfg.pretrain.data`` (offline) or the
+            ``init_from`` run (``init.keep_data``) when needed.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo, saved: dict | None):
-        self.cfg, self.run_dir, self.info, self.saved = cfg, run_dir, info, saved
+    def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo, saved: dict | None, offline: bool = False,
+                 dataset: Any = None):
+        self.cfg, self.run_dir, self.info, self.saved, self.offline = cfg, run_dir, info, saved, offline
         tc = cfg.train
+        counted = cfg.pretrain if offline else tc  # the run's length and clocks: updates offline, else env steps
         self.seed = rank_seed(cfg.seed, info.rank)  # the run seed itself on rank 0
         seed_everything(self.seed)
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
         if str(cfg.device).startswith("cpu") and cfg.get("cpu_keep_freed_memory", True):
             keep_freed_memory()  # no page faults on every big tensor (reverie/runtime/cpu_memory.py)
-        self.steps, self.prefill = int(tc.steps), int(tc.prefill)
+        self.steps = int(counted.updates if offline else tc.steps)
+        self.prefill = 0 if offline else int(cfg.init.prefill if cfg.get("init_from") else tc.prefill)
+        self.eval_episodes = int(counted.eval_episodes)
         self.batch = (int(cfg.agent.batch_size), int(cfg.agent.batch_length))  # B, T
         self.keep = int(tc.get("checkpoint_keep", 2))
         self.repeat = int(cfg.env.get("action_repeat", 1) or 1)
@@ -75,25 +107,62 @@ class Session:
         self._build_envs()
         self._build_agent_and_replay()
         self._build_logger()
-        every = {"log": tc.log_every, "eval": tc.eval_every, "checkpoint": tc.checkpoint_every,
-                 "report": tc.get("report_every", 0)}
+        every = {"log": counted.log_every, "eval": counted.eval_every, "checkpoint": counted.checkpoint_every,
+                 "report": counted.get("report_every", 0)}
         self.loop = LoopState.create(make_schedule(cfg.agent), self.seed, every)
+        self._update = self._update_path()
+        self.heldout = None  # offline: the held-out data's replay (pretrain.heldout)
         self.row, self.act_state, self._step = None, None, None
         self.diverged = self.interrupted = False
         self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
         self.progress: Progress | None = None
         self._flag: SignalFlag | None = None  # several ranks: the signal flag they agree on (see running)
         self._first_update = True
-        print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; {self.loop.schedule} with batch "
-              f"{self.batch[0]}x{self.batch[1]} ({self.steps} env steps, prefill {self.prefill}); run dir {run_dir}")
+        trained = "world model and behavior" if self._update == self.agent.update else "world model"
+        length = (f"{self.steps} updates ({trained}), no env steps" if offline
+                  else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
+        print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x"
+              f"{self.batch[1]}, {length}; run dir {run_dir}")
         if saved is not None:
             self._restore(saved)
-        if self.row is None:
+        else:
+            self._start(dataset)
+        if offline and cfg.pretrain.get("heldout"):
+            from reverie.data import load_dataset
+            from reverie.data.heldout import heldout_replay
+
+            self.heldout = heldout_replay(load_dataset(cfg.pretrain.heldout, cfg.env))
+        if self.row is None and not offline:
             self.row, self.act_state = self.stepper.reset(), None
+
+    @property
+    def step(self) -> int:
+        """The run's step, the x axis of its clocks, metric rows and checkpoints: env steps (updates offline)."""
+        return self.loop.updates if self.offline else self.loop.env_steps
+
+    def _update_path(self) -> Any:
+        """``agent.update``, or offline without ``pretrain.behavior`` the world-model-only ``agent.update_model``.
+
+        Raises:
+            ValueError: the agent has no ``update_model``.
+        """
+        if not self.offline or self.cfg.pretrain.behavior:
+            return self.agent.update
+        if not hasattr(self.agent, "update_model"):
+            raise ValueError(f"{type(self.agent).__name__} has no world-model-only update (update_model, the Agent "
+                             f"protocol's optional method); set pretrain.behavior=true to run its full update")
+        return self.agent.update_model
 
     # ------------------------------------------------------------------------------------------------- build
     def _build_envs(self) -> None:
         cfg = self.cfg
+        if self.offline:  # the spaces only, from one env copy; the replay keeps the online layout of N columns
+            env = make_env(cfg.env, self.seed)
+            self.obs_space, self.spec = env.observation_space, action_spec(env.action_space)
+            env.close()
+            self.stepper, self.n = NoEnvs(), int(cfg.env.get("num_envs", 1) or 1)
+            self.obs_shapes = {k: tuple(s.shape) for k, s in self.obs_space.spaces.items()}
+            return
 
         def make_envs(restart: int = 0):  # restarts after env failures get fresh seeds
             return make_vector_env(cfg.env, self.seed + 7919 * restart)
@@ -117,8 +186,10 @@ class Session:
         replay_dir = str(rank_path(cfg.replay.directory or self.run_dir / "replay", info))  # this rank's shard
         spec = Replay.spec_for(self.obs_space, self.spec.dim)
         if cfg.replay.get("preflight", True):
+            # a dataset (offline, or kept by init_from) may fill the replay beyond the env steps: count all of it
+            held = int(cfg.replay.capacity) if self.offline or cfg.get("init_from") else self.steps
             fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
-                             self.run_dir / "checkpoints", self.keep, steps=self.steps, num_envs=self.n)
+                             self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n)
             if info.is_main:
                 print(f"[reverie] disk: {describe(fits)} under {self.run_dir / 'checkpoints'}; "
                       f"{fits['disk_free'] / GIB:.1f} GiB free")
@@ -129,7 +200,7 @@ class Session:
         cfg, info, saved = self.cfg, self.info, self.saved
         wandb_kwargs = {k: v for k, v in cfg.logger.items() if k != "backends"}
         # rows written after the checkpoint (all rows, when a run stopped before its first one) are collected again
-        resume_step = 0 if saved is None else saved["counters"]["env_steps"]
+        resume_step = 0 if saved is None else saved["counters"]["updates" if self.offline else "env_steps"]
         log_dir = self.run_dir if info.is_main else self.run_dir / f"rank{info.rank}"  # ranks > 0: jsonl files only
         for name in ("metrics.jsonl", "scores.jsonl"):
             truncate_jsonl(log_dir / name, resume_step)
@@ -140,6 +211,30 @@ class Session:
                              purge_step=None if saved is None else resume_step + 1)
         if info.is_main:
             write_env_metadata(cfg.env, self.run_dir)  # env_metadata.json: protocol settings and simulator versions
+
+    def _start(self, dataset: Any) -> None:
+        """A fresh run: the ``init_from`` run's agent, then the replay filled with the dataset (offline: the one
+        to learn from; with ``init_from`` and ``init.keep_data``: that run's replay)."""
+        from reverie.data import fill_replay, load_dataset
+
+        cfg = self.cfg
+        if cfg.get("init_from"):
+            from reverie.state.init_from import apply_init, load_init
+
+            payload = load_init(cfg.init_from)
+            loaded = apply_init(self.agent, payload, self.obs_shapes, self.spec)
+            print(f"[reverie] init_from {cfg.init_from}: {', '.join(loaded)} from "
+                  f"{Path(payload['checkpoint_path']).name}")
+            if dataset is None and cfg.init.keep_data:
+                dataset = load_dataset(cfg.init_from, cfg.env)
+        elif self.offline and dataset is None:
+            dataset = load_dataset(cfg.pretrain.data, cfg.env)
+        if dataset is not None:
+            filled = fill_replay(self.replay, dataset.episodes)
+            left = filled["left_out"]
+            print(f"[reverie] replay filled with {len(dataset.episodes)} episodes of {dataset.source}: "
+                  f"{filled['steps']} steps, {filled['rows_per_column']} rows per env column"
+                  + (f" ({left} rows of the last episode left out)" if left else ""))
 
     def _restore(self, saved: dict) -> None:
         """Resume: the agent, the replay as saved, the envs where they pickle (else their episodes restart), and
@@ -152,7 +247,7 @@ class Session:
         self.loop.load_state_dict(saved)
         print(f"[reverie] resumed {self.run_dir} from {Path(saved['checkpoint_path']).name}: env step "
               f"{self.loop.env_steps}, {self.loop.updates} updates, replay {len(self.replay)} steps"
-              f"{'' if self.row is not None else '; episodes in flight restart'}")
+              f"{'' if self.row is not None or self.offline else '; episodes in flight restart'}")
 
     # ------------------------------------------------------------------------------------------- loop steps
     def random_action(self) -> np.ndarray:
@@ -209,12 +304,13 @@ class Session:
         return self.replay.sample(*self.batch)
 
     def update(self, batch: dict[str, np.ndarray] | None = None) -> bool:
-        """One agent update on ``batch`` (default: a fresh replay sample), logged; True once
+        """One agent update (``update``, or offline ``update_model``: :meth:`_update_path`) on ``batch`` (default: a
+        fresh replay sample), logged; True once
         ``train.max_nonfinite_updates`` updates in a row had a skipped (non-finite) optimiser step: the run stops."""
         first = self._first_update and self.progress is not None
         if first:  # this process's first update compiles and allocates: say so while it runs
             self.progress.status("first update (compiling/allocating)...")
-        metrics = self.agent.update(self.sample() if batch is None else batch)
+        metrics = self._update(self.sample() if batch is None else batch)
         if first:
             self.progress.status(None)  # the estimate counts from here
         self._first_update = False
@@ -236,38 +332,44 @@ class Session:
         """The open-loop report (``reverie.viz``) when its clock (updates) fires, and once more at the end of a run
         whose reports are on; rank 0 alone."""
         clock = self.loop.clocks["report"]
-        if (clock(self.loop.updates) or (self.loop.env_steps >= self.steps and clock.every > 0)) and self.info.is_main:
+        if (clock(self.loop.updates) or (self.step >= self.steps and clock.every > 0)) and self.info.is_main:
             self.write_report()
 
     def write_report(self) -> None:
-        """Write the open-loop report now (videos/, plots/ and its metrics; :func:`reverie.viz.report`)."""
-        report(self.agent, self.replay, self.logger, self.loop.env_steps, length=self.batch[1])
+        """Write the open-loop report now (videos/, plots/ and its metrics; :func:`reverie.viz.report`); offline
+        with ``pretrain.heldout``, also the open-loop error on the held-out data (``heldout/...``)."""
+        report(self.agent, self.replay, self.logger, self.step, length=self.batch[1])
+        if self.heldout is not None:
+            from reverie.data.heldout import heldout_errors
+
+            self.logger.scalars(heldout_errors(self.agent, self.heldout, self.batch[1],
+                                               int(self.cfg.pretrain.heldout_sequences)))
 
     def evaluate(self) -> float:
-        """Evaluate the agent (``train.eval_episodes``, policy mode) without moving the training random streams;
-        logged; returns the mean return."""
-        tc, loop = self.cfg.train, self.loop
+        """Evaluate the agent (``train.eval_episodes``, or ``pretrain.eval_episodes`` offline; policy mode) without
+        moving the training random streams; logged at the run's step; returns the mean return."""
+        tc, loop, step = self.cfg.train, self.loop, self.step
         with preserved_rng():
-            result = evaluate(self.agent, self.cfg.env, int(tc.eval_episodes), self.cfg.seed, mode=tc.eval_mode)
+            result = evaluate(self.agent, self.cfg.env, self.eval_episodes, self.cfg.seed, mode=tc.eval_mode)
         for ret, length in zip(result["returns"], result["lengths"]):
-            self.logger.episode(loop.env_steps, loop.env_steps * self.repeat, ret, length, mode="eval")
-        loop.evals.append((loop.env_steps, loop.wall_s(), result["mean"]))
+            self.logger.episode(step, loop.env_steps * self.repeat, ret, length, mode="eval")
+        loop.evals.append((step, loop.wall_s(), result["mean"]))
         self.logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
-        if loop.best_eval() == (loop.env_steps, result["mean"]):  # it beats every earlier evaluation: keep it
+        if loop.best_eval() == (step, result["mean"]):  # it beats every earlier evaluation: keep it
             save_best(self.run_dir / "checkpoints", {
                 "agent": torch.nn.Module.state_dict(self.agent) if isinstance(self.agent, torch.nn.Module)
                 else self.agent.state_dict(), "obs_shapes": self.obs_shapes, "action_spec": self.spec,
                 "config": OmegaConf.to_container(self.cfg, resolve=True),
                 "counters": {"env_steps": loop.env_steps, "updates": loop.updates,
                              "frames": loop.env_steps * self.repeat},
-                "eval_return": result["mean"], "eval_episodes": int(tc.eval_episodes)})
+                "eval_return": result["mean"], "eval_episodes": self.eval_episodes})
         return result["mean"]
 
     def write_metrics(self) -> None:
         """One ``metrics.jsonl`` row (interval means) with the loop's counters and rates."""
         loop, elapsed = self.loop, max(self.loop.wall_s(), 1e-9)
-        self.written = loop.env_steps
-        self.logger.write(loop.env_steps, {
+        self.written = self.step
+        self.logger.write(self.step, {
             "updates": loop.updates, "frames": loop.env_steps * self.repeat, "wall_s": elapsed,
             "fps/env_steps": loop.env_steps / elapsed, "fps/updates": loop.updates / elapsed,
             "guard/skipped_updates": loop.skipped, "env/restarts": self.stepper.restarts})
@@ -276,7 +378,7 @@ class Session:
         """Save the run (atomically, keeping ``train.checkpoint_keep``): rank 0 the agent and its own state, ranks
         > 0 their state and the agent's digest."""
         info, loop = self.info, self.loop
-        save_checkpoint(ranks.checkpoint_dir(self.run_dir, info), loop.env_steps, {
+        save_checkpoint(ranks.checkpoint_dir(self.run_dir, info), self.step, {
             "agent": self.agent.state_dict() if info.is_main else None,
             "agent_digest": None if info.is_main else collectives.param_digest(self.agent),
             "obs_shapes": self.obs_shapes, "action_spec": self.spec,
@@ -285,49 +387,53 @@ class Session:
             "wandb_id": self.logger.wandb_run_id}, keep=self.keep, replay=self.replay)
 
     def tick(self) -> bool:
-        """After an env step: stop on divergence; evaluate, log and checkpoint on their clocks; True when the run
-        stops (``train.stop_return`` reached, a signal on any rank, or divergence)."""
+        """After an env step (an update offline): stop on divergence; evaluate, log and checkpoint on their clocks;
+        True when the run stops (``train.stop_return`` reached, a signal on any rank, or divergence)."""
         if self.diverged:
             return True
-        loop, clocks, tc = self.loop, self.loop.clocks, self.cfg.train
+        loop, clocks, tc, step = self.loop, self.loop.clocks, self.cfg.train, self.step
         stop = False
-        if clocks["eval"](loop.env_steps) and self.info.is_main:  # rank 0 evaluates; the others wait at `agree`
+        if clocks["eval"](step) and self.eval_episodes and self.info.is_main:  # the others wait at `agree`
             mean_return = self.evaluate()
             stop = tc.stop_return is not None and mean_return >= tc.stop_return
-        if clocks["log"](loop.env_steps) or stop:
+        if clocks["log"](step) or stop:
             self.write_metrics()
-        if clocks["checkpoint"](loop.env_steps):
+        if clocks["checkpoint"](step):
             self.checkpoint()
         self.show_progress()
-        if self._flag is not None:  # several ranks: every rank stops after the same env step
+        if self._flag is not None:  # several ranks: every rank stops after the same env step (offline: the update)
             flags = collectives.agree({"stop": stop, "interrupt": self._flag.raised}, self.info)
             stop, self.interrupted = flags["stop"], flags["interrupt"]
             if self.interrupted:
-                print(f"\n[reverie] interrupted at env step {loop.env_steps}: writing metrics and a checkpoint")
+                print(f"\n[reverie] interrupted at {self.where()}: writing metrics and a checkpoint")
         return stop or self.interrupted
 
     def show_progress(self) -> None:
         if self.progress is not None:
-            self.progress.update(self.loop.env_steps, {"updates": self.loop.updates, "last_return":
-                                                       self.loop.last_return})
+            self.progress.update(self.step, {"updates": self.loop.updates, "last_return": self.loop.last_return})
+
+    def where(self) -> str:
+        """``env step <n>`` (``update <n>`` offline), for messages."""
+        return f"{'update' if self.offline else 'env step'} {self.step}"
 
     # ------------------------------------------------------------------------------------------ run, finish
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """The block the loop runs in: the progress bar, and Ctrl-C / SIGTERM turned into a clean stop (one process:
-        ``KeyboardInterrupt`` after the step in flight; several ranks: a flag all ranks agree on, see :meth:`tick`).
+        ``KeyboardInterrupt`` after the step in flight; several ranks, and offline runs: a flag checked once per step,
+        see :meth:`tick`, so the run stops after the update in flight and its checkpoint resumes exactly).
         """
-        self._flag = SignalFlag().install() if self.info.distributed else None
-        previous = None if self.info.distributed else sigterm_as_interrupt()
+        self._flag = SignalFlag().install() if self.info.distributed or self.offline else None
+        previous = None if self._flag is not None else sigterm_as_interrupt()
         try:
             with Progress(self.steps, enabled=bool(self.cfg.train.progress) and self.info.is_main,
-                          prefill=self.prefill, start_steps=self.loop.env_steps) as self.progress:
+                          description="pretrain" if self.offline else "train", prefill=self.prefill,
+                          start_steps=self.step) as self.progress:
                 yield
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
             self.interrupted = True
             self.collected()  # the interrupt came between step_async and the wait
-            print(f"\n[reverie] interrupted at env step {self.loop.env_steps}: writing metrics and a checkpoint",
-                  flush=True)
+            print(f"\n[reverie] interrupted at {self.where()}: writing metrics and a checkpoint", flush=True)
         finally:
             self.progress = None
             if previous is not None:
@@ -341,17 +447,18 @@ class Session:
         summary (see :func:`reverie.train.train`)."""
         cfg, info, loop = self.cfg, self.info, self.loop
         stopped = self.interrupted or self.diverged
-        if not stopped and not (loop.evals and loop.evals[-1][0] == loop.env_steps) and info.is_main:
+        evaluated = loop.evals and loop.evals[-1][0] == self.step
+        if not stopped and not evaluated and self.eval_episodes and info.is_main:
             self.evaluate()
         final = loop.evals[-1][2] if loop.evals else float("nan")
-        if self.logger.pending or self.written != loop.env_steps:  # no second, empty row after the loop's own
+        if self.logger.pending or self.written != self.step:  # no second, empty row after the loop's own
             self.write_metrics()
         self.checkpoint()
-        if cfg.train.video and not stopped and info.is_main:
+        if cfg.train.video and self.eval_episodes and not stopped and info.is_main:
             with preserved_rng():
                 frames, _ = record_episode(self.agent, cfg.env, cfg.seed, mode=cfg.train.eval_mode)
             if frames is not None:
-                self.logger.video("eval/episode", frames, loop.env_steps)
+                self.logger.video("eval/episode", frames, self.step)
         self.stepper.close()
         self.logger.close()
         wall, best = loop.wall_s(), loop.best_eval()
@@ -359,13 +466,16 @@ class Session:
                    "wall_s": wall, "best_eval_step": None if best is None else best[0],
                    "best_eval_return": float("nan") if best is None else best[1],
                    "interrupted": self.interrupted, "diverged": self.diverged,
-                   "resumed_from": None if self.saved is None else self.saved["counters"]["env_steps"]}
+                   "resumed_from": None if self.saved is None else self.saved["counters"]["updates" if self.offline
+                                                                                        else "env_steps"]}
         if not stopped and info.is_main:
             write_summary(self.run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
         outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"
-        kept = f" (best {best[1]:.1f} at env step {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
+        where = "update" if self.offline else "env step"
+        kept = f" (best {best[1]:.1f} at {where} {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
         print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, last eval return "
               f"{final:.1f}{kept}, {wall / 60:.2f} min; run dir {self.run_dir}")
         if self.interrupted and info.is_main:
-            print(f"[reverie] resume this run with: {resume_command(self.run_dir)}", flush=True)
+            command = "pretrain" if self.offline else "train"
+            print(f"[reverie] resume this run with: {resume_command(self.run_dir, command=command)}", flush=True)
         return summary

@@ -186,6 +186,38 @@ class Replay:
         self.fill = min(self.fill + 1, self.length)
         self._touch(self.row_bytes)
 
+    def extend(self, steps: Mapping[str, np.ndarray]) -> None:
+        """Write ``K`` rows for all ``N`` envs at once, as ``K`` calls of :meth:`add` would (the cursor wraps over
+        the oldest rows once full); for filling a replay with a dataset (:func:`reverie.data.fill.fill_replay`).
+
+        Args:
+            steps: every spec key -> ``(K, N, *shape)`` array, ``1 <= K <= L``; extra keys are ignored.
+
+        Raises:
+            KeyError: a spec key is missing.
+            ValueError: a wrong shape, a dtype that does not cast ``same_kind``, or ``K`` outside ``1..L``.
+        """
+        missing = [key for key in self.spec if key not in steps]
+        if missing:
+            raise KeyError(f"Replay.extend: steps lack keys {missing}; every row needs {sorted(self.spec)}")
+        count = len(np.asarray(steps["reward"]))
+        if not 1 <= count <= self.length:
+            raise ValueError(f"Replay.extend: {count} rows per env, expected 1..{self.length} (rows per env)")
+        for key, (shape, dtype) in self.spec.items():
+            value = np.asarray(steps[key])
+            if value.shape != (count, self.num_envs, *shape):
+                raise ValueError(f"Replay.extend: {key!r} has shape {value.shape}, expected (K, N, ...) = "
+                                 f"{(count, self.num_envs, *shape)}")
+            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+                raise ValueError(f"Replay.extend: {key!r} has dtype {value.dtype}, which does not cast to {dtype}")
+        rows = (self.cursor + np.arange(count)) % self.length  # (K,) physical rows, wrapping
+        for key in self.spec:
+            self.arrays[key][rows] = steps[key]
+        self._wrapped = self._wrapped or self.cursor + count >= self.length
+        self.cursor = (self.cursor + count) % self.length
+        self.fill = min(self.fill + count, self.length)
+        self._touch(self.row_bytes * count)
+
     def sample(self, batch: int, length: int) -> dict[str, np.ndarray]:
         """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
 

@@ -28,6 +28,9 @@ SAFE_KEYS = (
     "train.async_collect",  # wall time only: the run is the same with it on or off (tests/loop/test_async_collect.py)
     "replay.preflight", "trainer.timeout_min",
     "train.policy_sync_every",  # with train.control_hz: how fresh the acting copy is; no state depends on it
+    "pretrain.updates", "pretrain.log_every", "pretrain.eval_every", "pretrain.eval_episodes",
+    "pretrain.checkpoint_every", "pretrain.report_every",
+    "pretrain.heldout", "pretrain.heldout_sequences",  # reports only: their own RNG, training is unchanged
 )  # not trainer.nproc: each rank's replay shard, env and RNG state belong to one process count
 SUMMARY_FILE = "summary.json"  # written when training finishes uninterrupted: "this run (or trial) is done"
 OVERRIDES_FILE = "overrides.json"  # the command-line overrides the run was started with
@@ -101,14 +104,15 @@ def check_resumable(payload: Mapping[str, Any], path: str | Path) -> None:
                           f"new run in another run_dir to train.")
 
 
-def resume_point(cfg: Any, run_dir: str | Path, info: Any) -> tuple[dict | None, dict | None]:
-    """What ``reverie train`` continues in ``run_dir``: ``(saved, done)``.
+def resume_point(cfg: Any, run_dir: str | Path, info: Any,
+                 length: tuple[str, str] = ("train", "steps")) -> tuple[dict | None, dict | None]:
+    """What ``reverie train`` (or ``reverie pretrain``) continues in ``run_dir``: ``(saved, done)``.
 
     ``saved``: this rank's newest readable checkpoint payload (:func:`reverie.state.ranks.load_rank_checkpoint`),
     checked to hold full run state and a config that differs from ``cfg`` (the resolved config) only in
     :data:`SAFE_KEYS` (the applied changes are printed); None for a fresh run. ``done``: the summary of a finished
-    run whose ``train.steps`` is not raised (then nothing is trained), else None; a raised ``train.steps`` removes
-    the completion marker.
+    run whose length (the config key ``length``: ``train.steps``, or ``pretrain.updates``) is not raised (then
+    nothing is trained), else None; a raised length removes the completion marker.
 
     Raises:
         ResumeError: the checkpoint lacks run state, or ``cfg`` changes a key that is not safe to change.
@@ -123,16 +127,27 @@ def resume_point(cfg: Any, run_dir: str | Path, info: Any) -> tuple[dict | None,
         return None, None
     check_resumable(saved, saved["checkpoint_path"])
     changes = check_resume_config(saved["config"], OmegaConf.to_container(cfg, resolve=True))
-    done = read_summary(run_dir)
-    if done is not None and int(cfg.train.steps) <= int(saved["config"]["train"]["steps"]):
-        print(f"[reverie] {run_dir} already finished ({done['env_steps']} env steps, summary.json); raise "
-              f"train.steps above {saved['config']['train']['steps']} to continue it")
+    done = finished(run_dir, cfg, saved["config"], length)
+    if done is not None:
         return saved, done
     if info.is_main:
         (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
     for key, (old, new) in changes.items():
         print(f"[reverie] resume: {key} {old!r} -> {new!r}")
     return saved, None
+
+
+def finished(run_dir: str | Path, cfg: Any, saved_config: Mapping[str, Any],
+             length: tuple[str, str] = ("train", "steps")) -> dict[str, Any] | None:
+    """The summary of a finished run that ``cfg`` does not lengthen (the key ``length``, e.g. ``train.steps``, not
+    raised above the saved config's), with a message saying how to continue it; else None."""
+    group, key = length
+    done = read_summary(run_dir)
+    if done is not None and int(cfg[group][key]) <= int(saved_config[group][key]):
+        print(f"[reverie] {run_dir} already finished ({done['updates']} updates, {done['env_steps']} env steps, "
+              f"summary.json); raise {group}.{key} above {saved_config[group][key]} to continue it")
+        return done
+    return None
 
 
 def save_overrides(run_dir: str | Path, overrides: list[str]) -> None:
@@ -199,8 +214,9 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None,
-                   argv0: str | None = None) -> str:
-    """The shell command that resumes ``run_dir``, runnable as printed from the current directory.
+                   argv0: str | None = None, command: str = "train") -> str:
+    """The shell command that resumes ``run_dir``, runnable as printed from the current directory (``command``:
+    ``train``, or ``pretrain`` for an offline run, whose resume is ``reverie pretrain --resume <run_dir>``).
 
     Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``): ``make train ARGS="--resume <run_dir>"``. Otherwise
     ``reverie train --resume <run_dir>``, with the launcher this process was started by: ``reverie`` when that
@@ -210,7 +226,7 @@ def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None
     environ = os.environ if environ is None else environ
     argv0 = sys.argv[0] if argv0 is None else argv0
     target = shlex.quote(str(run_dir))
-    if environ.get("REVERIE_MAKE_TRAIN"):
+    if environ.get("REVERIE_MAKE_TRAIN") and command == "train":
         return f'make train ARGS="--resume {target}"'
     if os.path.basename(argv0) == "__main__.py":  # python -m reverie
         python = "python" if _same_file(shutil.which("python"), sys.executable) else shlex.quote(sys.executable)
@@ -219,7 +235,7 @@ def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None
         launcher = shlex.quote(argv0)
     else:
         launcher = "reverie"
-    return f"{launcher} train --resume {target}"
+    return f"{launcher} {command} --resume {target}"
 
 
 def _same_file(a: str | None, b: str | None) -> bool:

@@ -219,3 +219,46 @@ def test_imag_last_imagines_from_the_last_rows_only():
         torch.testing.assert_close(seen["cont"], expected_cont)
     with pytest.raises(ValueError, match="imag_last must be >= 0"):
         DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_last=-1)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_update_model_is_the_world_model_step_of_update(discrete):
+    """From the same state and RNG, update_model and update leave the same world model (its step comes first in
+    update); update_model leaves actor, critic, slow critic, normaliser and their optimisers as built."""
+    torch.manual_seed(0)
+    full = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
+    model_only = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
+    model_only.load_state_dict(full.state_dict())
+    before = {k: v.clone() for k, v in model_only.state_dict()["modules"].items()}
+    torch.manual_seed(1)
+    full_metrics = full.update(batch())
+    torch.manual_seed(1)
+    metrics = model_only.update_model(batch())
+    assert metrics == {k: v for k, v in full_metrics.items() if k in metrics}
+    assert "loss/vector" in metrics and "loss/actor" not in metrics and metrics["guard/nonfinite"] == 0.0
+    after = model_only.state_dict()
+    for key, value in full.state_dict()["modules"].items():
+        if key.startswith("wm."):
+            assert torch.equal(after["modules"][key], value), key
+        else:
+            assert torch.equal(after["modules"][key], before[key]), key
+    assert not after["actor_opt"]["state"] and not after["critic_opt"]["state"] and after["model_opt"]["state"]
+
+
+def test_load_pretrained_takes_the_world_model_or_everything():
+    torch.manual_seed(0)
+    trained = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    trained.update(batch())
+    state = trained.state_dict()
+    torch.manual_seed(1)
+    fresh = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    own = {k: v.clone() for k, v in fresh.state_dict()["modules"].items()}
+    assert fresh.load_pretrained(state, behavior=False) == ["world model"]
+    now = fresh.state_dict()
+    for key, value in now["modules"].items():
+        assert torch.equal(value, state["modules"][key] if key.startswith("wm.") else own[key]), key
+    assert now["model_opt"]["state"][0]["exp_avg"].equal(state["model_opt"]["state"][0]["exp_avg"])
+    assert not now["actor_opt"]["state"]
+    assert fresh.load_pretrained(state, behavior=True) == ["world model", "actor", "critic", "slow_critic", "retnorm"]
+    for key, value in fresh.state_dict()["modules"].items():
+        assert torch.equal(value, state["modules"][key]), key

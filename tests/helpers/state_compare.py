@@ -1,7 +1,11 @@
 """Exact comparison of nested run state (checkpoint payloads, replay arrays) for the resume-style tests."""
 
+import json
+
 import numpy as np
 import torch
+
+from reverie.state.checkpoint import list_checkpoints, load_checkpoint
 
 
 def assert_same(a, b, path="state"):
@@ -20,3 +24,14 @@ def assert_same(a, b, path="state"):
             assert_same(x, y, f"{path}[{i}]")
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def final_state(run_dir):
+    """Everything that must match exactly: the newest checkpoint's payload, its replay files, the replay's metadata
+    and the counters (wall time left out)."""
+    payload = load_checkpoint(run_dir)
+    replay = {p.stem: np.load(p) for p in sorted((list_checkpoints(run_dir / "checkpoints")[-1]
+                                                  .with_suffix(".replay")).glob("*.npy"))}
+    meta = json.loads((list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json").read_text())
+    counters = {k: v for k, v in payload["counters"].items() if k != "wall_s"}
+    return payload, replay, meta, counters

@@ -273,3 +273,22 @@ def test_empty_buffer_saves_and_loads(tmp_path):
     restored = Replay(12, 2, spec(image=True))
     restored.load(tmp_path / "s")
     assert (restored.cursor, len(restored)) == (0, 0)
+
+
+@pytest.mark.parametrize("first, second", [(3, 2), (4, 3), (5, 5)])
+def test_extend_equals_adding_row_by_row(first, second):
+    """K rows at once (wrapping over the oldest, as a full buffer does) leave the buffer as K adds would."""
+    added, extended = Replay(10, 2, spec()), Replay(10, 2, spec())
+    rows = [row(k, first=(k % 3 == 0)) for k in range(first + second)]
+    for r in rows:
+        added.add(r)
+    for block in (rows[:first], rows[first:]):
+        extended.extend({key: np.stack([r[key] for r in block]) for key in spec()})
+    assert (extended.cursor, extended.fill, extended.wrapped) == (added.cursor, added.fill, added.wrapped)
+    for key in spec():
+        np.testing.assert_array_equal(extended.arrays[key], added.arrays[key], err_msg=key)
+    with pytest.raises(ValueError, match=r"6 rows per env, expected 1..5"):
+        extended.extend({key: np.stack([row(k)[key] for k in range(6)]) for key in spec()})
+    with pytest.raises(ValueError, match=r"'vector' has shape \(1, 3, 1\), expected"):
+        extended.extend({**{key: np.stack([r[key] for r in rows[:1]]) for key in spec()},
+                         "vector": np.zeros((1, 3, 1), np.float32)})

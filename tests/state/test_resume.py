@@ -9,7 +9,7 @@ import torch
 from reverie.state.checkpoint import list_checkpoints, load_checkpoint
 from reverie.cli import main
 from reverie.envs.stepper import VectorStepper
-from helpers.state_compare import assert_same
+from helpers.state_compare import assert_same, final_state
 
 TIMING = {"wall_s", "fps/env_steps", "fps/updates"}
 N = 48  # env steps per half (4 envs: 12 rows); 0.5 updates per env step after a 16-step prefill
@@ -19,16 +19,6 @@ BASE = ["exp=debug", "agent.train_ratio=16", "train.prefill=16", "train.eval_eve
 
 def run(run_dir, *overrides, expect=0):
     assert main(["train", *BASE, f"run_dir={run_dir}", *overrides]) == expect
-
-
-def final_state(run_dir):
-    """Everything that must match exactly: the newest checkpoint's payload and its replay files."""
-    payload = load_checkpoint(run_dir)
-    replay = {p.stem: np.load(p) for p in sorted((list_checkpoints(run_dir / "checkpoints")[-1]
-                                                  .with_suffix(".replay")).glob("*.npy"))}
-    meta = json.loads((list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json").read_text())
-    counters = {k: v for k, v in payload["counters"].items() if k != "wall_s"}
-    return payload, replay, meta, counters
 
 
 def compare_runs(straight, resumed):

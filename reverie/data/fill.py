@@ -1,0 +1,58 @@
+"""Fill an empty replay with a dataset's episodes, split over its ``N`` env columns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from reverie.data.episodes import DatasetError, Episode
+
+
+def column_rows(steps: int, capacity: int, num_envs: int) -> int:
+    """Rows per env column a dataset of ``steps`` rows fills: ``steps // N``.
+
+    Raises:
+        DatasetError: fewer than ``N`` rows, or more rows per column than the replay holds (the fix: a larger
+            ``replay.capacity``), so nothing would be overwritten while filling.
+    """
+    per_column, rows = steps // num_envs, capacity // num_envs
+    if per_column < 1:
+        raise DatasetError(f"dataset error: {steps} steps cannot fill {num_envs} env columns (env.num_envs); record "
+                           f"more episodes")
+    if per_column > rows:
+        raise DatasetError(f"dataset error: the dataset has {steps:,} steps but replay.capacity={capacity:,} holds "
+                           f"{rows:,} rows per env column ({num_envs} columns): set replay.capacity >= "
+                           f"{per_column * num_envs:,}")
+    return per_column
+
+
+def fill_replay(replay, episodes: Sequence[Episode]) -> dict[str, int]:
+    """Write the episodes' rows (validated: :func:`reverie.data.episodes.validate`) into an empty ``replay``.
+
+    The episodes are joined into one stream in their order and cut into ``N`` consecutive pieces of
+    ``steps // N`` rows, one per env column (:meth:`reverie.replay.Replay.extend`); the last ``steps mod N`` rows
+    (fewer than ``N``) are left out. A column that starts mid-episode gets ``is_first`` on its first row: windows
+    never cross from one column into the next, and the model starts that stream from its initial state, as for
+    any replayed window. With ``N = 1`` the replay holds the dataset's rows exactly.
+
+    Returns:
+        ``{"rows_per_column", "steps" (filled), "left_out"}``.
+
+    Raises:
+        DatasetError: the replay is not empty, or the dataset does not fit (:func:`column_rows`).
+        ValueError: rows that do not match the replay's spec.
+    """
+    if len(replay):
+        raise DatasetError(f"dataset error: the replay already holds {len(replay)} steps; a dataset fills an empty one")
+    n = replay.num_envs
+    steps = sum(len(e) for e in episodes)
+    per_column = column_rows(steps, replay.capacity, n)
+    used = per_column * n
+    block = {}
+    for key in replay.spec:
+        stream = np.concatenate([e.rows[key] for e in episodes])[:used]  # (steps, ...) -> (N*K, ...)
+        block[key] = stream.reshape(n, per_column, *stream.shape[1:]).swapaxes(0, 1)  # (N*K, ...) -> (K, N, ...)
+    block["is_first"][0] = True  # every column starts a stream
+    replay.extend(block)
+    return {"rows_per_column": per_column, "steps": used, "left_out": steps - used}

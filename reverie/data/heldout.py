@@ -1,0 +1,40 @@
+"""The world model's open-loop error on held-out logged episodes (``pretrain.heldout``; ``bench/offline_finetune.py``).
+
+Windows of held-out episodes are drawn with a fixed seed (the same windows for every model compared), the model
+observes the first :data:`reverie.viz.report.CONTEXT` rows and predicts the rest open loop from the logged actions
+(:func:`reverie.viz.openloop.open_loop`); the errors are :func:`reverie.viz.openloop.prediction_errors`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reverie.data.episodes import Dataset
+from reverie.data.fill import fill_replay
+
+
+def heldout_replay(dataset: Dataset) -> Any:
+    """A one-column replay holding the validated ``dataset``'s rows exactly (windows may cross episodes, each
+    crossing marked by ``is_first``, as in training)."""
+    from reverie.replay import Replay
+
+    first = dataset.episodes[0].rows
+    spec = {key: (value.shape[1:], value.dtype) for key, value in first.items()}
+    replay = Replay(max(dataset.steps, 2), 1, spec)
+    fill_replay(replay, dataset.episodes)
+    return replay
+
+
+def heldout_errors(agent: Any, replay: Any, length: int, sequences: int, seed: int = 0) -> dict[str, float]:
+    """Open-loop and reconstruction errors of ``agent``'s world model on ``sequences`` windows of ``length`` rows
+    of a :func:`heldout_replay`, keyed ``heldout/openloop/<key>_error``, ``heldout/recon/<key>_error`` and
+    ``heldout/openloop/reward_error`` (vectors in raw units, images in ``[0, 1]``); empty (with a warning) when
+    the held-out data is shorter than one window."""
+    from reverie.viz.openloop import open_loop, prediction_errors
+    from reverie.viz.report import CONTEXT, sample_for_report
+
+    batch = sample_for_report(replay, sequences, length, seed=seed)
+    if batch is None:
+        return {}
+    result = open_loop(agent, batch, context=max(1, min(CONTEXT, length - 1)), seed=seed)
+    return {f"heldout/{key}": value for key, value in prediction_errors(result).items()}

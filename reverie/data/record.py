@@ -1,0 +1,151 @@
+"""Record episodes from a policy into the dataset format (``reverie record``; docs/offline.md).
+
+Policies (:func:`make_policy`):
+
+- ``random``: uniform random actions (one-hot ``Discrete``, ``U[-1, 1]`` ``Box``), as the training loop's prefill;
+- a run directory or checkpoint: that run's agent (``load_run``: its ``best.pt``, the weights of its best
+  evaluation, or its newest checkpoint when it has none), acting in ``mode`` (``explore`` by default: the policy as
+  it collected its own data);
+- an import path ``pkg.module.name`` (or ``pkg.module:name``): a scripted controller, a callable
+  ``policy(obs) -> actions`` taking one step's observation batch (a dict of ``(N, ...)`` arrays with the contract's
+  keys and ``is_first``) and returning ``(N,)`` integer indices (``Discrete``) or ``(N, A)`` model actions (one-hot,
+  or values in ``[-1, 1]`` for ``Box``: the env layer rescales them). A class is instantiated first (no arguments).
+
+``epsilon`` mixes in uniform random actions: each step, each env takes a random action with that probability.
+Rows are those ``reverie train`` adds to its replay for the same steps (:class:`reverie.envs.VectorStepper`), except
+that the action of an ``is_last`` row (ignored by the env and never read by the model) is stored as zeros, so the
+npz and Minari formats hold the same rows.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reverie.data.episodes import DatasetError, Episode
+from reverie.loop.session import random_actions
+from reverie.types import ActionSpec
+
+Policy = Callable[[dict[str, np.ndarray], Any], tuple[np.ndarray, Any]]
+
+
+def make_policy(name: str, spec: ActionSpec, rng: np.random.Generator, mode: str = "explore") -> tuple[Policy, str]:
+    """``(policy(obs, state) -> (actions (N, A) float32, state), description)`` for ``random``, a run or an import
+    path (see the module docstring).
+
+    Raises:
+        DatasetError: ``name`` is none of those; a run whose action space differs from ``spec``.
+    """
+    if name == "random":
+        return (lambda obs, state: (random_actions(rng, spec, len(obs["is_first"])), None)), "random"
+    if Path(name).exists():
+        from reverie.state.saved_run import RunError, load_run
+
+        try:
+            run = load_run(name)
+        except RunError as err:
+            raise DatasetError(f"record error: {err}") from err
+        if run.action_spec != spec:
+            raise DatasetError(f"record error: the run {name} acts in {run.action_spec}, the env config in {spec}; "
+                               f"record with the run's env config (leave out env overrides)")
+        return (lambda obs, state: run.agent.act(obs, state, mode)), f"run {run.checkpoint} ({mode})"
+    controller = _import(name)
+    if isinstance(controller, type):
+        controller = controller()
+
+    def scripted(obs: dict[str, np.ndarray], state: Any) -> tuple[np.ndarray, Any]:
+        return _model_actions(np.asarray(controller(obs)), spec, len(obs["is_first"]), name), None
+
+    return scripted, f"controller {name}"
+
+
+def _import(path: str) -> Any:
+    module_name, _, attr = path.replace(":", ".").rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attr) if module_name else None
+    except (ImportError, AttributeError):
+        target = None
+    if not callable(target):
+        raise DatasetError(f"record error: --policy {path!r} is not 'random', an existing run directory, nor an "
+                           f"importable callable (pkg.module.function or pkg.module:Class)")
+    return target
+
+
+def _model_actions(action: np.ndarray, spec: ActionSpec, n: int, name: str) -> np.ndarray:
+    """A controller's output -> model actions ``(N, A)`` float32 (indices become one-hot rows)."""
+    if spec.discrete and action.shape == (n,) and np.issubdtype(action.dtype, np.integer):
+        if ((action < 0) | (action >= spec.dim)).any():
+            raise DatasetError(f"record error: controller {name} returned {action.tolist()}, outside 0..{spec.dim - 1}")
+        return np.eye(spec.dim, dtype=np.float32)[action]
+    if action.shape != (n, spec.dim):
+        raise DatasetError(f"record error: controller {name} returned shape {action.shape}; expected ({n},) indices "
+                           f"or ({n}, {spec.dim}) model actions")
+    return action.astype(np.float32)
+
+
+def _executed(state: Any, action: np.ndarray) -> Any:
+    """A world-model agent's acting state ``(dynamics state, prev_action (N, A))``
+    (:class:`reverie.agents.base.WorldModelAgent`) with the actions the envs really took, so its next filtering step
+    sees them; any other state unchanged."""
+    import torch
+
+    if isinstance(state, tuple) and len(state) == 2 and torch.is_tensor(state[1]) and state[1].shape == action.shape:
+        return state[0], torch.as_tensor(action, dtype=state[1].dtype, device=state[1].device)
+    return state
+
+
+def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon: float = 0.0,
+           mode: str = "explore") -> tuple[list[Episode], str]:
+    """Run ``policy`` in the env config's ``N`` envs until ``episodes`` episodes have finished.
+
+    Args:
+        env_cfg: the env config (``env.num_envs`` copies step together).
+        policy: ``random``, a run directory or checkpoint, or an import path (module docstring).
+        episodes: finished episodes to return (episodes still running then are dropped).
+        seed: seeds the envs (as a run of that seed) and the random actions.
+        epsilon: per-step probability of a uniform random action instead of the policy's, in ``[0, 1]``.
+        mode: the mode a run's agent acts in (``explore``, ``sample`` or ``eval``).
+
+    Returns:
+        ``(episodes, description)``: episodes in the order they finished, named ``recorded episode <k>``, rows as
+        the module docstring says; a description of the policy and mix for the dataset's metadata.
+
+    Raises:
+        DatasetError: a bad ``policy``, ``episodes < 1`` or ``epsilon`` outside ``[0, 1]``.
+    """
+    from reverie.envs import make_vector_env
+    from reverie.envs.stepper import VectorStepper
+
+    if episodes < 1 or not 0.0 <= epsilon <= 1.0:
+        raise DatasetError(f"record error: need episodes >= 1 and epsilon in [0, 1], got {episodes} and {epsilon}")
+    rng = np.random.default_rng(seed)
+    stepper = VectorStepper(make_vector_env(env_cfg, seed))
+    spec, n = stepper.action_spec, stepper.num_envs
+    act, description = make_policy(policy, spec, rng, mode)
+    running: list[list[dict[str, np.ndarray]]] = [[] for _ in range(n)]
+    done: list[Episode] = []
+    try:
+        row, state = stepper.reset(), None
+        while len(done) < episodes:
+            action, state = act(row, state)
+            action = np.array(action, np.float32)
+            if epsilon > 0:
+                swap = rng.random(n) < epsilon  # (N,)
+                action[swap] = random_actions(rng, spec, int(swap.sum()))
+                state = _executed(state, action)
+            stored = action * ~row["is_last"][:, None]  # an is_last row's action is never used: zeros
+            for i in range(n):
+                running[i].append({**{k: v[i] for k, v in row.items()}, "action": stored[i]})
+                if row["is_last"][i]:
+                    rows = {k: np.stack([r[k] for r in running[i]]) for k in running[i][0]}  # T x (...) -> (T, ...)
+                    done.append(Episode(f"recorded episode {len(done)}", rows))
+                    running[i] = []
+            row, _ = stepper.step(action)
+    finally:
+        stepper.close()
+    mix = f", epsilon {epsilon} uniform random actions" if epsilon else ""
+    return done[:episodes], f"{description}{mix}, seed {seed}"

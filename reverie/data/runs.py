@@ -1,0 +1,51 @@
+"""Another run's replay as a dataset: the rows of its newest checkpoint's replay snapshot, cut into episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from reverie.data.episodes import DatasetError, Episode
+from reverie.state.checkpoint import list_checkpoints, load_checkpoint
+
+
+def is_run(path: str | Path) -> bool:
+    """True for a run directory with checkpoints (or a checkpoint file)."""
+    path = Path(path)
+    return (path.is_file() and path.suffix == ".pt") or bool(list_checkpoints(path / "checkpoints"))
+
+
+def read_run(path: str | Path) -> list[Episode]:
+    """The replay of a run's newest readable checkpoint as episodes (rank 0's shard for a data-parallel run).
+
+    Each env column is read in time order (oldest row first) and cut before every ``is_first`` row. A column's
+    first piece may start mid-episode (its start was overwritten once the buffer wrapped, or the run was filled
+    from a dataset split over several columns): it becomes an episode of its own whose row 0 gets ``is_first``,
+    the replay's mark for "the model starts here from its initial state" (the 2023 reference marks row 0 of every
+    replayed window the same way). The last piece of a column may lack ``is_last`` (the episode in flight).
+
+    Raises:
+        DatasetError: the checkpoint has no replay snapshot.
+    """
+    from reverie.replay import Replay
+
+    path = Path(path)
+    payload = load_checkpoint(path)
+    if "replay_dir" not in payload:
+        raise DatasetError(f"dataset error: the checkpoint {payload['checkpoint_path']} holds no replay snapshot; pass "
+                           f"a run directory written by `reverie train` or `reverie pretrain`")
+    folder = Path(payload["replay_dir"])
+    meta = Replay.verify(folder)
+    arrays = {key: np.load(folder / f"{key}.npy", mmap_mode="r") for key in meta["keys"]}  # (L, N, ...)
+    fill, length = int(meta["fill"]), int(meta["length"])
+    order = (np.arange(fill) + (int(meta["cursor"]) if meta["wrapped"] else 0)) % length  # oldest row first
+    episodes = []
+    for col in range(int(meta["num_envs"])):
+        rows = {key: np.asarray(array[order, col]) for key, array in arrays.items()}  # (fill, ...)
+        cuts = sorted({0, *np.flatnonzero(rows["is_first"]).tolist()})
+        for start, stop in zip(cuts, [*cuts[1:], fill]):
+            piece = {key: value[start:stop].copy() for key, value in rows.items()}
+            piece["is_first"][0] = True
+            episodes.append(Episode(f"{path.name} column {col} rows {start}-{stop - 1}", piece))
+    return episodes

@@ -1,0 +1,140 @@
+"""`reverie record` -> `reverie pretrain` -> `reverie train init_from=RUN`, debug runs through the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from reverie import load_run
+from reverie.agents.dreamer import DreamerV3
+from reverie.cli import main
+from reverie.state.checkpoint import list_checkpoints, load_checkpoint
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def modules(payload, prefix):
+    return {k: v for k, v in payload["agent"]["modules"].items() if k.startswith(prefix)}
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data") / "cartpole"
+    assert main(["record", "--out", str(folder), "--episodes", "8", "--epsilon", "0.5", "exp=debug"]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pretrained(data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "pre"
+    assert main(["pretrain", str(data), "exp=debug", f"run_dir={run_dir}", "pretrain.report_every=10",
+                 f"pretrain.heldout={data}"]) == 0
+    return run_dir
+
+
+def test_pretrain_writes_a_normal_run_directory(pretrained, data):
+    metrics = read_jsonl(pretrained / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [m["updates"] for m in metrics] == [5, 10, 15, 20, 20]  # step: updates
+    assert "eval/return_mean" in metrics[-1]  # the final evaluation's row (pretrain.eval_every=0: only at the end)
+    metrics = metrics[:-1]
+    assert all(m["frames"] == 0 and "loss/vector" in m and "loss/actor" not in m for m in metrics)  # world model only
+    reported = [m for m in metrics if "openloop/vector_error" in m]
+    assert [m["step"] for m in reported] == [10, 20]
+    assert all(np.isfinite(m["heldout/openloop/vector_error"]) for m in reported)
+    assert (pretrained / "plots" / "openloop_reward_10.png").is_file()
+    summary = json.loads((pretrained / "summary.json").read_text())
+    assert summary["env_steps"] == 0 and summary["updates"] == 20 and [e[0] for e in summary["evals"]] == [20]
+    assert {(s["step"], s["mode"]) for s in read_jsonl(pretrained / "scores.jsonl")} == {(20, "eval")}
+    first, last = (load_checkpoint(p) for p in list_checkpoints(pretrained / "checkpoints"))
+    assert first["counters"]["updates"] == 10 and last["counters"]["env_steps"] == 0
+    assert not same(modules(first, "wm."), modules(last, "wm."))
+    for part in ("actor.", "critic.", "slow_critic.", "retnorm."):  # update_model leaves the policy as built
+        assert same(modules(first, part), modules(last, part)), part
+    assert json.loads((pretrained / "overrides.json").read_text())[-1] == f"pretrain.data='{data}'"
+    run = load_run(pretrained)  # `reverie eval` and the Python API read it like any run
+    action, _ = run.act({"vector": np.zeros(4, np.float32)})
+    assert action in (0, 1)
+
+
+def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, monkeypatch):
+    """train_ratio 1 (1/32 update per env step): no update in 16 env steps changes what was loaded. seed 1: the fresh
+    actor differs from the pretrain run's."""
+    acted = []
+    real_act = DreamerV3.act
+    monkeypatch.setattr(DreamerV3, "act", lambda self, obs, state=None, mode="explore":
+                        acted.append(mode) or real_act(self, obs, state, mode))
+    online = tmp_path / "online"
+    assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={pretrained}", "seed=1", "train.steps=16",
+                 "agent.train_ratio=1", "train.eval_episodes=1"]) == 0
+    assert acted[:4] == ["explore"] * 4  # init.prefill=0: the agent acts from the first env step
+    pre, now = load_checkpoint(pretrained), load_checkpoint(online)
+    assert same(modules(pre, "wm."), modules(now, "wm.")) and not same(modules(pre, "actor."), modules(now, "actor."))
+    assert now["agent"]["model_opt"]["state"] and not now["agent"]["actor_opt"]["state"]  # Adam moments: the model's
+    before = {k: np.load(f"{pre['replay_dir']}/{k}.npy") for k in ("vector", "action", "reward", "is_first")}
+    after = {k: np.load(f"{now['replay_dir']}/{k}.npy") for k in before}
+    rows = json.loads((pretrained / "checkpoints" / "ckpt_0000000020.replay" / "replay.json").read_text())["fill"]
+    for key in before:  # the dataset's rows first, then 16 / 4 envs = 4 online rows per column
+        np.testing.assert_array_equal(after[key][:rows], before[key][:rows], err_msg=key)
+    assert after["is_first"][rows].all() and load_checkpoint(online)["counters"]["updates"] == 0
+
+
+def test_init_from_a_behavior_run_takes_the_policy_and_drop_data(data, tmp_path):
+    pre = tmp_path / "pre"
+    assert main(["pretrain", str(data), "exp=debug", f"run_dir={pre}", "pretrain.behavior=true",
+                 "pretrain.updates=6", "pretrain.eval_episodes=0"]) == 0
+    metrics = read_jsonl(pre / "metrics.jsonl")
+    assert all("loss/actor" in m for m in metrics) and not (pre / "scores.jsonl").read_text()  # no env steps at all
+    online = tmp_path / "online"
+    assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={pre}", "seed=1", "train.steps=16",
+                 "init.prefill=16", "init.keep_data=false", "train.eval_episodes=1"]) == 0  # no update: replay short
+    a, b = load_checkpoint(pre), load_checkpoint(online)
+    assert same(a["agent"]["modules"], b["agent"]["modules"])  # world model, actor, critic, slow critic, normaliser
+    assert json.loads((online / "checkpoints" / "ckpt_0000000016.replay" / "replay.json").read_text())["fill"] == 4
+
+
+@pytest.mark.parametrize("override, message", [
+    ("env=pendulum", "that run observes {'vector': (4,)} and acts in ActionSpec(discrete=True, dim=2)"),
+    ("size=xs", "its agent does not fit this config"),
+    ("replay.capacity=40", "dataset error: the dataset has"),
+])
+def test_init_from_that_does_not_fit_is_refused_before_the_run_starts(pretrained, tmp_path, capsys, override,
+                                                                      message):
+    assert main(["train", "exp=debug", f"run_dir={tmp_path / 'x'}", f"init_from={pretrained}", override]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_record_with_a_scripted_controller_and_a_trained_run(pretrained, tmp_path):
+    out = tmp_path / "scripted"
+    assert main(["record", "--out", str(out), "--episodes", "3", "--policy",
+                 "helpers.controllers.cartpole_balance", "exp=debug", "env.num_envs=1"]) == 0
+    recording = json.loads((out / "dataset.json").read_text())["recordings"][0]
+    assert recording["policy"] == "controller helpers.controllers.cartpole_balance, seed 0"
+    assert recording["returns"] == [50.0] * 3  # the balancing controller lasts to exp=debug's 50-step time limit
+    with np.load(out / "episode_000000.npz") as episode:  # the controller's actions, one-hot
+        from helpers.controllers import cartpole_balance
+
+        want = cartpole_balance({"vector": episode["vector"][:-1]})
+        np.testing.assert_array_equal(episode["action"][:-1].argmax(1), want)
+    assert main(["record", "--out", str(out), "--episodes", "2", "--policy", str(pretrained), "--epsilon", "0.2"]) == 0
+    recordings = json.loads((out / "dataset.json").read_text())["recordings"]  # appended, the run's own env
+    assert recordings[1]["policy"].startswith("run ") and "epsilon 0.2" in recordings[1]["policy"]
+    assert len(list(out.glob("episode_*.npz"))) == 5
+
+
+def test_planet_pretrains_and_starts_online_from_it(data, tmp_path):
+    """PlaNet's update is world-model only, so it serves as update_model; init_from takes its whole agent."""
+    pre, online = tmp_path / "pre", tmp_path / "online"
+    assert main(["pretrain", str(data), "agent=planet", "exp=debug", f"run_dir={pre}", "pretrain.updates=4",
+                 "pretrain.eval_episodes=0", "env.num_envs=1"]) == 0
+    assert all("loss/kl" in m for m in read_jsonl(pre / "metrics.jsonl"))
+    assert main(["train", "agent=planet", "exp=debug", f"run_dir={online}", f"init_from={pre}", "train.steps=4",
+                 "train.eval_episodes=1", "env.num_envs=1", "init.prefill=8"]) == 0  # no update in 4 steps
+    assert same(load_checkpoint(pre)["agent"]["modules"], load_checkpoint(online)["agent"]["modules"])
