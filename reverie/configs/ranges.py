@@ -67,12 +67,18 @@ def _problem(key: str, value: Any) -> str | None:
     return None
 
 
+DERIVED = {"pretrain.eval_episodes": "train.eval_episodes"}
+"""Keys whose default is another key's value (``${...}`` in config.yaml): checked only where they differ from it."""
+
+
 def range_errors(cfg: Any) -> list[str]:
     """The keys of ``cfg`` (a DictConfig or a plain mapping) outside :data:`RANGES`, one message each."""
     plain = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     errors = []
     for key in RANGES:
         value = _get(plain, key)
+        if key in DERIVED and value == _get(plain, DERIVED[key]):  # the value of its source: named there
+            continue
         if value is not _ABSENT and (problem := _problem(key, value)) is not None:
             errors.append(problem)
     capacity, envs = _get(plain, "replay.capacity"), _get(plain, "env.num_envs")
