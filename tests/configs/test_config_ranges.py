@@ -31,6 +31,9 @@ def test_every_bad_key_is_named_with_its_range():
         "replay.capacity=0 must be >= 1 (replay steps over all envs)",
         "threads=0 must be >= 1 (torch threads; null: torch's default)",
     ]
+    # pretrain.eval_episodes defaults to train.eval_episodes: named where it is set, once
+    assert range_errors(load_config(["exp=debug", "pretrain.eval_episodes=1.5"])) == [
+        "pretrain.eval_episodes=1.5 must be an integer >= 0 (episodes per evaluation; 0: never act in the env)"]
     assert range_errors(load_config(["exp=debug", "replay.capacity=5", "env.num_envs=4"])) == [
         "replay.capacity=5 with env.num_envs=4 leaves 1 rows per env; needs replay.capacity >= 8"]
 
