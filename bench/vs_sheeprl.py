@@ -42,12 +42,13 @@ import json
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
+from bench.peer_venv import outside_repo, run_steps
 from bench.run import cartpole_batch, sized
+from bench.timing import time_calls
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
 from reverie.types import ActionSpec
@@ -80,10 +81,7 @@ def ensure_sheeprl(venv: Path, torch_version: str, sheeprl_version: str) -> Path
         ValueError: ``venv`` inside this repository (it must stay a throwaway outside it).
         RuntimeError: a pip step failed (its output is printed).
     """
-    venv = venv.resolve()
-    if Path(_ROOT) in (venv, *venv.parents):
-        raise ValueError(f"--venv {venv} is inside the repository {_ROOT}; pass a path outside it "
-                         f"(default ~/.cache/reverie/sheeprl-venv)")
+    venv = outside_repo(venv, "--venv")
     python = venv / "bin" / "python"
     have = venv_versions(python)
     if have and have[0].split("+")[0] == torch_version and have[1] == sheeprl_version:
@@ -92,12 +90,7 @@ def ensure_sheeprl(venv: Path, torch_version: str, sheeprl_version: str) -> Path
     steps = [] if python.exists() else [[sys.executable, "-m", "venv", str(venv)]]
     steps += [[str(python), "-m", "pip", "install", "-q", f"torch=={torch_version}"],
               [str(python), "-m", "pip", "install", "-q", f"sheeprl=={sheeprl_version}"]]
-    for cmd in steps:
-        print(f"[vs_sheeprl] $ {' '.join(cmd)}", flush=True)
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(done.stdout[-3000:], done.stderr[-3000:])
-            raise RuntimeError(f"{' '.join(cmd)} failed with exit code {done.returncode}")
+    run_steps(steps, "vs_sheeprl")
     return python
 
 
@@ -127,17 +120,7 @@ def time_reverie(size: str, args: argparse.Namespace, compile_: bool) -> tuple[l
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, horizon=15, precision=args.precision,
                                                                      compile=compile_))
     batch = cartpole_batch(64, 16)
-    for _ in range(args.warmup):
-        agent.update(batch)
-    times: list[float] = []
-    cpu_times: list[float] = []
-    first = time.perf_counter()
-    while len(times) < args.updates and time.perf_counter() - first < args.max_seconds:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        agent.update(batch)
-        times.append(time.perf_counter() - start)
-        cpu_times.append(time.process_time() - cpu_start)
-    return times, cpu_times
+    return time_calls(lambda: agent.update(batch), args.warmup, args.updates, args.max_seconds)
 
 
 def summary(times: list[float], cpu_times: list[float]) -> str:
