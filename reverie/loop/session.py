@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -123,6 +124,9 @@ class Session:
                   else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
         print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x"
               f"{self.batch[1]}, {length}; run dir {run_dir}")
+        if not offline and self.prefill >= self.steps:
+            print(f"[reverie] warning: prefill {self.prefill} >= {self.steps} env steps: this run only collects random "
+                  f"actions and never updates; lower train.prefill or raise train.steps", file=sys.stderr)
         if saved is not None:
             self._restore(saved)
         else:

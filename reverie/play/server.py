@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, Callable
@@ -128,4 +129,7 @@ def serve(app: FastAPI, sock: socket.socket) -> None:
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled: stop quietly
+        print("[reverie] play: stopped", file=sys.stderr)

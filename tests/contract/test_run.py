@@ -88,6 +88,8 @@ def test_bad_env_id_and_unsupported_space_fail_before_the_run_dir_exists(tmp_pat
     assert main(["train", "exp=debug", "env=gym", "env.id=reverie.envs.testing.CountingEnv",
                  "+env.kwargs.obs_dim=2", f"run_dir={tmp_path / 'y'}", "train.steps=8", "train.prefill=8",
                  "train.eval_episodes=1"]) == 0  # a user's own env by import path works
+    err = capsys.readouterr().err  # prefill 8 of 8 steps: a run that never updates is said to be one
+    assert "warning: prefill 8 >= 8 env steps: this run only collects random actions and never updates" in err
 
 
 def test_user_env_by_import_path_and_wrapper_list(tmp_path):
