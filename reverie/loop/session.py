@@ -308,6 +308,17 @@ class Session:
         return self.replay.sample(*self.batch)
 
     def update(self, batch: dict[str, np.ndarray] | None = None) -> bool:
+        """:meth:`update_once`; in one process a Ctrl-C / SIGTERM that arrives during the update waits for its end
+        (then ``KeyboardInterrupt``), so the final checkpoint never holds a half-stepped model or optimiser."""
+        if self._flag is not None:  # several ranks, offline: the loop's own flag, checked once per step
+            return self.update_once(batch)
+        with SignalFlag() as flag:
+            diverged = self.update_once(batch)
+        if flag.raised:
+            raise KeyboardInterrupt
+        return diverged
+
+    def update_once(self, batch: dict[str, np.ndarray] | None = None) -> bool:
         """One agent update (``update``, or offline ``update_model``: :meth:`_update_path`) on ``batch`` (default: a
         fresh replay sample), logged; True once
         ``train.max_nonfinite_updates`` updates in a row had a skipped (non-finite) optimiser step: the run stops."""

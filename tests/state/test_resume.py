@@ -240,3 +240,27 @@ def test_resume_command_forms(tmp_path):
     assert resume_command("runs/x", environ={}, argv0=str(tmp_path / "bin" / "reverie")) == (
         f"{tmp_path / 'bin' / 'reverie'} train --resume runs/x")  # a launcher not on PATH: its path
     assert resume_command("runs/x", environ={}, argv0="/usr/bin/pytest") == "reverie train --resume runs/x"
+
+
+def test_ctrl_c_during_an_update_waits_for_its_end_and_the_checkpoint_resumes(tmp_path, monkeypatch):
+    """A Ctrl-C that arrives in the middle of an update (here: sent at its start) stops the run only after that
+    update: the final checkpoint counts it and holds a whole optimiser state, so resuming it trains on. (A
+    KeyboardInterrupt inside the optimiser step once saved an Adam state without `exp_avg_sq`.)"""
+    import os
+    import signal
+
+    from reverie.agents.dreamer import DreamerV3
+
+    original = DreamerV3.update
+
+    def interrupted_update(self, batch):
+        os.kill(os.getpid(), signal.SIGINT)  # delivered at once to this (main) thread
+        return original(self, batch)
+
+    monkeypatch.setattr(DreamerV3, "update", interrupted_update)
+    assert main(["train", *BASE, f"run_dir={tmp_path / 'c'}", "train.steps=64"]) == 130
+    saved = load_checkpoint(tmp_path / "c")
+    assert saved["counters"]["updates"] == 1  # the update in flight finished and was counted
+    monkeypatch.setattr(DreamerV3, "update", original)
+    assert main(["train", "--resume", str(tmp_path / "c"), f"train.steps={saved['counters']['env_steps'] + 16}"]) == 0
+    assert load_checkpoint(tmp_path / "c")["counters"]["updates"] > 1
