@@ -42,7 +42,7 @@ from reverie.runtime.process_group import DistInfo, rank_path, rank_seed
 from reverie.runtime.signals import SignalFlag, sigterm_as_interrupt
 from reverie.state import ranks
 from reverie.state.checkpoint import BEST_FILE, save_best, save_checkpoint
-from reverie.state.preflight import GIB, describe, preflight
+from reverie.state.preflight import GIB, STEPS_BOUND, describe, preflight
 from reverie.state.resume import resume_command, truncate_jsonl, write_summary
 from reverie.state.rng import preserved_rng, seed_everything
 from reverie.types import ActionSpec
@@ -191,11 +191,13 @@ class Session:
         spec = Replay.spec_for(self.obs_space, self.spec.dim)
         if cfg.replay.get("preflight", True):
             # a dataset (offline, or kept by init_from) may fill the replay beyond the env steps: count all of it
-            held = int(cfg.replay.capacity) if self.offline or cfg.get("init_from") else self.steps
+            dataset = bool(self.offline or cfg.get("init_from"))
+            held = int(cfg.replay.capacity) if dataset else self.steps
             fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
                              self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n)
+            bound = "replay.capacity (a dataset may fill it)" if dataset else STEPS_BOUND
             if info.is_main:
-                print(f"[reverie] disk: {describe(fits)} under {self.run_dir / 'checkpoints'}; "
+                print(f"[reverie] disk: {describe(fits, bound)} under {self.run_dir / 'checkpoints'}; "
                       f"{fits['disk_free'] / GIB:.1f} GiB free")
         self.replay = Replay(int(cfg.replay.capacity), self.n, spec, storage=cfg.replay.storage,
                              directory=replay_dir, seed=self.seed)

@@ -138,11 +138,16 @@ def size_text(nbytes: float) -> str:
     return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / (1 << 20):.1f} MiB"
 
 
-def describe(report: Mapping[str, int]) -> str:
-    """The checkpoint cost in words: ``"checkpoints up to 1.21 GiB each (replay of at most 100,000 steps ...)"``."""
+STEPS_BOUND = "min(replay.capacity, train.steps)"
+"""Where the replay's most rows come from in an online run; a dataset-filled replay is bounded by its capacity."""
+
+
+def describe(report: Mapping[str, int], bound: str = STEPS_BOUND) -> str:
+    """The checkpoint cost in words: ``"checkpoints up to 1.21 GiB each (replay of at most 100,000 steps ...)"``;
+    ``bound`` names where the held steps come from (``"replay.capacity"`` when a dataset fills the replay)."""
     per_step = report["held_bytes"] // max(report["held_steps"], 1)
     return (f"checkpoints up to {size_text(report['checkpoint_bytes'])} each (replay of at most "
-            f"{report['held_steps']:,} steps = min(replay.capacity, train.steps) x {per_step:,} bytes, "
+            f"{report['held_steps']:,} steps = {bound} x {per_step:,} bytes, "
             f"{size_text(report['held_bytes'])}; model ~{size_text(report['model_bytes'])}), x "
             f"train.checkpoint_keep={report['keep']}: {size_text(report['keep'] * report['checkpoint_bytes'])}")
 

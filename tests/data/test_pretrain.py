@@ -85,10 +85,12 @@ def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, m
     assert after["is_first"][rows].all() and load_checkpoint(online)["counters"]["updates"] == 0
 
 
-def test_init_from_a_behavior_run_takes_the_policy_and_drop_data(data, tmp_path):
+def test_init_from_a_behavior_run_takes_the_policy_and_drop_data(data, tmp_path, capsys):
     pre = tmp_path / "pre"
     assert main(["pretrain", str(data), "exp=debug", f"run_dir={pre}", "pretrain.behavior=true",
                  "pretrain.updates=6", "pretrain.eval_episodes=0"]) == 0
+    # the disk line bounds a dataset-filled replay by its capacity, not by env steps (a pretrain run takes none)
+    assert "steps = replay.capacity (a dataset may fill it) x" in capsys.readouterr().out
     metrics = read_jsonl(pre / "metrics.jsonl")
     assert all("loss/actor" in m for m in metrics) and not (pre / "scores.jsonl").read_text()  # no env steps at all
     online = tmp_path / "online"
