@@ -44,16 +44,14 @@ elif _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import argparse
-import json
 import statistics
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.peer_venv import outside_repo, run_steps
+from bench.peer_venv import outside_repo, run_steps, timed_peer_run
 from bench.timing import time_calls
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.types import ActionSpec
@@ -112,19 +110,12 @@ def ensure_jax_venv(venv: Path, python_exe: str) -> Path:
 
 def time_jax(python: Path, source: Path, args: argparse.Namespace) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds per official update (after ``--skip``), from one official run of ``--seconds``."""
-    with tempfile.TemporaryDirectory(prefix="vs_jax_") as tmp:  # the official logdir goes here
-        out = Path(tmp) / "times.json"
-        cmd = [str(python), str(LAUNCHER), "--source", str(source), "--out", str(out), "--skip", str(args.skip),
-               "--max-seconds", str(args.seconds), "--", "--logdir", str(Path(tmp) / "logdir"), *JAX_FLAGS]
-        env = os.environ | {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=args.seconds + 900)
-        if not out.exists():
-            print(done.stdout[-3000:], done.stderr[-3000:])
-            raise RuntimeError(f"the official run wrote no timings (exit code {done.returncode})")
-        result = json.loads(out.read_text())
-    if not result["times_s"]:
-        raise RuntimeError(f"the official run stopped ({result['stopped']}) before a timed update; raise --seconds")
-    return result["times_s"], result["cpu_times_s"]
+    def command(folder: Path, out: Path) -> list[str]:  # the official logdir goes into the temporary folder
+        return [str(python), str(LAUNCHER), "--source", str(source), "--out", str(out), "--skip", str(args.skip),
+                "--max-seconds", str(args.seconds), "--", "--logdir", str(folder / "logdir"), *JAX_FLAGS]
+
+    env = os.environ | {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    return timed_peer_run(command, env, args.seconds + 900, "the official run", "vs_jax_", hint="; raise --seconds")
 
 
 def cartpole_swingup_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:

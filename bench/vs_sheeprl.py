@@ -38,15 +38,13 @@ elif _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import argparse
-import json
 import statistics
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
-from bench.peer_venv import outside_repo, run_steps
+from bench.peer_venv import outside_repo, run_steps, timed_peer_run
 from bench.run import cartpole_batch, sized
 from bench.timing import time_calls
 from reverie.runtime.cpu_memory import keep_freed_memory
@@ -96,21 +94,13 @@ def ensure_sheeprl(venv: Path, torch_version: str, sheeprl_version: str) -> Path
 
 def time_sheeprl(python: Path, size: str, args: argparse.Namespace) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds per sheeprl DreamerV3 update (after ``--warmup``), from one bounded sheeprl run."""
-    with tempfile.TemporaryDirectory(prefix="vs_sheeprl_") as tmp:  # sheeprl's logs/ and hydra outputs go here
-        out = Path(tmp) / "times.json"
-        cmd = [str(python), str(LAUNCHER), "--out", str(out), "--warmup", str(args.warmup), "--updates",
-               str(args.updates), "--max-seconds", str(args.max_seconds), "--threads", str(args.threads), "--",
-               *SHEEPRL_OVERRIDES, f"algo={SHEEPRL_ALGO[size]}", "algo.total_steps=1000000"]
-        env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True,
-                              timeout=args.max_seconds + 600)
-        if not out.exists():
-            print(done.stdout[-3000:], done.stderr[-3000:])
-            raise RuntimeError(f"sheeprl run for size {size} wrote no timings (exit code {done.returncode})")
-        result = json.loads(out.read_text())
-    if not result["times_s"]:
-        raise RuntimeError(f"sheeprl run for size {size} stopped ({result['stopped']}) before a timed update")
-    return result["times_s"], result["cpu_times_s"]
+    def command(folder: Path, out: Path) -> list[str]:  # sheeprl's logs/ and hydra outputs go into the folder
+        return [str(python), str(LAUNCHER), "--out", str(out), "--warmup", str(args.warmup), "--updates",
+                str(args.updates), "--max-seconds", str(args.max_seconds), "--threads", str(args.threads), "--",
+                *SHEEPRL_OVERRIDES, f"algo={SHEEPRL_ALGO[size]}", "algo.total_steps=1000000"]
+
+    env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    return timed_peer_run(command, env, args.max_seconds + 600, f"sheeprl run for size {size}", "vs_sheeprl_")
 
 
 def time_reverie(size: str, args: argparse.Namespace, compile_: bool) -> tuple[list[float], list[float]]:
