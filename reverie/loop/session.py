@@ -193,9 +193,9 @@ class Session:
             # a dataset (offline, or kept by init_from) may fill the replay beyond the env steps: count all of it
             dataset = bool(self.offline or cfg.get("init_from"))
             held = int(cfg.replay.capacity) if dataset else self.steps
-            fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
-                             self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n)
             bound = "replay.capacity (a dataset may fill it)" if dataset else STEPS_BOUND
+            fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
+                             self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n, bound=bound)
             if info.is_main:
                 print(f"[reverie] disk: {describe(fits, bound)} under {self.run_dir / 'checkpoints'}; "
                       f"{fits['disk_free'] / GIB:.1f} GiB free")

@@ -76,10 +76,14 @@ def held_steps(capacity: int, num_envs: int, steps: int | None) -> int:
     return rows * n
 
 
+STEPS_BOUND = "min(replay.capacity, train.steps)"
+"""Where the replay's most rows come from in an online run; a dataset-filled replay is bounded by its capacity."""
+
+
 def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, agent: Any, storage: str,
               replay_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, keep: int,
               ram: int | None = None, disk: int | None = None, steps: int | None = None,
-              num_envs: int = 1) -> dict[str, int]:
+              num_envs: int = 1, bound: str = STEPS_BOUND) -> dict[str, int]:
     """Estimate the run's memory and disk needs and refuse a run that cannot fit.
 
     Args:
@@ -88,7 +92,8 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
         replay_dir: where memmap files go. checkpoint_dir: where checkpoints go. keep: checkpoints kept.
         ram, disk: available bytes (measured when None; tests pass numbers).
         steps, num_envs: ``train.steps`` and ``N``: a checkpoint holds the filled replay rows only, at most
-            :func:`held_steps` (None: the whole capacity).
+            :func:`held_steps` (None: the whole capacity). bound: where those steps come from, in the messages
+            (:func:`describe`).
 
     Returns:
         ``{"replay_bytes"`` (the capacity), ``"held_bytes"`` (the most the replay holds in this run),
@@ -126,7 +131,7 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
         per_held = per_step * (int(keep) + (storage == "memmap"))
         fits = max(0, (disk_free - model * int(keep)) // max(per_held, 1))
         raise PreflightError(
-            f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where}: {describe(report)}"
+            f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where}: {describe(report, bound)}"
             f"{' + the live memmap files' if storage == 'memmap' else ''}; only {disk_free / GIB:.2f} GiB is free. "
             f"Lower replay.capacity (about {fits:,} steps fit) or train.checkpoint_keep, or free disk space. "
             f"replay.preflight=false skips this check.")
@@ -136,10 +141,6 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
 def size_text(nbytes: float) -> str:
     """``"1.21 GiB"`` from 1 GiB up, else ``"12.3 MiB"``."""
     return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / (1 << 20):.1f} MiB"
-
-
-STEPS_BOUND = "min(replay.capacity, train.steps)"
-"""Where the replay's most rows come from in an online run; a dataset-filled replay is bounded by its capacity."""
 
 
 def describe(report: Mapping[str, int], bound: str = STEPS_BOUND) -> str:
