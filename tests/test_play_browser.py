@@ -113,6 +113,7 @@ def test_keys_step_both_panes_and_the_page_shows_the_model_rewards(run_dir, addr
             page = browser.new_page()
             errors = []
             page.on("pageerror", lambda err: errors.append(str(err)))
+            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
             page.goto(address)
             page.wait_for_selector("body[data-ready='1']")
             wait_steps(page, 0, 0)
