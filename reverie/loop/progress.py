@@ -19,6 +19,7 @@ every ``plain_interval_s`` seconds (60 by default) and never more often, plus on
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -164,8 +165,8 @@ class Progress:
         Args:
             env_steps: total env steps so far (not an increment).
             metrics: may hold ``"updates"`` (total gradient updates so far) and ``"last_return"`` (return of
-                the most recently finished episode, or None). Missing keys keep their previous values;
-                other keys are ignored.
+                the most recently finished episode; None or NaN before the first one). Missing keys keep their
+                previous values; other keys are ignored.
         """
         if not self.enabled or self._closed:
             return
@@ -176,8 +177,8 @@ class Progress:
         self._steps = int(env_steps)
         if metrics.get("updates") is not None:
             self._updates = int(metrics["updates"])
-        if metrics.get("last_return") is not None:
-            self._last_return = float(metrics["last_return"])
+        if metrics.get("last_return") is not None and not math.isnan(float(metrics["last_return"])):
+            self._last_return = float(metrics["last_return"])  # NaN: no episode has finished yet
         self._samples.append((now, self._steps, self._updates))
         while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
             self._samples.popleft()

@@ -378,7 +378,7 @@ def test_progress_rates_are_per_second():
     progress.update(30, {"updates": 9})
     assert progress.rates() == (10.0, 2.5)
     now[0] = 4.0
-    progress.update(50)  # updates unknown this time: the last count is kept
+    progress.update(50, {"last_return": float("nan")})  # updates unknown: the last count is kept; NaN: no episode yet
     assert progress.rates() == (10.0, 1.25)
     # 50 steps in 4 s since the start (no prefill: one phase) -> 50 more take 4 s
     assert progress.status_line() == "train 50/100 (50%) | 10 steps/s | 1.2 updates/s | return - | 0:00:04 | eta 0:00:04"
