@@ -148,10 +148,29 @@ def _record_config(args: argparse.Namespace, overrides: list[str]) -> DictConfig
         cfg.env = OmegaConf.create(load_checkpoint(args.policy)["config"]["env"])  # the run's own env
     if args.format == "npz" and args.out:
         meta = Path(args.out) / "dataset.json"
-        if meta.is_file() and _data_env(json.loads(meta.read_text())["env"]) != _data_env(cfg.env):
-            raise ConfigError(f"record: {args.out} holds episodes of another env config (dataset.json); record into "
-                              f"another folder")
+        held = json.loads(meta.read_text()) if meta.is_file() else {"env": cfg.env, "recordings": []}
+        there, here = _data_env(held["env"]), _data_env(cfg.env)
+        if there != here:
+            keys = sorted(k for k in there.keys() | here.keys() if there.get(k) != here.get(k))
+            differ = ", ".join(f"env.{k}: {there.get(k)!r} there, {here.get(k)!r} here" for k in keys)
+            raise ConfigError(f"record: {args.out} holds episodes of another env config (its dataset.json; {differ}). "
+                              f"Pass the overrides its recordings used (e.g. the same exp=...) or record into another "
+                              f"folder")
+        if any(_same_recording(rec, args, cfg) for rec in held["recordings"]):
+            raise ConfigError(f"record: {args.out} already holds a recording of --policy {args.policy} with seed="
+                              f"{int(cfg.seed)}, --epsilon {args.epsilon} and --mode {args.mode}: recording it again "
+                              f"would append the same episodes. Pass another seed (seed=N) or record into another "
+                              f"folder")
     return cfg
+
+
+def _recording_key(args: argparse.Namespace, cfg: DictConfig) -> dict:
+    """What decides a recording's episodes besides the env: the same key and env give the same rows again."""
+    return {"policy_arg": args.policy, "seed": int(cfg.seed), "epsilon": args.epsilon, "mode": args.mode}
+
+
+def _same_recording(entry: dict, args: argparse.Namespace, cfg: DictConfig) -> bool:
+    return all(entry.get(k) == v for k, v in _recording_key(args, cfg).items())  # entries before the key: never
 
 
 def _data_env(env_cfg) -> dict:
@@ -172,7 +191,8 @@ def _record(cfg: DictConfig, args: argparse.Namespace) -> int:
     spec = Replay.spec_for(converter.observation_space, converter.action_spec.dim)
     dataset = Dataset(args.out or args.minari_id, validate(episodes, spec, converter.action_spec.discrete))
     returns = dataset.returns()
-    entry = {"policy": description, "episodes": len(returns), "steps": dataset.steps, "returns": returns}
+    entry = {"policy": description, **_recording_key(args, cfg), "episodes": len(returns), "steps": dataset.steps,
+             "returns": returns}
     if args.format == "npz":
         paths = write_npz(args.out, dataset.episodes)
         meta = Path(args.out) / "dataset.json"

@@ -238,7 +238,9 @@ class Session:
         if dataset is not None:
             filled = fill_replay(self.replay, dataset.episodes)
             left = filled["left_out"]
-            print(f"[reverie] replay filled with {len(dataset.episodes)} episodes of {dataset.source}: "
+            ends = sum(int(np.asarray(e.rows["is_last"]).sum()) for e in dataset.episodes)  # finished episodes
+            pieces = "" if ends == len(dataset.episodes) else f" in {len(dataset.episodes)} pieces"  # a run's columns
+            print(f"[reverie] replay filled with {ends} finished episodes{pieces} of {dataset.source}: "
                   f"{filled['steps']} steps, {filled['rows_per_column']} rows per env column"
                   + (f" ({left} rows of the last episode left out)" if left else ""))
 

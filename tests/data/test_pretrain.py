@@ -63,7 +63,7 @@ def test_pretrain_writes_a_normal_run_directory(pretrained, data):
     assert action in (0, 1)
 
 
-def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, monkeypatch):
+def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, monkeypatch, capsys):
     """train_ratio 1 (1/32 update per env step): no update in 16 env steps changes what was loaded. seed 1: the fresh
     actor differs from the pretrain run's."""
     acted = []
@@ -73,6 +73,9 @@ def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, m
     online = tmp_path / "online"
     assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={pretrained}", "seed=1", "train.steps=16",
                  "agent.train_ratio=1", "train.eval_episodes=1"]) == 0
+    # the pretrain run held 8 recorded episodes less the last one's tail rows (left out when its replay was filled),
+    # split over exp=debug's 4 env columns: 7 finished episodes, read back as 11 column pieces
+    assert f"replay filled with 7 finished episodes in 11 pieces of {pretrained}: 144 steps" in capsys.readouterr().out
     assert acted[:4] == ["explore"] * 4  # init.prefill=0: the agent acts from the first env step
     pre, now = load_checkpoint(pretrained), load_checkpoint(online)
     assert same(modules(pre, "wm."), modules(now, "wm.")) and not same(modules(pre, "actor."), modules(now, "actor."))
@@ -129,6 +132,23 @@ def test_record_with_a_scripted_controller_and_a_trained_run(pretrained, tmp_pat
     recordings = json.loads((out / "dataset.json").read_text())["recordings"]  # appended, the run's own env
     assert recordings[1]["policy"].startswith("run ") and "epsilon 0.2" in recordings[1]["policy"]
     assert len(list(out.glob("episode_*.npz"))) == 5
+
+
+def test_recording_the_same_episodes_twice_into_a_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "random"
+    record = ["record", "--out", str(out), "--episodes", "1", "exp=debug", "env.num_envs=1"]
+    assert main(record) == 0
+    assert main(record) == 2  # same policy, seed, epsilon and mode: the same episode again
+    assert "already holds a recording of --policy random with seed=0" in capsys.readouterr().err
+    assert len(list(out.glob("episode_*.npz"))) == 1 and len(json.loads((out / "dataset.json").read_text())[
+        "recordings"]) == 1
+    assert main([*record[:-2], "env.num_envs=1"]) == 2  # without exp=debug: another time limit
+    assert ("holds episodes of another env config (its dataset.json; env.time_limit: 50 there, None here). "
+            "Pass the overrides") in capsys.readouterr().err
+    assert main([*record, "seed=1"]) == 0
+    with np.load(out / "episode_000000.npz") as first, np.load(out / "episode_000001.npz") as second:
+        assert not np.array_equal(first["vector"][0], second["vector"][0])  # another seed: another start
+    assert [r["seed"] for r in json.loads((out / "dataset.json").read_text())["recordings"]] == [0, 1]
 
 
 def test_planet_pretrains_and_starts_online_from_it(data, tmp_path):
