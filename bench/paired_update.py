@@ -101,7 +101,8 @@ def main() -> None:
         parser.error("give one tree or two")
     torch.set_num_threads(args.threads)
     agents = [load(root, args.size, args.precision, args.config, args.kernels, args.imag_last) for root in args.trees]
-    from reverie.runtime.cpu_memory import keep_freed_memory  # the last tree's; process-wide, so every tree runs with it
+    # the last tree's module; the setting is process-wide, so every tree runs with it
+    from reverie.runtime.cpu_memory import keep_freed_memory
 
     keep_freed_memory()
     batch = make_batch(args.config, T=args.length)

@@ -67,7 +67,8 @@ def describe(acting: dict) -> str:
     name = acting.get("planner", "?")
     if name == "actor":
         return name
-    keys = ("horizon", "candidates", "top_k", "iterations", "policy_candidates", "value") + (("temperature",) if name == "mppi" else ())
+    keys = ("horizon", "candidates", "top_k", "iterations", "policy_candidates", "value")
+    keys += ("temperature",) if name == "mppi" else ()
     return name + " " + " ".join(f"{k}={acting[k]}" for k in keys)
 
 

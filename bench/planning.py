@@ -1,6 +1,6 @@
 """CEM planning time per action for PlaNet's world model. Prints numbers.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/planning.py                       # reference: 1000 x 12 x 10, size 200/30/200
+    OMP_NUM_THREADS=1 .venv/bin/python bench/planning.py    # reference: 1000 x 12 x 10, size 200/30/200
     .venv/bin/python bench/planning.py --candidates 250 --horizon 15 --iterations 5 --deter 100 --stoch 16 --units 100
     .venv/bin/python bench/planning.py --candidates 150 --horizon 10 --iterations 4 --top-k 15 --deter 100 --stoch 16 \
         --units 100 --head-units 100 --head-layers 2 --no-cont                   # agent_exp/planet_classic.yaml
@@ -68,7 +68,8 @@ def main() -> None:
     ms = [t * 1000 for t in times]
     steps = args.iterations * args.horizon
     print(f"CEM {args.candidates} candidates x horizon {args.horizon} x {args.iterations} iterations, model "
-          f"{args.deter}/{args.stoch}/{args.units}, heads {args.head_layers} x {args.head_units}, {args.envs} env(s), {args.threads} thread(s), {args.device}, {args.precision}:")
+          f"{args.deter}/{args.stoch}/{args.units}, heads {args.head_layers} x {args.head_units}, {args.envs} env(s), "
+          f"{args.threads} thread(s), {args.device}, {args.precision}:")
     print(f"  {statistics.median(ms):.1f} ms per planned action (median of {args.repeats}; min {min(ms):.1f}, "
           f"max {max(ms):.1f}); {statistics.median(ms) / steps:.2f} ms per open-loop step of "
           f"{args.envs * args.candidates} states")

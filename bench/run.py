@@ -145,7 +145,8 @@ def main() -> None:
             print(f"act     size=xs N={n}  {bench_steps(n, 2000, agent):9.0f} env steps/s (policy acting, CartPole-v1)")
     if args.only in (None, "env"):
         for n in (1, 4):
-            print(f"env     N={n}          {bench_steps(n, 20000, None):9.0f} env steps/s (random actions, CartPole-v1)")
+            rate = bench_steps(n, 20000, None)
+            print(f"env     N={n}          {rate:9.0f} env steps/s (random actions, CartPole-v1)")
     if args.only in (None, "replay"):
         small, large = bench_replay(10_000), bench_replay(1_000_000)
         print(f"replay  capacity 1e4 {small * 1e6:8.1f} us/sample   capacity 1e6 {large * 1e6:8.1f} us/sample   "

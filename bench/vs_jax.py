@@ -1,6 +1,8 @@
-"""reverie's current DreamerV3 update vs the official JAX code's, side by side in one run of this script (docs/speed.md).
+"""reverie's current DreamerV3 update vs the official JAX code's, side by side in one run of this script
+(docs/speed.md).
 
-    git clone https://github.com/danijar/dreamerv3 ~/.cache/reverie/dreamerv3 && git -C ~/.cache/reverie/dreamerv3 checkout e3f0224
+    git clone https://github.com/danijar/dreamerv3 ~/.cache/reverie/dreamerv3
+    git -C ~/.cache/reverie/dreamerv3 checkout e3f0224
     OMP_NUM_THREADS=1 .venv/bin/python bench/vs_jax.py --source ~/.cache/reverie/dreamerv3
     OMP_NUM_THREADS=1 .venv/bin/python bench/vs_jax.py --source DIR --rounds 3 --seconds 150
 
