@@ -53,14 +53,15 @@ examples:
   reverie play runs/<run>
   reverie sweep examples/sweeps/cartpole_train_ratio.yaml"""
 
-TRAIN_HELP = """usage: reverie train [--cfg [--diff]] [OVERRIDE ...]
+TRAIN_HELP = ("""usage: reverie train [--cfg [--diff]] [OVERRIDE ...]
 
 Hydra overrides (key=value, group=option, +new.key=value), e.g.
   reverie train env=pendulum size=s seed=1
   reverie train env=gym env.id=Acrobot-v1
   reverie train exp=debug                 # tiny smoke run
   reverie train --cfg                     # print the resolved config and exit
-  reverie train exp=atari100k --cfg --diff   # only the keys that differ from the reference (agent=<agent> exp=reference)
+  reverie train exp=atari100k --cfg --diff   # only the keys that differ from the reference """
+              """(agent=<agent> exp=reference)
   reverie train --resume RUN [OVERRIDE ...]   # continue RUN exactly (also: the same command with run_dir=RUN)
   reverie train --resume RUN train.steps=50000  # run a finished run longer
   reverie train init_from=RUN             # start from a pretrained run (reverie pretrain; docs/offline.md)
@@ -69,7 +70,7 @@ On resume only these keys may change: train.steps, log/eval/checkpoint cadence, 
 docs/resume.md); other changes are rejected.
 Groups: agent (dreamerv3, planet), env (cartpole, pendulum, gym, atari100k, atari, dmc_vision, dmc_proprio),
 size (debug, xs, s, m, l, xl), replay (default), logger (tensorboard, wandb, none),
-exp (classic, reference, atari100k, debug, planet_dmc); agent_exp is chosen for you (<agent>_<exp>)."""
+exp (classic, reference, atari100k, debug, planet_dmc); agent_exp is chosen for you (<agent>_<exp>).""")
 
 
 class ConfigError(ValueError):
@@ -109,7 +110,8 @@ def _explain(err: Exception, overrides: list[str]) -> str:
             base = None
         parts = key.split(".")
         depth = len(parts) - 1  # the deepest existing mapping on the key's path
-        while base is not None and depth > 0 and not isinstance(OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
+        while base is not None and depth > 0 and not isinstance(
+                OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
             depth -= 1
         parent, missing = ".".join(parts[:depth]), parts[depth]
         node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
@@ -526,7 +528,8 @@ def cmd_play(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="reverie play", description=PLAY_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="run directory, checkpoint file or wandb:<entity>/<project>/<artifact>:<alias>")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
     parser.add_argument("--sample", action="store_true", help="sample the dream's latents instead of their mode")

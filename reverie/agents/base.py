@@ -75,7 +75,8 @@ def _clear_autocast_cache(opt: torch.optim.Optimizer, args: Any, kwargs: Any) ->
 def adam(params: Iterable[nn.Parameter], lr: float, eps: float) -> torch.optim.Adam:
     """``torch.optim.Adam(params, lr, eps=eps)`` with the fused implementation (one kernel over all parameters
     instead of a loop of small ops per parameter: 4 ms instead of 12 ms per world-model step at size s on the
-    2-core CPU, docs/changelog.md round 2), falling back to the default where this torch has no fused Adam for the device.
+    2-core CPU, docs/changelog.md round 2), falling back to the default where this torch has no fused Adam
+    for the device.
     The same update rule (Kingma and Ba 2015, Algorithm 1, with ``eps`` added to the root of the second moment).
     After each step autocast's cached casts are dropped, so later forward passes in the same autocast region
     read the new parameters."""

@@ -247,7 +247,8 @@ class DreamerV3_2025(WorldModelAgent):
         imag["ret"] = ret
         imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
                            "return/low": self.retnorm.low.clone(), "return/high": self.retnorm.high.clone(),
-                           "advantage/mean": adv.mean(), "advantage/std": adv.std(), "actor/entropy": entropy.detach().mean(),
+                           "advantage/mean": adv.mean(), "advantage/std": adv.std(),
+                           "actor/entropy": entropy.detach().mean(),
                            "value/mean": value.mean(), "imagine/reward_mean": imag["reward"].mean(),
                            "imagine/cont_mean": cont.mean(), "imagine/weight_mean": weight.mean()}
         return {"policy": policy_loss, "value": value_loss}
@@ -257,7 +258,8 @@ class DreamerV3_2025(WorldModelAgent):
         replayed rows: ``feat (K, B, F)`` with gradient, ``reward``, ``is_terminal``, ``is_last``, and ``boot``
         ``(K, B)``, each row's imagined lambda-return. Returns (``lambda_return`` with ``value = boot``)::
 
-            R_t = r_{t+1} + gamma (1 - term_{t+1}) ((1 - lam_{t+1}) boot_{t+1} + lam_{t+1} R_{t+1}),  R_{K-1} = boot_{K-1}
+            R_t = r_{t+1} + gamma (1 - term_{t+1}) ((1 - lam_{t+1}) boot_{t+1} + lam_{t+1} R_{t+1}),
+            R_{K-1} = boot_{K-1}
 
         with ``lam_{t+1} = 0`` where ``is_last_{t+1}``; rows that are themselves ``is_last`` get weight 0."""
         value_out = self.critic(rows["feat"])  # (K, B, 255), gradient into the world model (repval_grad: True)

@@ -3,7 +3,8 @@
 The planner only needs a :class:`PlanningModel`: ``step(state, action)``, ``reward(state)`` and optionally
 ``cont(state)``, ``value(state)`` and ``policy(state)``. :class:`WorldModelPlanning` adapts a world model with any
 dynamics model (e.g. PlaNet's Gaussian RSSM or DreamerV3's categorical one), optionally with DreamerV3's critic as
-a value bootstrap and its actor as the proposal policy; tests use toy models. States are dicts of tensors with a leading batch dim ``M``.
+a value bootstrap and its actor as the proposal policy; tests use toy models.
+States are dicts of tensors with a leading batch dim ``M``.
 
 Scoring a candidate action sequence ``a_0 .. a_{H-1}`` from state ``s_0`` (timing of :mod:`reverie.types`: the
 reward head at ``s_{t+1}`` predicts the reward received on arriving there)::

@@ -5,8 +5,8 @@
 ``config error:`` line naming every bad key, its value, its range and an example, and nothing on disk.
 Keys that are absent (an agent without a ``train_ratio``, PlaNet's ``train_steps``) are not checked; ``null``
 is allowed where the config documents it (``threads``, ``train.control_hz``, ``env.time_limit``, ...).
-``trainer.nproc`` and ``trainer.backend`` are checked by :func:`reverie.runtime.process_group.trainer_settings`, at the same
-point; ``agent.module`` values by the agent's constructor (``agent error:`` at start-up).
+``trainer.nproc`` and ``trainer.backend`` are checked by :func:`reverie.runtime.process_group.trainer_settings`,
+at the same point; ``agent.module`` values by the agent's constructor (``agent error:`` at start-up).
 """
 
 from __future__ import annotations

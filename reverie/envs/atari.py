@@ -139,7 +139,8 @@ def settings(cfg: Mapping) -> dict[str, Any]:
     if not isinstance(s["sticky"], (int, float)) or not 0.0 <= float(s["sticky"]) <= 1.0:
         raise ValueError(f"env.sticky (ALE repeat_action_probability) must be in [0, 1], got {s['sticky']!r}")
     if s["max_frames"] is not None and (isinstance(s["max_frames"], bool) or int(s["max_frames"]) < 1):
-        raise ValueError(f"env.max_frames must be null (no cap) or an int >= 1 (emulator frames), got {s['max_frames']!r}")
+        raise ValueError("env.max_frames must be null (no cap) or an int >= 1 (emulator frames), "
+                         f"got {s['max_frames']!r}")
     if s["backend"] == "envpool" and s["life_loss"] == "reset":
         raise ValueError("env.backend=envpool does not offer env.life_loss=reset (envpool's episodic_life does "
                          "not restart the game); use env.backend=ale, or life_loss=ignore|terminal")
@@ -247,7 +248,8 @@ class EnvpoolAtari(gym.vector.VectorEnv):
         try:
             import envpool
         except ImportError as err:
-            raise ImportError("env.backend=envpool needs envpool: pip install envpool (or use env.backend=ale)") from err
+            raise ImportError("env.backend=envpool needs envpool: pip install envpool "
+                              "(or use env.backend=ale)") from err
         game = ale_id(s["task"])[len("ALE/"):]
         steps = [s["max_frames"] // s["action_repeat"]] if s["max_frames"] else []
         if cfg.get("time_limit"):
@@ -255,13 +257,15 @@ class EnvpoolAtari(gym.vector.VectorEnv):
         kwargs = {k: v for k, v in (kwargs or {}).items() if k != "render_mode"}  # render() serves the obs
         self._pool = envpool.make(
             game, env_type="gymnasium", num_envs=num_envs, seed=int(seed) % 2**31, img_height=s["size"],
-            img_width=s["size"], gray_scale=False, stack_num=1, frame_skip=s["action_repeat"], noop_max=max(s["noops"], 1),
+            img_width=s["size"], gray_scale=False, stack_num=1, frame_skip=s["action_repeat"],
+            noop_max=max(s["noops"], 1),
             repeat_action_probability=s["sticky"], full_action_space=s["actions"] == "full", episodic_life=False,
             reward_clip=False, use_fire_reset=False, use_inter_area_resize=True,
             max_episode_steps=min(steps) if steps else 10**9, **kwargs)
         self.num_envs = num_envs
         self.single_observation_space = spaces.Dict({"image": spaces.Box(0, 255, (3, s["size"], s["size"]), np.uint8)})
-        self.observation_space = spaces.Dict({"image": spaces.Box(0, 255, (num_envs, 3, s["size"], s["size"]), np.uint8)})
+        self.observation_space = spaces.Dict(
+            {"image": spaces.Box(0, 255, (num_envs, 3, s["size"], s["size"]), np.uint8)})
         self.single_action_space = spaces.Discrete(int(self._pool.single_action_space.n))
         self.action_space = spaces.MultiDiscrete(np.full(num_envs, self.single_action_space.n))
         self._terminal_on_life_loss = s["life_loss"] == "terminal"

@@ -3,7 +3,8 @@
 An env config (e.g. ``configs/env/cartpole.yaml``) looks like::
 
     suite: gym           # gym (default) | atari | dmc: which builder makes the raw env (see SUITES)
-    id: CartPole-v1      # gym: a registered Gymnasium id, or a dotted import path "my_pkg.MyRobotEnv" (class or factory)
+    id: CartPole-v1      # gym: a registered Gymnasium id, or a dotted import path "my_pkg.MyRobotEnv"
+                         # (class or factory)
     kwargs: {}           # passed to gym.make / the callable
     action_repeat: 1
     time_limit: null     # optional episode cap in agent steps (truncation, sets is_last only)

@@ -33,7 +33,8 @@ class CountingEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(
-        self, length: int = 5, obs_dim: int = 1, discrete: bool = True, terminate: bool = True, echo_action: bool = False
+        self, length: int = 5, obs_dim: int = 1, discrete: bool = True, terminate: bool = True,
+        echo_action: bool = False
     ):
         if length < 1:
             raise ValueError(f"CountingEnv length must be >= 1, got {length}")

@@ -18,8 +18,8 @@ reverie's :func:`reverie.models.conv.scale_image` space, which gives the same er
 Smaller images use the last stages only: the official stack asserts a final side of 3..16 (``rssm.py:242-243``),
 which 64x64 and 96x96 inputs meet with four stages; here the stack has as many stages as keep the side at least
 ``min_res`` (4), e.g. two for 16x16, with the last multipliers (``depth * [4, 4]``), so the first decoder map keeps
-``4 * depth`` channels, which ``bspace`` blocks divide. Both sides must be divisible by ``2 ** stages``. Convolutions run in
-float32 on CPU (:func:`reverie.models.conv.conv_compute`).
+``4 * depth`` channels, which ``bspace`` blocks divide. Both sides must be divisible by ``2 ** stages``.
+Convolutions run in float32 on CPU (:func:`reverie.models.conv.conv_compute`).
 """
 
 from __future__ import annotations

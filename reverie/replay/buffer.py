@@ -239,10 +239,11 @@ class Replay:
         offset = 1 if self._wrapped else 0  # first valid start position, see the module docstring
         starts = self.fill - length + 1 - offset  # number of valid start positions per column
         if starts < 1:
+            within_capacity = length + offset <= self.length
             raise ValueError(
                 f"replay holds {self.fill} rows per env but a window of length {length} needs {length + offset}"
                 f"{' (one more for the previous action once wrapped)' if offset else ''}: collect more steps first"
-                f"{'' if length + offset <= self.length else f' or raise replay.capacity (rows per env: {self.length})'}"
+                f"{'' if within_capacity else f' or raise replay.capacity (rows per env: {self.length})'}"
             )
         oldest = self.cursor if self._wrapped else 0
         cols = self.rng.integers(0, self.num_envs, size=batch)  # (B,)

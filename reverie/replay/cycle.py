@@ -69,7 +69,8 @@ class EpisodeCycle:
         return owed
 
     def __str__(self) -> str:
-        return f"episode cycle: {self.train_steps} updates after the prefill and after every {self.collect_every} episode(s)"
+        return (f"episode cycle: {self.train_steps} updates after the prefill and after every "
+                f"{self.collect_every} episode(s)")
 
     def state_dict(self) -> dict:
         """``{"env_steps", "episodes", "cycles"}``."""
@@ -77,7 +78,8 @@ class EpisodeCycle:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore counters saved by :meth:`state_dict`."""
-        self.env_steps, self.episodes, self.cycles = int(state["env_steps"]), int(state["episodes"]), int(state["cycles"])
+        self.env_steps, self.episodes, self.cycles = (int(state["env_steps"]), int(state["episodes"]),
+                                                      int(state["cycles"]))
 
 
 def make_schedule(agent_cfg: Mapping[str, Any]) -> StepRatio | EpisodeCycle:

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                              f"a file path, or none (default: dreamerv3 where the suite has its file)")
     parser.add_argument("--reference-dir", default=None, metavar="PATH",
                         help=f"folder holding the score files, directly or in sub-folders such as dreamerv3/ "
-                             f"(default: ${references.REFERENCE_DIR_ENV}, else reference_scores/ here or in the parent folder)")
+                             f"(default: ${references.REFERENCE_DIR_ENV}, else reference_scores/ here or in the "
+                             "parent folder)")
     parser.add_argument("--reading", default="auto", choices=readers.READINGS,
                         help="score files on a regular grid: bins (y = mean of the episodes ending in [x, x + "
                              "step)) or points (y = an evaluation at x); auto: points when the grid has a score at "

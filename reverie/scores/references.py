@@ -1,7 +1,7 @@
 """Where the official score files are, and which file a ``--reference`` name or path means.
 
-A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or a ``reference_scores/`` folder in or next to the
-current directory) holds
+A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or a ``reference_scores/`` folder in or
+next to the current directory) holds
 score files in the danijar/dreamerv3 ``scores/`` format, directly or one sub-folder deep::
 
     reference_scores/dreamerv3/dmc_proprio-dreamerv3.json.gz        current names: <suite>-<method>.json.gz

@@ -131,7 +131,8 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
         per_held = per_step * (int(keep) + (storage == "memmap"))
         fits = max(0, (disk_free - model * int(keep)) // max(per_held, 1))
         raise PreflightError(
-            f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where}: {describe(report, bound)}"
+            f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where}: "
+            f"{describe(report, bound)}"
             f"{' + the live memmap files' if storage == 'memmap' else ''}; only {disk_free / GIB:.2f} GiB is free. "
             f"Lower replay.capacity (about {fits:,} steps fit) or train.checkpoint_keep, or free disk space. "
             f"replay.preflight=false skips this check.")

@@ -218,7 +218,8 @@ def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None
     """The shell command that resumes ``run_dir``, runnable as printed from the current directory (``command``:
     ``train``, or ``pretrain`` for an offline run, whose resume is ``reverie pretrain --resume <run_dir>``).
 
-    Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``): ``make train ARGS="--resume <run_dir>"``. Otherwise
+    Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``):
+    ``make train ARGS="--resume <run_dir>"``. Otherwise
     ``reverie train --resume <run_dir>``, with the launcher this process was started by: ``reverie`` when that
     is the one on ``PATH``, else its path (``.venv/bin/reverie``); ``python -m reverie`` (the interpreter's path
     when ``python`` on ``PATH`` is another one) for ``python -m reverie``.

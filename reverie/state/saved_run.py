@@ -235,8 +235,9 @@ def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
     from reverie.agents.dreamer_planning import PLAN_DEFAULTS, PLANNERS
 
     if agent_cfg.get("name") != "dreamerv3":
+        planet_hint = " (it always plans with CEM; its settings are agent.module.horizon, candidates, ...)"
         raise RunError(f"planner settings apply to DreamerV3 runs; this run's agent is {agent_cfg.get('name')!r}"
-                       f"{' (it always plans with CEM; its settings are agent.module.horizon, candidates, ...)' if agent_cfg.get('name') == 'planet' else ''}")
+                       f"{planet_hint if agent_cfg.get('name') == 'planet' else ''}")
     if planner is not None and planner not in PLANNERS:
         raise RunError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
     unknown = sorted(set(plan or {}) - set(PLAN_DEFAULTS))

@@ -155,7 +155,8 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
     base = _overrides(data.get("base"), where)
     if data.get("budget") is not None:
         if any(o.split("=", 1)[0] == "train.steps" for o in base):
-            raise SweepSpecError(f"{where}: both 'budget' and train.steps in base set the env steps per trial; keep one")
+            raise SweepSpecError(f"{where}: both 'budget' and train.steps in base set the env steps per trial; "
+                                 "keep one")
         base.append(f"train.steps={_positive_int(data['budget'], 'budget', where)}")
     params = _space(data.get("space"), where)
     swept = {p.key for p in params}

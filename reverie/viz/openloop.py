@@ -11,8 +11,8 @@ closed-loop paths: the posterior reconstruction of every step (0-step) and the o
 (the prior at t from the posterior at t-1), so the three can be compared frame by frame.
 
 Only the world model's public API is used (``encode``, ``dynamics.observe``, ``dynamics.img_step``,
-``dynamics.initial``, ``dynamics.features``, ``decode``, ``reward``, optional ``cont``), so any agent exposing ``agent.wm`` with that API
-works (DreamerV3's categorical RSSM, PlaNet's Gaussian one).
+``dynamics.initial``, ``dynamics.features``, ``decode``, ``reward``, optional ``cont``), so any agent exposing
+``agent.wm`` with that API works (DreamerV3's categorical RSSM, PlaNet's Gaussian one).
 """
 
 from __future__ import annotations

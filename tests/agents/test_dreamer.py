@@ -132,7 +132,8 @@ def test_acting_then_updating_in_each_precision(precision):
 
 
 def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: bool = True) -> None:
-    """Two updates (discrete or continuous actions); at the second one's ``<name>_opt.step`` the gradient it steps with must equal
+    """Two updates (discrete or continuous actions); at the second one's ``<name>_opt.step``
+    the gradient it steps with must equal
     autograd's gradient of ``reference_loss(agent, feat, actions, reward, cont)`` on that update's own rollout
     (``feat (H+1, N, F)`` dense, ``reward``/``cont (H+1, N)`` as the update builds them), with the networks as
     the update used them (before the step)."""

@@ -83,7 +83,8 @@ def read_jsonl(path):
 ], ids=["discrete-vector", "continuous-vector", "continuous-image", "discrete-image-dreamer-nets"])
 def test_smoke_debug_planet(tmp_path, env):
     run_dir = tmp_path / "run"
-    assert main(["train", "exp=debug", f"run_dir={run_dir}", *DEBUG_PLANET, *env, "train.steps=120", "env.time_limit=20"]) == 0
+    assert main(["train", "exp=debug", f"run_dir={run_dir}", *DEBUG_PLANET, *env, "train.steps=120",
+                 "env.time_limit=20"]) == 0
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert metrics[-1]["updates"] > 0 and metrics[-1]["updates"] % 3 == 0  # whole cycles of train_steps
     assert any("loss/kl" in m and np.isfinite(m["loss/model"]) for m in metrics)
@@ -133,7 +134,8 @@ def test_agent_planet_builds_the_reference_networks_and_loss_scales():
     wm = agent.wm
     assert isinstance(wm.dynamics.act, nn.ReLU) and isinstance(wm.dynamics.prior_net[1], nn.ReLU)
     assert isinstance(wm.dynamics.gru, BlockGRUCell) and wm.dynamics.gru.hidden_size == 200
-    assert (wm.dynamics.deter, wm.dynamics.stoch, wm.dynamics.in_z.out_features, wm.dynamics.min_std) == (200, 30, 200, 0.1)
+    assert (wm.dynamics.deter, wm.dynamics.stoch, wm.dynamics.in_z.out_features,
+            wm.dynamics.min_std) == (200, 30, 200, 0.1)
     assert isinstance(wm.image_encoder, ConvHaEncoder) and wm.image_encoder.out_dim == 1024
     assert isinstance(wm.image_decoder, ConvHaDecoder) and wm.dynamics.post_e.in_features == 1024
     for head in (wm.reward_head, wm.cont_head):
@@ -143,7 +145,8 @@ def test_agent_planet_builds_the_reference_networks_and_loss_scales():
     assert not any(isinstance(m, (nn.LayerNorm, nn.SiLU, nn.ELU)) for m in wm.modules())
     x = torch.linspace(-2, 2, 9)
     torch.testing.assert_close(wm.dynamics.act(x), x.clamp(min=0))
-    assert (agent.planner.horizon, agent.planner.candidates, agent.planner.top_k, agent.planner.iterations) == (12, 1000, 100, 10)
+    assert (agent.planner.horizon, agent.planner.candidates, agent.planner.top_k,
+            agent.planner.iterations) == (12, 1000, 100, 10)
     _, old = reference_agent(["agent.module.planet_dreamer_nets=true", "agent.module.act=elu"])
     assert isinstance(old.wm.image_encoder, ConvEncoder) and isinstance(old.wm.reward_head, MLP)
     assert isinstance(old.wm.dynamics.act, nn.ELU) and any(isinstance(m, nn.LayerNorm) for m in old.wm.modules())
@@ -156,7 +159,8 @@ def test_tf_adam_epsilon_makes_the_step_tensorflows():
 
     p = nn.Parameter(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64))
     opt = adam([p], lr=1e-3, eps=1e-4)
-    grads = [torch.tensor([1e-3, -2e-4, 5e-5], dtype=torch.float64), torch.tensor([-3e-4, 1e-4, 2e-5], dtype=torch.float64)]
+    grads = [torch.tensor([1e-3, -2e-4, 5e-5], dtype=torch.float64),
+             torch.tensor([-3e-4, 1e-4, 2e-5], dtype=torch.float64)]
     theta, m, v = p.detach().clone(), torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
     for t, g in enumerate(grads, 1):
         p.grad = g.clone()

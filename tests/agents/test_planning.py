@@ -159,8 +159,8 @@ def test_planners_discount_by_the_dynamics_discount_unless_given_one(monkeypatch
 
 
 def test_gaussian_cem_refits_std_as_sqrt_of_the_elite_variance_plus_1e_6():
-    """google-research/planet control/planning.py:38-57: start at mean 0, std 1 in [-1, 1]; candidates mean + std * N(0, 1)
-    clipped into the box; refit mean and sqrt(population variance + 1e-6) of the top-k."""
+    """google-research/planet control/planning.py:38-57: start at mean 0, std 1 in [-1, 1]; candidates
+    mean + std * N(0, 1) clipped into the box; refit mean and sqrt(population variance + 1e-6) of the top-k."""
     torch.manual_seed(4)
     n, C, H, A = 2, 6, 3, 2
     toy = SumOfAction()

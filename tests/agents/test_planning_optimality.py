@@ -137,7 +137,8 @@ def test_planner_discount_defaults_to_the_model_discount():
     gamma=0.5 values it at 0.25 and takes the short branch."""
     start = {"t": torch.zeros(1), "branch": torch.full((1,), -1.0)}
     torch.manual_seed(0)
-    assert CategoricalCEM(2, horizon=5, candidates=64, top_k=8, iterations=3).act(Fork(True, False), start).argmax() == 1
+    assert CategoricalCEM(2, horizon=5, candidates=64, top_k=8, iterations=3).act(
+        Fork(True, False), start).argmax() == 1
     torch.manual_seed(0)
     assert CategoricalCEM(2, horizon=5, candidates=64, top_k=8, iterations=3, gamma=0.5).act(
         Fork(True, False), start).argmax() == 0
@@ -172,7 +173,8 @@ def test_mppi_refit_weights_the_elites_by_their_scaled_returns():
     assert math.isclose(float(weights[-1] / weights[0]), math.exp(-1 / temperature), rel_tol=1e-9)
     torch.testing.assert_close(mean[0, 0].double(), (weights * actions[index]).sum(), atol=1e-6, rtol=0)
     torch.manual_seed(0)
-    cem = GaussianCEM([-1.0], [1.0], horizon=1, candidates=50, top_k=k, iterations=1).plan(Bowl(), {"r": torch.zeros(1)})
+    cem = GaussianCEM([-1.0], [1.0], horizon=1, candidates=50, top_k=k, iterations=1).plan(
+        Bowl(), {"r": torch.zeros(1)})
     torch.testing.assert_close(cem[0, 0].double(), actions[index].mean(), atol=1e-6, rtol=0)  # CEM: equal weights
     with pytest.raises(ValueError, match="temperature must be > 0"):
         GaussianCEM([-1.0], [1.0], temperature=0.0)

@@ -38,7 +38,8 @@ def test_every_bad_key_is_named_with_its_range():
         "replay.capacity=5 with env.num_envs=4 leaves 1 rows per env; needs replay.capacity >= 8"]
 
 
-@pytest.mark.parametrize("overrides", [[], ["exp=debug"], ["exp=reference"], ["exp=atari100k"], ["exp=planet_dmc"], ["exp=dmc_cpu"],
+@pytest.mark.parametrize("overrides", [[], ["exp=debug"], ["exp=reference"], ["exp=atari100k"], ["exp=planet_dmc"],
+                                       ["exp=dmc_cpu"],
                                        ["agent=planet"], ["agent=planet", "exp=debug"], ["env=pendulum"]])
 def test_shipped_presets_are_in_range(overrides):
     assert range_errors(load_config(overrides)) == []

@@ -137,7 +137,8 @@ def test_gl_prefers_egl_then_osmesa(fresh_gl, monkeypatch):
 
 def test_gl_error_names_the_debian_packages(fresh_gl, monkeypatch):
     monkeypatch.setattr(dmc.subprocess, "run", lambda cmd, **kwargs: _Done(1, "ImportError: cannot load library"))
-    with pytest.raises(dmc.GLUnavailableError, match=r"apt-get install -y libegl1 libgl1.*apt-get install -y libosmesa6"):
+    with pytest.raises(dmc.GLUnavailableError,
+                       match=r"apt-get install -y libegl1 libgl1.*apt-get install -y libosmesa6"):
         dmc.select_gl(required=True)
     with pytest.raises(dmc.GLUnavailableError, match="MUJOCO_GL=egl: ImportError: cannot load library"):
         dmc.select_gl(required=True)  # remembered: no second probe, same clear error

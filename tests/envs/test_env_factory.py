@@ -35,7 +35,8 @@ def test_pendulum_actions_rescaled_from_unit_box():
 
 
 def test_unit_box_actions_pass_through_unchanged():
-    cfg = {"id": COUNTING, "kwargs": {"discrete": False}, "wrappers": [{"_target_": "reverie.envs.testing.RecordActions"}]}
+    cfg = {"id": COUNTING, "kwargs": {"discrete": False},
+           "wrappers": [{"_target_": "reverie.envs.testing.RecordActions"}]}
     env = make_env(cfg, seed=0)
     env.reset()
     env.step(np.array([0.3], np.float32))

@@ -32,6 +32,7 @@ def final_state(run_dir):
     payload = load_checkpoint(run_dir)
     replay = {p.stem: np.load(p) for p in sorted((list_checkpoints(run_dir / "checkpoints")[-1]
                                                   .with_suffix(".replay")).glob("*.npy"))}
-    meta = json.loads((list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json").read_text())
+    replay_json = list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay") / "replay.json"
+    meta = json.loads(replay_json.read_text())
     counters = {k: v for k, v in payload["counters"].items() if k != "wall_s"}
     return payload, replay, meta, counters

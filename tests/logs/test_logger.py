@@ -1,4 +1,5 @@
-"""Tests for reverie.logs.logger.Logger (jsonl, TensorBoard, videos, wandb wiring) and reverie.loop.progress.Progress."""
+"""Tests for reverie.logs.logger.Logger (jsonl, TensorBoard, videos, wandb wiring) and
+reverie.loop.progress.Progress."""
 
 from __future__ import annotations
 
@@ -381,7 +382,8 @@ def test_progress_rates_are_per_second():
     progress.update(50, {"last_return": float("nan")})  # updates unknown: the last count is kept; NaN: no episode yet
     assert progress.rates() == (10.0, 1.25)
     # 50 steps in 4 s since the start (no prefill: one phase) -> 50 more take 4 s
-    assert progress.status_line() == "train 50/100 (50%) | 10 steps/s | 1.2 updates/s | return - | 0:00:04 | eta 0:00:04"
+    assert progress.status_line() == ("train 50/100 (50%) | 10 steps/s | 1.2 updates/s | return - | 0:00:04 | "
+                                      "eta 0:00:04")
     # Only the last RATE_WINDOW_S (30 s) count: a sudden speed-up shows within the window.
     now[0] = 64.0
     progress.update(650, {"updates": 9})
@@ -441,8 +443,8 @@ def test_progress_line_fits_80_columns_with_total_and_elapsed(steps, total, ret,
     assert "ret" in progress.line(79) and "eta" in progress.line(79)
     fields = [("eta", "eta 0:01:07"), ("steps/s", "812 steps/s"), ("ret", "ret 21.0"), ("bar", ""),
               ("upd/s", "25.3 upd/s"), ("label", "train")]
-    assert format_line(79, "4,096/30,000", "0:00:05", fields, 0.5) == (
-        "━━━━━━━╺━━━━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07")  # label dropped, bar 14
+    assert format_line(79, "4,096/30,000", "0:00:05", fields, 0.5) == (  # label dropped, bar 14
+        "━━━━━━━╺━━━━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07")
     assert format_line(32, "4,096/30,000", "0:00:05", fields, 0.5) == "4,096/30,000 0:00:05 eta 0:01:07"
     progress.close()
 

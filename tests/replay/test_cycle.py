@@ -9,7 +9,8 @@ from reverie.replay.cycle import EpisodeCycle, StepRatio, make_schedule
 def test_episode_cycle_counts_exactly():
     cycle = EpisodeCycle(train_steps=100, collect_every=2)
     assert cycle(4, episodes_finished=5) == 100  # first call after the prefill: train on the seed episodes
-    assert [cycle(1, e) for e in (0, 1, 0, 1, 3, 0)] == [0, 0, 0, 100, 100, 0]  # 1+1 -> one cycle; 3 -> one more (+1 left)
+    # 1+1 -> one cycle; 3 -> one more (+1 left)
+    assert [cycle(1, e) for e in (0, 1, 0, 1, 3, 0)] == [0, 0, 0, 100, 100, 0]
     assert cycle(1, 1) == 100
     assert cycle.state_dict() == {"env_steps": 11, "episodes": 6, "cycles": 4}
 
@@ -35,6 +36,7 @@ def test_make_schedule_picks_from_the_agent_config():
     assert isinstance(planet, EpisodeCycle) and planet(1) == 7
     dreamer = make_schedule(OmegaConf.create({"train_ratio": 16, "batch_size": 4, "batch_length": 8}))
     assert isinstance(dreamer, StepRatio)
-    assert [dreamer(1, episodes_finished=3) for _ in range(4)] == [0, 1, 0, 1]  # 16 / 32: one update per 2 env steps; episodes ignored
+    # 16 / 32: one update per 2 env steps; episodes ignored
+    assert [dreamer(1, episodes_finished=3) for _ in range(4)] == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="schedule"):
         make_schedule(OmegaConf.create({"schedule": "sometimes"}))

@@ -1,4 +1,5 @@
-"""DreamerV3(compile=True): same losses as eager on the debug preset; clean eager fallback (reverie.runtime.compiling)."""
+"""DreamerV3(compile=True): same losses as eager on the debug preset; clean eager fallback
+(reverie.runtime.compiling)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ def compare_runs(straight, resumed):
     assert_same(pa["agent"], pb["agent"], "agent")  # parameters, slow critic, normaliser, three optimisers
     assert_same(pa["ratio"], pb["ratio"], "ratio")
     assert_same(ra, rb, "replay")
-    assert {k: ma[k] for k in ("cursor", "fill", "wrapped", "rng")} == {k: mb[k] for k in ("cursor", "fill", "wrapped", "rng")}
+    keys = ("cursor", "fill", "wrapped", "rng")
+    assert {k: ma[k] for k in keys} == {k: mb[k] for k in keys}
     assert_same(pa["row"], pb["row"], "row")
     assert_same(pa["act_state"], pb["act_state"], "act_state")
     assert_same(pa["rng"]["torch"], pb["rng"]["torch"], "torch rng")

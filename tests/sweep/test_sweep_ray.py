@@ -84,7 +84,8 @@ def test_killed_sweep_resumes_without_repeating_finished_trials(tmp_path):
     text = (sweep_dir / "summary.md").read_text()
     assert "2 trials: 2 finished" in text and "Best configuration" in text
     best = json.loads((sweep_dir / "best.json").read_text())
-    assert best["seeds"] == 1 and best["overrides"][-1] in ("agent.module.dynamics.free_nats=0.5", "agent.module.dynamics.free_nats=1.0")
+    assert best["seeds"] == 1 and best["overrides"][-1] in ("agent.module.dynamics.free_nats=0.5",
+                                                            "agent.module.dynamics.free_nats=1.0")
     for name in ("params.png", "summary.csv", "trials.csv", "compare/table.md", "compare/curves.png"):
         assert (sweep_dir / name).is_file(), name
     assert "1/2 done" in second.stdout or "2/2 done" in second.stdout  # progress lines

@@ -1,6 +1,7 @@
 """Latent dynamics models behind one protocol (:class:`Dynamics`, ``base.py``): DreamerV3's categorical RSSM
 (``categorical.py``), PlaNet's Gaussian RSSM (``gaussian.py``) and the block-GRU RSSM of the current official
-DreamerV3 (``block.py``). The world model receives one of them (or any module with the protocol's members), built from the config's ``agent.module.dynamics`` block."""
+DreamerV3 (``block.py``). The world model receives one of them (or any module with the protocol's members), built from
+the config's ``agent.module.dynamics`` block."""
 
 from reverie.models.dynamics.base import Dynamics, State, free_bits, rollout
 from reverie.models.dynamics.block import BlockGRU, BlockRSSM
@@ -9,4 +10,5 @@ from reverie.models.dynamics.gaussian import (GaussianRSSM, free_nats_hinge, gau
                                               overshooting_loss)
 
 __all__ = ["Dynamics", "State", "BlockGRU", "BlockRSSM", "CategoricalRSSM", "GaussianRSSM", "GRUCell", "free_bits",
-           "free_nats_hinge", "rollout", "kl_losses", "gaussian_kl", "overshooting_kl", "overshooting_loss", "scale_action"]
+           "free_nats_hinge", "rollout", "kl_losses", "gaussian_kl", "overshooting_kl", "overshooting_loss",
+           "scale_action"]

@@ -12,7 +12,8 @@ shared leading dims, e.g. ``(B, ...)`` for one step or ``(T, B, ...)`` for a seq
 Where ``is_first_t`` is set, a state's history is replaced by the initial state and the previous action by zero,
 so nothing crosses an episode boundary. Three implementations ship: :class:`reverie.models.dynamics.CategoricalRSSM`
 (DreamerV3 2023), :class:`reverie.models.dynamics.GaussianRSSM` (PlaNet) and
-:class:`reverie.models.dynamics.BlockRSSM` (the current official DreamerV3, ``agent=dreamerv3_2025``). A new one is an ``nn.Module`` with the
+:class:`reverie.models.dynamics.BlockRSSM` (the current official DreamerV3, ``agent=dreamerv3_2025``).
+A new one is an ``nn.Module`` with the
 members of :class:`Dynamics`, named in the config by its ``_target_`` (docs/architecture.md, "A new dynamics").
 """
 

@@ -86,7 +86,8 @@ class BlockGRU(nn.Module):
         x = torch.cat([self.in_deter(deter), self.in_stoch(stoch), action_x], -1)  # (N, 3*hidden)
         n, g = x.shape[0], self.blocks
         layers = list(self.hidden) or [self.gates]
-        x = self._first_block_layer(layers[0], deter.to(x.dtype), x, shared_weight)  # (N, D) or, without dynlayers, (N, 3D)
+        # (N, D) or, without dynlayers, (N, 3D)
+        x = self._first_block_layer(layers[0], deter.to(x.dtype), x, shared_weight)
         for layer in layers[1:]:
             x = layer(x)
         if self.hidden:

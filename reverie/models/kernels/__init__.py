@@ -30,8 +30,8 @@ Where the switch is read: :class:`reverie.models.dynamics.CategoricalRSSM` (obse
 imagination, straight-through, sampling), :class:`reverie.models.world_model.WorldModel` (two-hot reward loss) and
 :class:`reverie.agents.DreamerV3` (critic loss, actor tape); for ``agent=dreamerv3_2025``,
 :class:`reverie.models.dynamics.BlockRSSM` (sampling, straight-through), its world model (two-hot reward loss) and
-:class:`reverie.agents.DreamerV3_2025` (value and replay value losses, the policy's draw). Each kernel's module docstring says what it replaces and
-how it is tested against the readable code.
+:class:`reverie.agents.DreamerV3_2025` (value and replay value losses, the policy's draw). Each kernel's module
+docstring says what it replaces and how it is tested against the readable code.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ round 3). It replaces :class:`reverie.agents.dreamer.ActorPasses` (the readable 
 normalised and activated activations, written into ``(steps, N, units)`` buffers as they are computed, and the
 outputs), and :meth:`MLPTape.replay` takes the passes' inputs as the rollout stacked them and returns the stacked
 outputs ``(steps, N, out)`` as a function of the MLP's parameters whose backward is written out over all steps
-at once, with autograd's own kernels: ``silu_backward``, ``native_layer_norm_backward``, one ``G^T @ X`` per weight, and the one-hot rows'
+at once, with autograd's own kernels: ``silu_backward``, ``native_layer_norm_backward``, one ``G^T @ X`` per
+weight, and the one-hot rows'
 weight gradient of :mod:`reverie.models.kernels.onehot_linear` for a :class:`SplitFeat` input. Reusing the 15 per-step
 graphs instead (one backward per step) was measured slower: the small per-step weight gradients cost what the
 second forward pass saves. ``tests/models/kernels/test_mlp_tape.py`` checks values and every parameter gradient against

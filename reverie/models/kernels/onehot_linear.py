@@ -16,7 +16,8 @@ with a custom autograd function whose backward gives
 - the input gradient of ``z`` (``g @ W_z``, dense) only when ``z`` requires grad (the straight-through
   world-model path); imagination for discrete actions never computes it.
 
-Values equal the dense ``F.linear(cat(h, z), W, b)`` up to float rounding (``tests/models/kernels/test_onehot_linear.py``
+Values equal the dense ``F.linear(cat(h, z), W, b)`` up to float rounding
+(``tests/models/kernels/test_onehot_linear.py``
 checks forward and both gradients in float64). :class:`SplitFeat` carries the features in split form, and
 :class:`FeatLinear` (a drop-in ``nn.Linear``, same parameters and ``state_dict`` keys) takes either form.
 """

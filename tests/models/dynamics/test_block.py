@@ -126,7 +126,8 @@ def test_is_first_resets_to_the_zero_state():
     rssm = small_rssm()
     embed, action = torch.randn(4, 2, 5), torch.randn(4, 2, 2)
     is_first = torch.tensor([[True, False], [False, False], [False, True], [False, False]])
-    state = {"deter": torch.randn(2, 16), "stoch": torch.eye(4)[torch.randint(4, (2, 3))], "logits": torch.zeros(2, 3, 4)}
+    state = {"deter": torch.randn(2, 16), "stoch": torch.eye(4)[torch.randint(4, (2, 3))],
+             "logits": torch.zeros(2, 3, 4)}
     a, _ = rssm.observe(embed, action, is_first, state, sample=False)
     b, _ = rssm.observe(embed, action, is_first, None, sample=False)
     # column 0 starts with is_first: the given state and the first action are dropped

@@ -90,7 +90,8 @@ def test_overshooting_loss_exact_value_by_hand():
     prior["stoch"] = prior["mean"]
     prev_action = torch.tensor([5.0, 1.0, 3.0])[:, None, None]  # (T, B, A=1); a_0 only enters the one-step prior
     is_first = torch.zeros(3, 1, dtype=torch.bool)
-    # d=2, t=1: prior[0] (0, 1) + a_1 -> (1, 2);  d=2, t=2: prior[1] (0, 1) + a_2 -> (3, 2);  d=3, t=2: (1, 2) + a_2 -> (4, 4)
+    # d=2, t=1: prior[0] (0, 1) + a_1 -> (1, 2);  d=2, t=2: prior[1] (0, 1) + a_2 -> (3, 2);
+    # d=3, t=2: (1, 2) + a_2 -> (4, 4)
     k21, k22, k32 = kl_1d(1, 1, 1, 2), kl_1d(2, 1, 3, 2), kl_1d(2, 1, 4, 4)
     assert (k21, k22, k32) == pytest.approx((math.log(2) - 0.375, math.log(2) - 0.25, math.log(4) + 5 / 32 - 0.5))
     kl, mask = overshooting_kl(ShiftDynamics(), post, prior, prev_action, is_first, distance=3)
@@ -130,7 +131,8 @@ def test_overshooting_never_crosses_is_first_and_stops_posterior_gradient():
 
 
 def test_overshooting_chains_continue_from_the_one_step_priors_the_first_from_the_zero_state():
-    """Chain ``i`` (from ``s = i - 1``) reaches ``t = i + 1`` at d = 2 by one prior step from observe's one-step prior at
+    """Chain ``i`` (from ``s = i - 1``) reaches ``t = i + 1`` at d = 2 by one prior step
+    from observe's one-step prior at
     ``i`` (its drawn latent) with ``a_{i+1}``; the chain from ``s = -1`` starts at the zero state before the batch, as
     the reference's chunks do (its one-step prior at t = 0 is the zero state stepped with a_0)."""
     rssm = make()
@@ -160,14 +162,16 @@ def test_reduce_bits_and_fixed_normal_exact_values():
     with pytest.raises(ValueError, match="image_bits"):
         reduce_bits(x, 0)
     half_log_2pi = 0.5 * math.log(2 * math.pi)
-    torch.testing.assert_close(FixedNormal(torch.zeros(3, 2)).log_prob(torch.zeros(3, 2)), torch.full((3,), -2 * half_log_2pi))
+    torch.testing.assert_close(FixedNormal(torch.zeros(3, 2)).log_prob(torch.zeros(3, 2)),
+                               torch.full((3,), -2 * half_log_2pi))
     torch.testing.assert_close(FixedNormal(torch.zeros(4), 2.0, event_dims=0).log_prob(torch.full((4,), 2.0)),
                                torch.full((4,), -0.5 - math.log(2.0) - half_log_2pi))
     image = GaussianImage(torch.zeros(1, 1, 2, 2))  # prediction 0 in scaled space = pixel value 127.5
     torch.testing.assert_close(image.log_prob(torch.full((1, 1, 2, 2), 127.5)), torch.tensor([-4 * half_log_2pi]))
 
 
-@pytest.mark.parametrize("obs_shapes,nets", [({"vector": (4,)}, "planet"), ({"image": (3, 16, 16), "vector": (2,)}, "dreamer"),
+@pytest.mark.parametrize("obs_shapes,nets", [({"vector": (4,)}, "planet"),
+                                             ({"image": (3, 16, 16), "vector": (2,)}, "dreamer"),
                                              ({"image": (3, 64, 64), "vector": (2,)}, "planet")])
 @pytest.mark.parametrize("overshooting", [0, 3])
 def test_gaussian_world_model_loss_keys_and_gradients(obs_shapes, nets, overshooting):
@@ -178,7 +182,8 @@ def test_gaussian_world_model_loss_keys_and_gradients(obs_shapes, nets, overshoo
     T, B = 6, 2
     batch = {k: (torch.randint(0, 256, (T, B, *s), dtype=torch.uint8) if len(s) == 3 else torch.randn(T, B, *s))
              for k, s in obs_shapes.items()}
-    batch |= {"prev_action": torch.randn(T, B, 2), "reward": torch.randn(T, B), "is_terminal": torch.zeros(T, B, dtype=torch.bool),
+    batch |= {"prev_action": torch.randn(T, B, 2), "reward": torch.randn(T, B),
+              "is_terminal": torch.zeros(T, B, dtype=torch.bool),
               "is_first": torch.zeros(T, B, dtype=torch.bool)}
     batch["is_first"][0] = True
     torch.manual_seed(1)
@@ -187,7 +192,8 @@ def test_gaussian_world_model_loss_keys_and_gradients(obs_shapes, nets, overshoo
     assert set(losses) == set(wm.loss_keys) == expected
     assert all(v.shape == (T, B) and torch.isfinite(v).all() for v in losses.values())
     torch.manual_seed(1)  # the same draws again: dequantisation noise, then the latents
-    post_again, prior = wm.dynamics.observe(wm.encode(wm.preprocess(batch, noise=True)), batch["prev_action"], batch["is_first"])
+    embed = wm.encode(wm.preprocess(batch, noise=True))
+    post_again, prior = wm.dynamics.observe(embed, batch["prev_action"], batch["is_first"])
     torch.testing.assert_close(post_again["mean"], post["mean"])
     kl = gaussian_kl(post, prior)
     torch.testing.assert_close(losses["kl"], (kl - 3.0).clamp(min=0.0))  # the reference's max(0, KL - free_nats)

@@ -169,7 +169,8 @@ def test_an_edited_cell_is_refused_with_kernels_and_runs_as_written_without(monk
     embed, action, first = inputs(torch.float32)
     shipped, _ = make(torch.float32, kernels="off").observe(embed, action, first, sample=False)
     monkeypatch.setattr(GRUCell, "forward", edited)
-    with pytest.raises(ValueError, match=r"does not reproduce this RSSM: two steps give a different deter.*kernels=off"):
+    with pytest.raises(ValueError,
+                       match=r"does not reproduce this RSSM: two steps give a different deter.*kernels=off"):
         make(torch.float32)
     post, _ = make(torch.float32, kernels="off").observe(embed, action, first, sample=False)
     assert not torch.allclose(post["deter"], shipped["deter"])  # the edited cell ran
