@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import json
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -524,13 +526,24 @@ Let the policy drive (watch), and start the dream from the real env's state or f
 Ctrl-C stops the server."""
 
 
+def _port(text: str) -> int:
+    """``--port``: an integer 0-65535 (argparse reports anything else as a usage error)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535 (0: any free port), got {text!r}")
+    return port
+
+
 def cmd_play(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="reverie play", description=PLAY_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="run directory, checkpoint file or wandb:<entity>/<project>/<artifact>:<alias>")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
+    parser.add_argument("--port", type=_port, default=8765, help="port (default 8765; 0: any free port)")
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: the run's seed)")
     parser.add_argument("--sample", action="store_true", help="sample the dream's latents instead of their mode")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -546,19 +559,22 @@ def cmd_play(argv: list[str]) -> int:
     from reverie.state.saved_run import RunError, load_run
 
     planner, plan = planner_arguments(args)
+    try:  # first, so a port in use or a foreign --host is reported before the run loads
+        sock = bind(args.host, args.port)
+    except OSError as err:
+        fix = ("--host must be an address of this machine (default 127.0.0.1; 0.0.0.0: all of them)"
+               if err.errno == errno.EADDRNOTAVAIL or isinstance(err, socket.gaierror)
+               else "pick another --port (0: any free one)")
+        print(f"play error: cannot listen on {args.host}:{args.port} ({err}); {fix}", file=sys.stderr)
+        return 2
     try:
         run = load_run(args.run, device=args.device, checkpoint=args.checkpoint, planner=planner, plan=plan)
         seed = run.config["seed"] if args.seed is None else args.seed
         app = create_app(lambda: PlaySession(run.agent, run.config["env"], run.action_spec, seed, sample=args.sample),
                          title=f"reverie play: {run.directory.name}")
     except (RunError, ValueError, TypeError) as err:
+        sock.close()
         print(f"play error: {err}", file=sys.stderr)
-        return 2
-    try:
-        sock = bind(args.host, args.port)
-    except OSError as err:
-        print(f"play error: cannot listen on {args.host}:{args.port} ({err}); pick another --port (0: any free one)",
-              file=sys.stderr)
         return 2
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

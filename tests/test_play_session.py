@@ -188,3 +188,27 @@ def test_http_routes(monkeypatch):
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def test_play_reports_bad_ports_and_hosts_before_loading_the_run(tmp_path, capsys):
+    """No traceback and no model load: the port's range at parsing, a taken port or a foreign --host at once."""
+    from reverie.cli import main
+    from reverie.play.server import bind
+
+    missing = str(tmp_path / "no_run")  # never reached: the address is checked first
+    for port in ("99999", "-1", "abc"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["play", missing, "--port", port])
+        assert exit_info.value.code == 2
+        assert f"--port: must be a port number 0-65535 (0: any free port), got '{port}'" in capsys.readouterr().err
+    taken = bind("127.0.0.1", 0)
+    try:
+        assert main(["play", missing, "--port", str(taken.getsockname()[1])]) == 2
+        err = capsys.readouterr().err
+        assert "Address already in use" in err and err.rstrip().endswith("pick another --port (0: any free one)")
+    finally:
+        taken.close()
+    assert main(["play", missing, "--host", "192.0.2.1", "--port", "0"]) == 2  # TEST-NET-1: not this machine's
+    err = capsys.readouterr().err
+    assert err.startswith("play error: cannot listen on 192.0.2.1:0")
+    assert "--host must be an address of this machine" in err

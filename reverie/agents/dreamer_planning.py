@@ -15,6 +15,7 @@ the planner acts (``explore``: plus ``noise``, as PlaNet) wherever the agent act
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -32,6 +33,50 @@ PLAN_DEFAULTS: dict[str, Any] = {"horizon": 15, "candidates": 128, "top_k": 16, 
                                  "policy_candidates": 0, "temperature": 0.5, "noise": 0.3, "sample": True,
                                  "value": True}
 
+#: What each setting must be: numbers as (lowest value, lowest included?, integer?, null allowed?, what it is), the
+#: rule of :data:`reverie.configs.ranges.RANGES`; None: true or false.
+PLAN_RANGES: dict[str, tuple[float, bool, bool, bool, str] | None] = {
+    "horizon": (1, True, True, False, "planned steps H"),
+    "candidates": (1, True, True, False, "sequences sampled per iteration"),
+    "top_k": (1, True, True, False, "elites refit to"),
+    "iterations": (1, True, True, False, "refits"),
+    "policy_candidates": (0, True, True, False, "actor rollouts added to the candidates"),
+    "temperature": (0, False, False, False, "mppi's sharpness of the elite weights"),
+    "noise": (0, True, False, False, "exploration noise: Gaussian std (Box) or epsilon (Discrete)"),
+    "sample": None,
+    "value": None,
+}
+
+
+def check_plan(plan: Mapping | None) -> dict[str, Any]:
+    """``{**PLAN_DEFAULTS, **plan}`` once every key is known and every value fits :data:`PLAN_RANGES`.
+
+    Raises:
+        ValueError: ``"planner setting(s): ..."`` naming every unknown key, every value of the wrong type or out of
+            range (``horizon=-1 must be >= 1 (planned steps H)``), and ``top_k`` above the sequences it picks from.
+    """
+    from reverie.configs.ranges import value_problem
+
+    plan = dict(plan or {})
+    unknown = sorted(set(plan) - set(PLAN_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown planner setting(s) {unknown}; known: {', '.join(PLAN_DEFAULTS)}")
+    settings = {**PLAN_DEFAULTS, **plan}
+    errors = []
+    for key, rule in PLAN_RANGES.items():
+        value = settings[key]
+        if rule is None:
+            if not isinstance(value, bool):
+                errors.append(f"{key}={value!r} must be true or false")
+        elif (problem := value_problem(key, value, rule)) is not None:
+            errors.append(problem)
+    if not errors and settings["top_k"] > settings["candidates"] + settings["policy_candidates"]:
+        errors.append(f"top_k={settings['top_k']} is more than candidates + policy_candidates = "
+                      f"{settings['candidates'] + settings['policy_candidates']}, the sequences the elites come from")
+    if errors:
+        raise ValueError("planner setting(s): " + "; ".join(errors) + " (docs/planning.md lists the settings)")
+    return settings
+
 
 class DreamerPlanner:
     """Plans DreamerV3's actions from posterior states (module docstring).
@@ -46,16 +91,13 @@ class DreamerPlanner:
             only, as PlaNet).
 
     Raises:
-        ValueError: an unknown ``kind`` or key of ``plan``, or bad sizes (see :class:`GaussianCEM`).
+        ValueError: an unknown ``kind``; an unknown key of ``plan`` or a value out of range (:func:`check_plan`).
     """
 
     def __init__(self, spec: ActionSpec, kind: str = "cem", plan: dict | None = None):
         if kind not in PLANNERS[1:]:
             raise ValueError(f"planner must be one of {', '.join(PLANNERS)}, got {kind!r}")
-        unknown = sorted(set(plan or {}) - set(PLAN_DEFAULTS))
-        if unknown:
-            raise ValueError(f"unknown planner setting(s) {unknown}; known: {', '.join(PLAN_DEFAULTS)}")
-        self.kind, self.settings = kind, {**PLAN_DEFAULTS, **(plan or {})}
+        self.kind, self.settings = kind, check_plan(plan)
         s = self.settings
         self.planner = make_planner(spec, "auto", -1.0, 1.0, horizon=int(s["horizon"]),
                                     candidates=int(s["candidates"]), top_k=int(s["top_k"]),
@@ -78,8 +120,10 @@ def make_dreamer_planner(spec: ActionSpec, planner: str = "actor", plan: dict | 
     """None for ``planner="actor"``, else a :class:`DreamerPlanner`.
 
     Raises:
-        ValueError: ``planner`` not in :data:`PLANNERS`; bad ``plan`` settings.
+        ValueError: ``planner`` not in :data:`PLANNERS`; bad ``plan`` settings (:func:`check_plan`), also for
+            the actor.
     """
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
+    check_plan(plan)  # also with the actor: the settings are saved with the run for `reverie eval --planner`
     return None if planner == "actor" else DreamerPlanner(spec, planner, plan)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from reverie.agents.base import WorldModelAgent, adam
+from reverie.agents.dreamer_planning import PLANNERS
 from reverie.agents.planning import WorldModelPlanning, make_planner
 from reverie.models.dynamics import Dynamics, GaussianRSSM
 from reverie.models.world_model import WorldModel
@@ -63,7 +64,8 @@ class PlaNet(WorldModelAgent):
 
     Raises:
         ValueError: ``planner="gaussian"`` with a Discrete action space (and the other errors of
-            :func:`make_planner`), or DreamerV3-only settings (``actor_lr``/``critic_lr``) from an ``exp``
+            :func:`make_planner`), ``planner`` ``"cem"``/``"mppi"``/``"actor"`` (DreamerV3's choices, named so),
+            or DreamerV3-only settings (``actor_lr``/``critic_lr``) from an ``exp``
             preset written for DreamerV3.
     """
 
@@ -86,6 +88,10 @@ class PlaNet(WorldModelAgent):
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              nets="dreamer" if planet_dreamer_nets else "planet", head_units=head_units,
                              head_layers=head_layers, act=act)
+        if planner in PLANNERS:  # DreamerV3's choice, same key: docs/planning.md's `agent.module.planner=cem`
+            raise ValueError(f"PlaNet always plans with CEM; its agent.module.planner picks the CEM's distribution: "
+                             f"auto, gaussian or categorical, got {planner!r} ({', '.join(PLANNERS)} are DreamerV3's "
+                             f"choices: agent=dreamerv3 agent.module.planner={planner})")
         self.planner = make_planner(action_spec, planner, -1.0, 1.0, horizon=horizon, candidates=candidates,
                                     top_k=top_k, iterations=iterations, gamma=plan_gamma)
         self.plan_model = WorldModelPlanning(self.wm, sample=plan_sample, use_cont=plan_cont)

@@ -52,8 +52,9 @@ RANGES: dict[str, tuple[float, bool, bool, bool, str]] = {
 }
 
 
-def _problem(key: str, value: Any) -> str | None:
-    low, inclusive, integer, nullable, what = RANGES[key]
+def value_problem(key: str, value: Any, rule: tuple[float, bool, bool, bool, str] | None = None) -> str | None:
+    """What is wrong with ``key=value`` under ``rule`` (default ``RANGES[key]``; same tuple), or None."""
+    low, inclusive, integer, nullable, what = RANGES[key] if rule is None else rule
     if value is None:
         return None if nullable else f"{key}=null: needs a value ({what})"
     bound = f"{'>=' if inclusive else '>'} {low:g}"
@@ -79,7 +80,7 @@ def range_errors(cfg: Any) -> list[str]:
         value = _get(plain, key)
         if key in DERIVED and value == _get(plain, DERIVED[key]):  # the value of its source: named there
             continue
-        if value is not _ABSENT and (problem := _problem(key, value)) is not None:
+        if value is not _ABSENT and (problem := value_problem(key, value)) is not None:
             errors.append(problem)
     capacity, envs = _get(plain, "replay.capacity"), _get(plain, "env.num_envs")
     if not errors and isinstance(capacity, int) and isinstance(envs, int) and capacity // envs < 2:  # Replay's MIN_ROWS

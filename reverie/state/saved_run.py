@@ -167,8 +167,8 @@ def load_run(path: str | Path, device: str = "cpu", checkpoint: str = "best", pl
     Raises:
         RunError: the path does not exist; no checkpoint under it (with what the directory holds); the
             checkpoint is truncated, not a checkpoint, lacks entries or does not fit the agent it describes
-            (with the older checkpoints to try instead); ``planner``/``plan`` for a run that is not DreamerV3, or
-            an unknown planner or setting.
+            (with the older checkpoints to try instead); ``planner``/``plan`` for a run that is not DreamerV3, an
+            unknown planner or setting, a setting out of range, or ``plan`` while the actor acts (:func:`set_planner`).
     """
     from reverie.agents.build import build_agent
 
@@ -230,9 +230,10 @@ def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
 
     Raises:
         RunError: the agent is not DreamerV3 (PlaNet always plans: its CEM settings are ``agent.module.horizon``,
-            ``candidates``, ...), an unknown planner or an unknown setting.
+            ``candidates``, ...), an unknown planner, an unknown setting or one out of range
+            (:func:`reverie.agents.dreamer_planning.check_plan`), or settings for a run that acts with its actor.
     """
-    from reverie.agents.dreamer_planning import PLAN_DEFAULTS, PLANNERS
+    from reverie.agents.dreamer_planning import PLANNERS, check_plan
 
     if agent_cfg.get("name") != "dreamerv3":
         planet_hint = " (it always plans with CEM; its settings are agent.module.horizon, candidates, ...)"
@@ -240,13 +241,20 @@ def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
                        f"{planet_hint if agent_cfg.get('name') == 'planet' else ''}")
     if planner is not None and planner not in PLANNERS:
         raise RunError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
-    unknown = sorted(set(plan or {}) - set(PLAN_DEFAULTS))
-    if unknown:
-        raise RunError(f"unknown planner setting(s) {unknown}; known: {', '.join(PLAN_DEFAULTS)}")
+    acting = planner if planner is not None else agent_cfg.module.get("planner", "actor")
+    if plan and acting == "actor":
+        raise RunError(f"planner settings {sorted(plan)} given, but this run acts with its actor (agent.module.planner="
+                       f"actor), which does not use them: choose a planner too (--planner cem or mppi; "
+                       f"load_run(..., planner='cem'))")
+    saved = agent_cfg.module.get("plan")  # None in runs from before planning existed
+    merged = {**(OmegaConf.to_container(saved) if saved is not None else {}), **(plan or {})}
+    try:
+        check_plan(merged)
+    except ValueError as err:
+        raise RunError(str(err)) from err
     if planner is not None:
         agent_cfg.module.planner = planner
-    saved = agent_cfg.module.get("plan")  # None in runs from before planning existed
-    agent_cfg.module.plan = {**(OmegaConf.to_container(saved) if saved is not None else {}), **(plan or {})}
+    agent_cfg.module.plan = merged
 
 
 def version_mismatches(run: LoadedRun) -> list[str]:

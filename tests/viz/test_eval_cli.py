@@ -173,3 +173,20 @@ def test_eval_with_a_planner_and_load_run_overrides(run_dir, tmp_path, capsys):
     older = OmegaConf.create({"name": "dreamerv3", "module": {}})  # a run from before `planner`/`plan` existed
     set_planner(older, "mppi", {"horizon": 5})
     assert OmegaConf.to_container(older.module) == {"planner": "mppi", "plan": {"horizon": 5}}
+
+
+@pytest.mark.parametrize("plan, message", [
+    (["--planner", "cem", "--plan", "horizon=-1"], "planner setting(s): horizon=-1 must be >= 1 (planned steps H)"),
+    (["--planner", "mppi", "--plan", "temperature=0"], "temperature=0 must be > 0"),
+    (["--planner", "cem", "--plan", "top_k=200"], "top_k=200 is more than candidates + policy_candidates = 128"),
+    (["--planner", "cem", "--plan", "horizon=abc"], "horizon='abc' is not a number: must be an integer >= 1"),
+    (["--planner", "cem", "--plan", "sample=maybe"], "sample='maybe' must be true or false"),
+    (["--plan", "horizon=3"], "planner settings ['horizon'] given, but this run acts with its actor"),
+    (["--planner", "actor", "--plan", "horizon=3"], "acts with its actor"),
+])
+def test_bad_plan_settings_are_refused_before_anything_runs(run_dir, tmp_path, capsys, plan, message):
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path / "out"), *plan]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eval error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
