@@ -236,9 +236,10 @@ def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
     from reverie.agents.dreamer_planning import PLANNERS, check_plan
 
     if agent_cfg.get("name") != "dreamerv3":
-        planet_hint = " (it always plans with CEM; its settings are agent.module.horizon, candidates, ...)"
+        hints = {"planet": " (it always plans with CEM; its settings are agent.module.horizon, candidates, ...)",
+                 "dreamerv3_2025": " (the 2023 agent, agent=dreamerv3; the 2024-25 one acts with its actor only)"}
         raise RunError(f"planner settings apply to DreamerV3 runs; this run's agent is {agent_cfg.get('name')!r}"
-                       f"{planet_hint if agent_cfg.get('name') == 'planet' else ''}")
+                       f"{hints.get(agent_cfg.get('name'), '')}")
     if planner is not None and planner not in PLANNERS:
         raise RunError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
     acting = planner if planner is not None else agent_cfg.module.get("planner", "actor")

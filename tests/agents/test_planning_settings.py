@@ -66,3 +66,13 @@ def test_reverie_train_refuses_bad_planner_settings_before_writing(tmp_path, cap
     run_dir = tmp_path / "run"
     assert main(["train", "exp=debug", f"run_dir={run_dir}", *override.split()]) == 2
     assert capsys.readouterr().err.startswith(message) and not run_dir.exists()
+
+
+def test_load_run_says_which_dreamerv3_plans():
+    from omegaconf import OmegaConf
+
+    from reverie.state.saved_run import RunError, set_planner
+
+    with pytest.raises(RunError, match=r"agent is 'dreamerv3_2025' \(the 2023 agent, agent=dreamerv3; the 2024-25 one "
+                                       r"acts with its actor only\)"):
+        set_planner(OmegaConf.create({"name": "dreamerv3_2025", "module": {}}), "cem", None)
