@@ -110,7 +110,7 @@ def test_keys_step_both_panes_and_the_page_shows_the_model_rewards(run_dir, addr
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
             errors = []
             page.on("pageerror", lambda err: errors.append(str(err)))
             page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
@@ -118,6 +118,8 @@ def test_keys_step_both_panes_and_the_page_shows_the_model_rewards(run_dir, addr
             page.wait_for_selector("body[data-ready='1']")
             wait_steps(page, 0, 0)
             assert page.is_visible("#real-images img")  # CartPole's render in the real pane
+            real, dream = page.locator("#real-pane").bounding_box(), page.locator("#dream-pane").bounding_box()
+            assert real["y"] == dream["y"] and real["x"] + real["width"] < dream["x"]  # side by side at 1280 px
             for key in keys:
                 page.keyboard.press(key)
             wait_steps(page, 5, 5)
