@@ -19,8 +19,10 @@ worker threads.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, Callable
@@ -124,12 +126,26 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def serve(app: FastAPI, sock: socket.socket) -> None:
-    """Serve ``app`` with uvicorn on the bound socket until Ctrl-C (or SIGTERM)."""
+    """Serve ``app`` with uvicorn on the bound socket until Ctrl-C or SIGTERM; either ends it quietly (exit 0).
+
+    uvicorn shuts down on both signals and then raises the signal again under the handler that was there before
+    it ran: Python's own for Ctrl-C (KeyboardInterrupt), and for SIGTERM the one set here, which does the same
+    (the system default would end the process with -15 and no message). On the main thread only, where Python
+    allows signal handlers."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled: stop quietly
+    except KeyboardInterrupt:  # the Ctrl-C or SIGTERM uvicorn handled and raised again: stop quietly
         print("[reverie] play: stopped", file=sys.stderr)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
