@@ -435,6 +435,9 @@ def cmd_eval(argv: list[str]) -> int:
     from reverie.state.saved_run import RunError, describe_checkpoint, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
+    if args.episodes < 1:  # before the run loads
+        print(f"eval error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
+        return 2
     planner, plan = planner_arguments(args)
     try:
         run = load_run(args.run, device=args.device, checkpoint=args.checkpoint, planner=planner, plan=plan)
@@ -442,9 +445,6 @@ def cmd_eval(argv: list[str]) -> int:
         print(f"eval error: {err}", file=sys.stderr)
         return 2
     print(f"[reverie] eval: {describe_checkpoint(run)}", file=sys.stderr)
-    if args.episodes < 1:
-        print(f"eval error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
-        return 2
     for mismatch in version_mismatches(run):
         print(f"eval warning: simulator version differs from the run's ({mismatch}); returns may differ",
               file=sys.stderr)

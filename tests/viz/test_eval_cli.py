@@ -73,6 +73,8 @@ def test_missing_and_corrupt_runs_fail_with_clear_messages(run_dir, tmp_path, ca
     with pytest.raises(RunError, match=r"lacks \['agent', 'obs_shapes', 'action_spec', 'config'\]"):
         load_run(broken.parent)
     assert main(["imagine", str(tmp_path / "nope")]) == 2 and "does not exist" in capsys.readouterr().err
+    assert main(["eval", str(run_dir), "--episodes", "0"]) == 2  # refused before the run loads: nothing described
+    assert capsys.readouterr().err == "eval error: --episodes must be >= 1, got 0\n"
 
 
 def test_wandb_artifact_reference_is_downloaded_and_loaded(run_dir, monkeypatch):
