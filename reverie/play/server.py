@@ -143,9 +143,10 @@ def serve(app: FastAPI, sock: socket.socket) -> None:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=[sock])  # returns only once the server has shut down
     except KeyboardInterrupt:  # the Ctrl-C or SIGTERM uvicorn handled and raised again: stop quietly
-        print("[reverie] play: stopped", file=sys.stderr)
+        pass
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+    print("[reverie] play: stopped", file=sys.stderr)
