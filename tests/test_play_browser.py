@@ -6,14 +6,12 @@ a missing browser fails the test.
 """
 
 import os
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers.play_process import PlayProcess
 
 from reverie.cli import main
 from reverie.envs import make_env
@@ -23,7 +21,6 @@ from reverie.state.saved_run import load_run
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def need_chromium():
@@ -46,27 +43,16 @@ def run_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def address(run_dir):
     """``reverie play RUN --port 0`` in a subprocess; yields the address it prints."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen([sys.executable, "-m", "reverie", "play", str(run_dir), "--port", "0"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    found = threading.Event()
-
-    def read():
-        for line in process.stdout:
-            lines.append(line)
-            if "http://" in line:
-                found.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    play = PlayProcess(run_dir)
     try:
-        if not found.wait(180):
-            pytest.fail(f"reverie play printed no address within 180 s:\n{''.join(lines)}")
-        line = next(line for line in lines if "http://" in line)
-        yield line[line.index("http://"):].split()[0]
+        address = play.address(180)
+        if address is None:
+            pytest.fail(f"reverie play printed no address within 180 s:\n{play.output()}")
+        yield address
     finally:
-        process.terminate()
-        process.wait(30)
+        play.process.terminate()
+        play.process.wait(30)
+        play.close()
 
 
 @torch.no_grad()

@@ -218,39 +218,24 @@ def test_play_reports_bad_ports_and_hosts_before_loading_the_run(tmp_path, capsy
 def test_play_stops_quietly_on_ctrl_c_and_sigterm(tmp_path_factory, stop):
     """``reverie play`` in a subprocess on a run trained here: Ctrl-C (SIGINT) or SIGTERM (what ``kill``, systemd
     and container runtimes send) ends it with exit code 0 and one line, not a traceback or -15."""
-    import os
     import signal
-    import subprocess
-    import sys
-    import threading
     import urllib.request
+
+    from helpers.play_process import PlayProcess
 
     from reverie.cli import main
 
     run_dir = tmp_path_factory.getbasetemp() / "play_stop_run"
     if not run_dir.exists():
         assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=32", "train.eval_episodes=1"]) == 0
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen([sys.executable, "-m", "reverie", "play", str(run_dir), "--port", "0"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, listening = [], threading.Event()
-
-    def read():
-        for line in process.stdout:
-            lines.append(line)
-            listening.set() if "http://" in line else None
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    play = PlayProcess(run_dir)
     try:
-        assert listening.wait(180), "".join(lines)
-        line = next(line for line in lines if "http://" in line)
-        with urllib.request.urlopen(line[line.index("http://"):].split()[0], timeout=60) as page:
+        address = play.address(180)
+        assert address is not None, play.output()
+        with urllib.request.urlopen(address, timeout=60) as page:
             assert page.status == 200  # serving: uvicorn has taken over the signals
-        process.send_signal(getattr(signal, stop))
-        assert process.wait(60) == 0, "".join(lines)
+        play.process.send_signal(getattr(signal, stop))
+        assert play.process.wait(60) == 0, play.output()
     finally:
-        process.kill()
-    reader.join(10)
-    assert lines[-1].strip() == "[reverie] play: stopped" and "Traceback" not in "".join(lines)
+        play.close()
+    assert play.lines[-1].strip() == "[reverie] play: stopped" and "Traceback" not in play.output()
