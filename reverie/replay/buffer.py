@@ -178,13 +178,16 @@ class Replay:
             values[key] = value
         for key, value in values.items():
             self.arrays[key][self.cursor] = value
-        self._high = max(self._high, self.cursor + 1)
-        self.cursor += 1
-        if self.cursor == self.length:
-            self.cursor = 0
-            self._wrapped = True
-        self.fill = min(self.fill + 1, self.length)
-        self._touch(self.row_bytes)
+        self._advance(1)
+
+    def _advance(self, count: int) -> None:
+        """Bookkeeping after ``count`` rows were written from the cursor on (wrapping): cursor, fill, wrapped, the
+        highest row ever written (zeroed again by a later load) and the pages touched."""
+        self._high = max(self._high, min(self.cursor + count, self.length))
+        self._wrapped = self._wrapped or self.cursor + count >= self.length
+        self.cursor = (self.cursor + count) % self.length
+        self.fill = min(self.fill + count, self.length)
+        self._touch(self.row_bytes * count)
 
     def extend(self, steps: Mapping[str, np.ndarray]) -> None:
         """Write ``K`` rows for all ``N`` envs at once, as ``K`` calls of :meth:`add` would (the cursor wraps over
@@ -213,10 +216,7 @@ class Replay:
         rows = (self.cursor + np.arange(count)) % self.length  # (K,) physical rows, wrapping
         for key in self.spec:
             self.arrays[key][rows] = steps[key]
-        self._wrapped = self._wrapped or self.cursor + count >= self.length
-        self.cursor = (self.cursor + count) % self.length
-        self.fill = min(self.fill + count, self.length)
-        self._touch(self.row_bytes * count)
+        self._advance(count)
 
     def sample(self, batch: int, length: int) -> dict[str, np.ndarray]:
         """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.

@@ -287,6 +287,9 @@ def test_extend_equals_adding_row_by_row(first, second):
     assert (extended.cursor, extended.fill, extended.wrapped) == (added.cursor, added.fill, added.wrapped)
     for key in spec():
         np.testing.assert_array_equal(extended.arrays[key], added.arrays[key], err_msg=key)
+    for buffer in (added, extended):  # loading an empty snapshot zeroes every row either one wrote
+        buffer.load_state_dict(Replay(10, 2, spec()).state_dict())
+        assert not any(array.any() for array in buffer.arrays.values())
     with pytest.raises(ValueError, match=r"6 rows per env, expected 1..5"):
         extended.extend({key: np.stack([row(k)[key] for k in range(6)]) for key in spec()})
     with pytest.raises(ValueError, match=r"'vector' has shape \(1, 3, 1\), expected"):
