@@ -123,7 +123,7 @@ def make_dreamer_planner(spec: ActionSpec, planner: str = "actor", plan: dict | 
         ValueError: ``planner`` not in :data:`PLANNERS`; bad ``plan`` settings (:func:`check_plan`), also for
             the actor.
     """
-    if planner not in PLANNERS:
-        raise ValueError(f"planner must be one of {', '.join(PLANNERS)}, got {planner!r}")
-    check_plan(plan)  # also with the actor: the settings are saved with the run for `reverie eval --planner`
-    return None if planner == "actor" else DreamerPlanner(spec, planner, plan)
+    if planner == "actor":
+        check_plan(plan)  # also with the actor: the settings are saved with the run for `reverie eval --planner`
+        return None
+    return DreamerPlanner(spec, planner, plan)  # checks the planner's name, then the settings
