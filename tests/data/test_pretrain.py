@@ -5,15 +5,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.runs import read_jsonl
 
 from reverie import load_run
 from reverie.agents.dreamer import DreamerV3
 from reverie.cli import main
 from reverie.state.checkpoint import list_checkpoints, load_checkpoint
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def modules(payload, prefix):

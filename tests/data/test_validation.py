@@ -1,5 +1,6 @@
 """Every bad dataset gives its own error, naming the episode and the key, before anything is written."""
 
+import re
 import numpy as np
 import pytest
 
@@ -71,14 +72,8 @@ def test_each_bad_dataset_names_its_episode_and_key(tmp_path, case):
     env, change, message = CASES[case]
     env_cfg, episodes = recorded(tmp_path, env)
     message = message.format(T=len(episodes[1]), short=len(episodes[1]) - 1)
-    with pytest.raises(DatasetError, match=f"^dataset error: .*{_escape(message)}"):
+    with pytest.raises(DatasetError, match=f"^dataset error: .*{re.escape(message)}"):
         load_dataset(broken(tmp_path, episodes, 1, change), env_cfg)
-
-
-def _escape(text):
-    import re
-
-    return re.escape(text)
 
 
 def test_integer_indices_and_zero_actions_on_last_rows_are_accepted(tmp_path):
@@ -90,7 +85,7 @@ def test_integer_indices_and_zero_actions_on_last_rows_are_accepted(tmp_path):
 
 
 def test_a_dataset_of_another_env_and_an_empty_folder(tmp_path):
-    _, _ = recorded(tmp_path, PENDULUM)
+    recorded(tmp_path, PENDULUM)
     with pytest.raises(DatasetError, match="key 'vector': has rows of shape \\(3,\\), but the observation space of "
                                            "CartPole-v1 has \\(4,\\)"):
         load_dataset(tmp_path / "good", load_config(CARTPOLE).env)
