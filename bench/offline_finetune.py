@@ -3,8 +3,8 @@
 For each env (CartPole-v1, Pendulum-v1; DreamerV3 xs, exp=classic):
 
 1. source policy: ``reverie train`` from scratch for ``--source-steps`` env steps (seed 100), or ``--source RUN``,
-   or ``--source pkg.module.function``, a scripted controller (:func:`cartpole_balance` below, for a budget that
-   cannot afford training one);
+   or ``--source pkg.module.function``, a scripted controller (:func:`reverie.envs.testing.cartpole_balance`,
+   also importable from here, for a budget that cannot afford training one);
 2. dataset: ``reverie record`` of ``--episodes`` episodes of the source policy with per-step probability
    ``--epsilon`` of a uniform random action, plus ``--random-episodes`` episodes of the random policy (seed 0);
    held-out data: the same mix, fewer episodes, another seed (7);
@@ -35,14 +35,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from reverie.envs.testing import cartpole_balance  # noqa: F401  (--source bench.offline_finetune.cartpole_balance)
+
 ENVS = {"cartpole": "env=cartpole", "pendulum": "env=pendulum"}
-
-
-def cartpole_balance(obs: dict) -> np.ndarray:
-    """A scripted CartPole-v1 controller for ``--source``: push towards the side the pole falls to (angle plus
-    angular velocity); ``obs["vector"] (N, 4)`` (x, x_dot, theta, theta_dot) -> ``(N,)`` action indices."""
-    vector = np.asarray(obs["vector"])
-    return (vector[:, 2] + vector[:, 3] > 0).astype(np.int64)
 
 
 def reverie(*args: str) -> None:

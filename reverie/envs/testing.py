@@ -1,5 +1,6 @@
 """Tiny deterministic envs for tests and examples. Registered nowhere: use the import path as ``env.id``,
-e.g. ``env.id=reverie.envs.testing.CountingEnv env.kwargs.length=3``.
+e.g. ``env.id=reverie.envs.testing.CountingEnv env.kwargs.length=3``. Also one scripted controller for
+``reverie record --policy`` (:func:`cartpole_balance`).
 """
 
 from __future__ import annotations
@@ -242,3 +243,11 @@ class FlakyEnv(gym.Env):
             raise RuntimeError("simulator crashed")
         self.t += 1
         return {"vector": np.array([self.offset + self.t], np.float32)}, 1.0, False, False, {}
+
+
+def cartpole_balance(obs: dict) -> np.ndarray:
+    """A scripted CartPole-v1 controller for ``reverie record --policy``: push towards the side the pole falls to
+    (angle plus angular velocity); ``obs["vector"] (N, 4)`` (x, x_dot, theta, theta_dot) -> ``(N,)`` action
+    indices."""
+    vector = np.asarray(obs["vector"])
+    return (vector[:, 2] + vector[:, 3] > 0).astype(np.int64)
