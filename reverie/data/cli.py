@@ -48,6 +48,7 @@ def cmd_pretrain(argv: list[str]) -> int:
     from reverie.data import DatasetError, load_dataset
     from reverie.data.fill import column_rows
     from reverie.pretrain import pretrain
+    from reverie.runtime.process_group import trainer_settings
     from reverie.state.resume import merge_overrides, save_overrides, saved_overrides
 
     args, resume_dir = _resume_target(argv, command="pretrain")
@@ -68,9 +69,10 @@ def cmd_pretrain(argv: list[str]) -> int:
                           "(`reverie pretrain --help`)")
     try:
         check_ranges(cfg)  # before anything is built or written
+        nproc, _ = trainer_settings(cfg.get("trainer"), cfg.device)
     except ValueError as err:
         raise ConfigError(str(err) if str(err).startswith("config error") else f"config error: {err}") from err
-    if int((cfg.get("trainer") or {}).get("nproc", 1) or 1) != 1:
+    if nproc != 1:
         raise ConfigError("config error: reverie pretrain runs in one process; set trainer.nproc=1")
     if resume_dir is not None and resume_finished(cfg, resume_dir, length=("pretrain", "updates")):
         return 0

@@ -157,3 +157,14 @@ def test_planet_pretrains_and_starts_online_from_it(data, tmp_path):
     assert main(["train", "agent=planet", "exp=debug", f"run_dir={online}", f"init_from={pre}", "train.steps=4",
                  "train.eval_episodes=1", "env.num_envs=1", "init.prefill=8"]) == 0  # no update in 4 steps
     assert same(load_checkpoint(pre)["agent"]["modules"], load_checkpoint(online)["agent"]["modules"])
+
+
+@pytest.mark.parametrize("nproc, message", [
+    ("2", "config error: reverie pretrain runs in one process; set trainer.nproc=1"),
+    ("0", "config error: trainer.nproc must be >= 1, got 0"),  # was taken as 1
+    ("abc", "config error: trainer.nproc must be an integer >= 1"),  # was a ValueError traceback
+])
+def test_pretrain_checks_trainer_nproc_before_anything_is_written(data, tmp_path, capsys, nproc, message):
+    assert main(["pretrain", str(data), "exp=debug", f"run_dir={tmp_path / 'x'}", f"trainer.nproc={nproc}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
