@@ -53,13 +53,14 @@ SIZES = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in sor
 
 
 def sized(size: str, kernels: str = "auto", **kwargs) -> dict:
-    """DreamerV3 keyword arguments of a size preset (``reverie/configs/size/<size>.yaml``), as the config builds
-    them: the dynamics' sizes in its factory, the MLPs' and conv stacks' in the agent."""
+    """DreamerV3 keyword arguments of a size preset (``reverie/configs/size/<size>.yaml``), as the CPU presets
+    (exp=classic, exp=debug) build them: the dynamics' sizes in its factory, the MLPs' (vector encoder/decoder
+    included: the size's units x layers) and conv stacks' in the agent."""
     s = SIZES[size]
     dynamics = partial(CategoricalRSSM, deter=s["deter"], stoch=s["stoch"], classes=s["classes"], units=s["units"],
                        kernels=kernels)
-    return dict(dynamics=dynamics, units=s["units"], layers=s["layers"], cnn_depth=s["cnn_depth"], kernels=kernels,
-                **kwargs)
+    return dict(dynamics=dynamics, units=s["units"], layers=s["layers"], mlp_units=s["units"], mlp_layers=s["layers"],
+                cnn_depth=s["cnn_depth"], kernels=kernels, **kwargs)
 
 
 def cartpole_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:

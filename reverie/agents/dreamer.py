@@ -94,7 +94,11 @@ class DreamerV3(WorldModelAgent):
         dynamics: ``factory(action_dim, embed_dim) -> Dynamics`` (the config's ``agent.module.dynamics`` block;
             e.g. ``functools.partial(CategoricalRSSM, deter=256, stoch=32, classes=32, units=256)``); None: a
             :class:`CategoricalRSSM` with the reference's sizes (deter 512, 32 x 32 latents, units 512).
-        units, layers: width and depth of the MLPs: heads, actor, critic, vector encoder/decoder (size presets).
+        units, layers: width and depth of the MLPs of the heads, actor and critic (size presets).
+        mlp_units, mlp_layers: width and depth of the vector (MLP) encoder and decoder. The reference's are 1024 x 5
+            at every model size (``configs.yaml`` ``encoder``/``decoder`` ``mlp_units: 1024, mlp_layers: 5``; the
+            size presets' ``.*\\.units``/``.*\\.layers`` patterns never match those keys); None: ``units`` /
+            ``layers``.
         cnn_depth: channel multiplier of the image encoder/decoder (size preset ``cnn_depth``; s=32).
         cnn: further conv-stack arguments (``channels``, ``kernel``, ``stride``, ``padding``, ``min_res``,
             ``norm``, ``act``; see :class:`reverie.models.conv.ConvEncoder`); None for the reference stack.
@@ -134,7 +138,7 @@ class DreamerV3(WorldModelAgent):
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *,
                  dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
-                 cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15, imag_last: int = 0,
+                 mlp_units: int | None = 1024, mlp_layers: int | None = 5, cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15, imag_last: int = 0,
                  gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, unimix: float = 0.01,
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
@@ -153,8 +157,8 @@ class DreamerV3(WorldModelAgent):
         self.fast = resolve(kernels) and not compile  # compile traces the readable modules
         kernels = "auto" if self.fast else "off"
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
-                             units=units, layers=layers, cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None,
-                             kernels=kernels)
+                             units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
+                             cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels)
         if compile and getattr(self.wm.dynamics, "kernels", None) is not None:
             self.wm.dynamics.kernels = None  # the dynamics' fast paths too: compile traces their readable code
         feat = self.wm.dynamics.feat_dim

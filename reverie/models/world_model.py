@@ -76,7 +76,11 @@ class WorldModel(nn.Module):
         dynamics: ``factory(action_dim=A, embed_dim=E) -> Dynamics`` (:mod:`reverie.models.dynamics`; e.g.
             ``functools.partial(CategoricalRSSM, deter=256)``, or the config's ``_partial_`` block); None: a
             :class:`CategoricalRSSM` with the reference's defaults and this model's ``kernels``.
-        units, layers: width and depth of the vector encoder/decoder and the reward and continue heads.
+        units, layers: width and depth of the reward and continue heads (size presets).
+        mlp_units, mlp_layers: width and depth of the vector (MLP) encoder and decoder; None: ``units`` /
+            ``layers``. The 2023 reference keeps them at 1024 x 5 at every size (``configs.yaml`` ``encoder`` /
+            ``decoder`` ``mlp_units``/``mlp_layers``: its size presets' patterns ``.*\\.units`` and ``.*\\.layers``
+            do not match these keys).
         likelihood: ``"symlog"`` (DreamerV3) or ``"gaussian"`` (PlaNet; see the module docstring).
         reward_bins: bins of the two-hot reward head (``"symlog"``; reference 255).
         decoder_std: fixed std of the Gaussian observation and reward likelihoods (``"gaussian"``; PlaNet 1.0).
@@ -104,7 +108,8 @@ class WorldModel(nn.Module):
                  dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
                  likelihood: str = "symlog", reward_bins: int = 255, decoder_std: float = 1.0, image_bits: int = 8,
                  cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto", nets: str = "dreamer",
-                 head_units: int = 300, head_layers: int = 3, act: str = "relu"):
+                 head_units: int = 300, head_layers: int = 3, act: str = "relu", mlp_units: int | None = None,
+                 mlp_layers: int | None = None):
         super().__init__()
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
@@ -124,14 +129,20 @@ class WorldModel(nn.Module):
                                   else ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {})))
             embed += self.image_encoder.out_dim
 
-        def mlp(in_dim: int, out_dim: int | None, depth: int, out_scale: float = 1.0) -> nn.Module:
+        vec_units = units if mlp_units is None else int(mlp_units)
+        vec_layers = layers if mlp_layers is None else int(mlp_layers)
+        if vec_units < 1 or vec_layers < 0:
+            raise ValueError(f"WorldModel: mlp_units must be >= 1 and mlp_layers >= 0; got {vec_units}, {vec_layers}")
+
+        def mlp(in_dim: int, out_dim: int | None, depth: int, out_scale: float = 1.0, width: int = units
+                ) -> nn.Module:
             if nets == "planet":  # reference networks.feed_forward (scripts/configs.py:112-116)
                 return FeedForward(in_dim, out_dim, units=head_units,
                                    layers=head_layers if out_dim is not None else max(head_layers, 1), act=act)
-            return MLP(in_dim, out_dim, units=units, layers=depth, out_scale=out_scale)
+            return MLP(in_dim, out_dim, units=width, layers=depth, out_scale=out_scale)
 
         if self.vector_keys:
-            self.encoder = mlp(self._vector_dim, None, max(layers, 1))
+            self.encoder = mlp(self._vector_dim, None, max(vec_layers, 1), width=vec_units)
             embed += self.encoder.out_dim
         if embed == 0:
             raise ValueError("WorldModel: no observation keys to encode")
@@ -144,7 +155,7 @@ class WorldModel(nn.Module):
             self.image_decoder = (ConvHaDecoder(feat, image_shape, depth=cnn_depth) if nets == "planet"
                                   else ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {})))
         if self.vector_keys:
-            self.decoder = mlp(feat, self._vector_dim, layers)
+            self.decoder = mlp(feat, self._vector_dim, vec_layers, width=vec_units)
         self.reward_head = mlp(feat, reward_bins if likelihood == "symlog" else 1, layers, out_scale=0.0)
         self.cont_head = mlp(feat, 1, layers)
 

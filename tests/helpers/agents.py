@@ -12,6 +12,7 @@ def dreamer(deter: int = 32, stoch: int = 4, classes: int = 4, units: int = 32, 
             precision: str = "float32", kernels: str = "auto", **kwargs) -> dict:
     """``DreamerV3(obs_shapes, spec, **dreamer(...))``: size=debug and exp=debug's horizon and precision."""
     dynamics = partial(CategoricalRSSM, deter=deter, stoch=stoch, classes=classes, units=units, kernels=kernels)
+    kwargs = {"mlp_units": units, "mlp_layers": layers, **kwargs}  # size=debug's vector encoder/decoder (exp=debug)
     return dict(dynamics=dynamics, units=units, layers=layers, horizon=horizon, precision=precision, kernels=kernels,
                 **kwargs)
 
