@@ -1,0 +1,116 @@
+"""reverie's resolved network sizes against the 2023 DreamerV3 reference's, suite by suite and preset by preset.
+
+The expected values are what the reference's own config code resolves (danijar/dreamerv3 at 8fa35f8:
+``embodied/core/config.py`` ``Config.update`` applied to ``dreamerv3/configs.yaml``'s ``defaults`` and then the named
+block, as ``dreamerv3/train.py`` does). Its size patterns are matched with ``re.match`` against the whole flat key:
+``.*\\.units`` matches ``rssm.units``, ``actor.units``, ``reward_head.units`` ..., but never ``encoder.mlp_units``,
+so the vector encoder and decoder stay 5 x 1024 at every size. Each row cites the lines of ``configs.yaml`` that set
+its values. (Resolving ``atari100k`` needs its key ``actor_eval_sample`` left out: that commit's ``defaults`` has no
+such key, so ``Config.update`` raises ``KeyError`` on it; reverie holds it as ``train.eval_mode: sample``.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reverie.agents.build import build_agent
+from reverie.cli import load_config
+from reverie.models.networks import MLP, NormLinear
+from reverie.types import ActionSpec
+
+# reference key -> reverie config key
+KEYS = {
+    "rssm.deter": "agent.module.dynamics.deter", "rssm.units": "agent.module.dynamics.units",
+    "rssm.stoch": "agent.module.dynamics.stoch", "rssm.classes": "agent.module.dynamics.classes",
+    "encoder.mlp_layers": "agent.module.mlp_layers", "encoder.mlp_units": "agent.module.mlp_units",
+    "decoder.mlp_layers": "agent.module.mlp_layers", "decoder.mlp_units": "agent.module.mlp_units",
+    "encoder.cnn_depth": "agent.module.cnn_depth", "decoder.cnn_depth": "agent.module.cnn_depth",
+    "encoder.minres": "agent.module.cnn.min_res", "decoder.minres": "agent.module.cnn.min_res",
+    "reward_head.layers": "agent.module.layers", "reward_head.units": "agent.module.units",
+    "cont_head.layers": "agent.module.layers", "cont_head.units": "agent.module.units",
+    "actor.layers": "agent.module.layers", "actor.units": "agent.module.units",
+    "critic.layers": "agent.module.layers", "critic.units": "agent.module.units",
+    "batch_size": "agent.batch_size", "batch_length": "agent.batch_length", "run.train_ratio": "agent.train_ratio",
+    "imag_horizon": "agent.module.horizon",
+}
+
+
+def row(deter, units, layers, cnn_depth, train_ratio):
+    """The reference's resolved values of one block: what the block sets, the rest from ``defaults``
+    (configs.yaml:61-62 batch 16 x 64, :67 rssm stoch/classes 32 x 32, :68-69 encoder/decoder mlp 5 x 1024 and
+    minres 4, :87 imag_horizon 15)."""
+    return {"rssm.deter": deter, "rssm.units": units, "rssm.stoch": 32, "rssm.classes": 32,
+            "encoder.mlp_layers": 5, "encoder.mlp_units": 1024, "decoder.mlp_layers": 5, "decoder.mlp_units": 1024,
+            "encoder.cnn_depth": cnn_depth, "decoder.cnn_depth": cnn_depth, "encoder.minres": 4, "decoder.minres": 4,
+            "reward_head.layers": layers, "reward_head.units": units, "cont_head.layers": layers,
+            "cont_head.units": units, "actor.layers": layers, "actor.units": units, "critic.layers": layers,
+            "critic.units": units, "batch_size": 16, "batch_length": 64, "run.train_ratio": train_ratio,
+            "imag_horizon": 15}
+
+
+# (reverie overrides, reference block and the configs.yaml lines that set it, resolved reference values)
+TABLE = [
+    (["exp=reference", "env=dmc_proprio"], "dmc_proprio, configs.yaml:178-187", row(512, 512, 2, 32, 512)),
+    (["exp=reference", "env=dmc_vision"], "dmc_vision, configs.yaml:167-176", row(512, 512, 2, 32, 512)),
+    (["exp=reference", "env=atari100k"], "atari100k, configs.yaml:135-154", row(512, 512, 2, 32, 1024)),
+    # size presets on top of a suite (the reference's `--configs dmc_proprio medium`): the block sets sizes only
+    (["exp=reference", "env=dmc_proprio", "size=s"], "small, configs.yaml:211-215", row(512, 512, 2, 32, 512)),
+    (["exp=reference", "env=dmc_proprio", "size=m"], "medium, configs.yaml:217-221", row(1024, 640, 3, 48, 512)),
+    (["exp=reference", "env=dmc_proprio", "size=l"], "large, configs.yaml:223-227", row(2048, 768, 4, 64, 512)),
+    (["exp=reference", "env=dmc_proprio", "size=xl"], "xlarge, configs.yaml:229-233", row(4096, 1024, 5, 96, 512)),
+]
+
+
+def resolved(cfg, key: str):
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+@pytest.mark.parametrize("overrides,block,expected", TABLE, ids=[t[1].split(",")[0] for t in TABLE])
+def test_resolved_sizes_equal_the_reference(overrides, block, expected):
+    cfg = load_config(overrides)
+    got = {ref_key: resolved(cfg, KEYS[ref_key]) for ref_key in expected}
+    assert got == expected, f"{overrides} vs the reference's {block}"
+
+
+def widths(mlp: MLP) -> list[int]:
+    """Output widths of an MLP's hidden layers, read off the built modules."""
+    return [layer[0].weight.shape[0] for layer in mlp.hidden if isinstance(layer, NormLinear)]
+
+
+def test_built_dmc_proprio_agent_has_the_reference_networks():
+    """Not only the config: the modules ``exp=reference env=dmc_proprio`` builds (cartpole_swingup's 5 features,
+    one action) have the reference's widths: vector encoder and decoder 5 x 1024, heads, actor and critic 2 x 512,
+    RSSM deter 512 with 32 x 32 latents."""
+    cfg = load_config(["exp=reference", "env=dmc_proprio", "agent.module.precision=float32",
+                       "agent.module.kernels=off"])
+    agent = build_agent(cfg.agent, {"vector": (5,)}, ActionSpec(False, 1))
+    wm = agent.wm
+    assert widths(wm.encoder) == [1024] * 5 and widths(wm.decoder) == [1024] * 5
+    assert wm.decoder.out.weight.shape == (5, 1024)
+    for mlp in (wm.reward_head, wm.cont_head, agent.actor.net, agent.critic):
+        assert widths(mlp) == [512, 512]
+    assert (wm.dynamics.deter, wm.dynamics.stoch, wm.dynamics.classes) == (512, 32, 32)
+
+
+def test_built_image_encoder_follows_cnn_depth():
+    """``exp=reference env=dmc_vision``: the conv encoder's channels are cnn_depth 32 x [1, 2, 4, 8] down to 4 x 4
+    (reference ``encoder.cnn_depth: 32`` under dmc_vision, ``minres: 4``, ``resize: stride``)."""
+    cfg = load_config(["exp=reference", "env=dmc_vision", "agent.module.precision=float32",
+                       "agent.module.kernels=off"])
+    agent = build_agent(cfg.agent, {"image": (3, 64, 64)}, ActionSpec(False, 1))
+    plan = agent.wm.image_encoder.plan
+    assert [p["cout"] for p in plan] == [32, 64, 128, 256] and plan[-1]["size_out"] == 4
+    assert agent.wm.encoder is None  # no vector keys: no MLP encoder (the reference's mlp_keys: '$^')
+
+
+@pytest.mark.parametrize("exp", ["classic", "debug", "dmc_cpu"])
+def test_cpu_presets_size_the_vector_mlps_with_the_size_preset(exp):
+    """The CPU presets change the vector encoder/decoder (and say so in agent_exp/dreamerv3_<exp>.yaml): they
+    follow the size preset's units x layers."""
+    cfg = load_config([f"exp={exp}"])
+    m = cfg.agent.module
+    assert (m.mlp_units, m.mlp_layers) == (cfg.size.units, cfg.size.layers)
+    assert (m.mlp_units, m.mlp_layers) != (1024, 5)

@@ -1,0 +1,132 @@
+"""The learning-fidelity harness (bench/fidelity.py): the settings table, the official score conversion and the
+refusals. The official runs themselves stay out of the test suite (they take an hour each)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ is a folder of scripts at the repository root, not part of the installed package: import it from there.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.fidelity import (SETTINGS, MappingError, add_wall, convert_official, main, official_flags,  # noqa: E402
+                            resolve_values, reverie_overrides)
+from reverie.cli import load_config  # noqa: E402
+from reverie.scores.readers import read_run  # noqa: E402
+from reverie.scores.suites import infer_suite  # noqa: E402
+
+
+def flag_values(flags: list[str]) -> dict[str, str]:
+    """``--key value`` pairs -> {key: value} (each official flag is followed by its value)."""
+    assert len(flags) % 2 == 0
+    return dict(zip(flags[::2], flags[1::2]))
+
+
+def test_one_value_sets_both_sides_2023():
+    values = resolve_values("2023", "cpu", ["train_ratio=128"], "cartpole_swingup", 3)
+    official = flag_values(official_flags("2023", values))
+    # frames 100k at action repeat 2 -> 50k agent steps on both sides; the task in each side's spelling
+    assert official["--run.steps"] == "50000" and official["--task"] == "dmc_cartpole_swingup"
+    assert official["--seed"] == "3" and official["--run.train_ratio"] == "128"
+    # one width sets the RSSM hidden layer and every head of the official code, as `size.units` does in reverie
+    for flag in ("--rssm.units", "--reward_head.units", "--cont_head.units", "--actor.units", "--critic.units"):
+        assert official[flag] == "128"
+    assert official["--encoder.mlp_layers"] == official["--decoder.mlp_layers"] == "1"
+    assert official["--configs"] == "dmc_proprio" and official["--envs.parallel"] == "none"
+    cfg = load_config(reverie_overrides("2023", values))  # refuses unknown keys: every reverie key exists
+    assert cfg.agent.name == "dreamerv3" and cfg.env.task == "cartpole_swingup" and cfg.seed == 3
+    assert cfg.train.steps == 50_000 and cfg.agent.train_ratio == 128 and cfg.env.action_repeat == 2
+    m = cfg.agent.module
+    assert (m.dynamics.deter, m.dynamics.units, m.dynamics.stoch, m.dynamics.classes) == (128, 128, 16, 16)
+    assert (m.units, m.layers, m.mlp_units, m.mlp_layers, m.imag_last, m.horizon) == (128, 1, 128, 1, 0, 15)
+    assert (m.model_lr, m.actor_lr, m.critic_lr) == (3e-4, 1e-4, 1e-4)
+    assert (cfg.agent.batch_size, cfg.agent.batch_length, cfg.env.num_envs, cfg.train.prefill) == (16, 32, 4, 1000)
+
+
+def test_one_value_sets_both_sides_2025():
+    values = resolve_values("2025", "cpu", [], "cartpole_swingup", 0)
+    official = flag_values(official_flags("2025", values))
+    assert official["--agent.dyn.rssm.deter"] == "512" and official["--agent.dyn.rssm.hidden"] == "64"
+    assert official["--agent.opt.lr"] == "4e-05" and official["--run.envs"] == "4"
+    cfg = load_config(reverie_overrides("2025", values))
+    assert cfg.agent.name == "dreamerv3_2025" and cfg.train.steps == 50_000
+    m = cfg.agent.module
+    assert (m.dynamics.deter, m.dynamics.hidden, m.dynamics.classes, m.dynamics.blocks) == (512, 64, 4, 8)
+    assert (m.units, m.lr, m.imag_last) == (64, 4e-5, 0)
+
+
+def test_every_setting_has_a_value_and_distinct_names():
+    for version, settings in SETTINGS.items():
+        names = [s.name for s in settings]
+        assert len(names) == len(set(names)), version
+        values = resolve_values(version, "cpu", [], "walker_walk", 0)
+        assert set(values) == set(names)
+
+
+@pytest.mark.parametrize("sets,message", [
+    (["imag_last=8"], "imag_last=8 cannot be mapped onto the official 2023 code"),
+    (["frobnicate=1"], "--set frobnicate: no such setting in the 2023 table"),
+    (["train_ratio"], "write NAME=VALUE"),
+])
+def test_refuses_what_it_cannot_map(sets, message):
+    with pytest.raises(MappingError, match=message):
+        resolve_values("2023", "cpu", sets, "cartpole_swingup", 0)
+
+
+def test_refusals_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(MappingError, match=r"settings without a value: \['seed'\]"):
+        resolve_values("2023", "cpu", [], "cartpole_swingup", None)
+    values = resolve_values("2023", "cpu", ["frames=1001"], "cartpole_swingup", 0)
+    with pytest.raises(MappingError, match="frames=1001 is not a multiple of action_repeat=2"):
+        official_flags("2023", values)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--side", "reverie", "--version", "2023", "--task", "cartpole_swingup", "--seed", "0",
+              "--set", "imag_last=4", "--out", str(tmp_path)])
+    assert exit_.value.code == 2 and "cannot be mapped" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written
+    with pytest.raises(ValueError, match="--out .* is inside the repository"):
+        main(["run", "--side", "reverie", "--version", "2023", "--task", "cartpole_swingup", "--seed", "0",
+              "--out", str(Path(__file__).resolve().parents[1] / "fidelity_runs")])
+
+
+def test_official_scores_become_a_reverie_run(tmp_path):
+    """A small log in the official format (the official logger writes ``step`` in env frames: its agent-step counter
+    times the env's repeat) -> a run folder that reverie's score reader and suite inference take."""
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    episodes = [(1000, 12.5, 500), (2000, 30.0, 500), (2000, 41.0, 500), (3000, 200.25, 500)]
+    (logdir / "scores.jsonl").write_text("".join(json.dumps({"step": f, "episode/score": r}) + "\n"
+                                                 for f, r, _ in episodes))
+    (logdir / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": f, "episode/length": n, "episode/score": r, "train/loss/dyn": 1.0}) + "\n"
+        for f, r, n in episodes) + json.dumps({"step": 3000, "fps/policy": 10.0}) + "\n")
+    values = resolve_values("2023", "cpu", [], "cartpole_swingup", 2)
+    run = tmp_path / "official_2023_cartpole_swingup_s2"
+    assert convert_official(logdir, run, "2023", values, ["--seed", "2"]) == 4
+    rows = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["frames"], r["return"], r["length"], r["mode"]) for r in rows] == [
+        (500, 1000, 12.5, 500, "train"), (1000, 2000, 30.0, 500, "train"), (1000, 2000, 41.0, 500, "train"),
+        (1500, 3000, 200.25, 500, "train")]
+    assert infer_suite([run]) == ("dmc_proprio", "env_metadata.json")
+    table = read_run(run, suite="dmc_proprio", method="official", mode="train")
+    assert table["frames"].tolist() == [1000.0, 2000.0, 2000.0, 3000.0]
+    assert table["agent_steps"].tolist() == [500.0, 1000.0, 1000.0, 1500.0]
+    assert table["return"].tolist() == [12.5, 30.0, 41.0, 200.25]
+    assert set(table["task"]) == {"dmc_cartpole_swingup"} and set(table["seed"]) == {2}
+
+
+def test_conversion_refuses_a_foreign_log(tmp_path):
+    (tmp_path / "scores.jsonl").write_text('{"step": 10, "return": 1.0}\n')
+    values = resolve_values("2023", "cpu", [], "cartpole_swingup", 0)
+    with pytest.raises(ValueError, match="line 1 is not an official score record"):
+        convert_official(tmp_path, tmp_path / "run", "2023", values, [])
+    with pytest.raises(FileNotFoundError, match="has not finished an episode yet"):
+        convert_official(tmp_path / "empty", tmp_path / "run", "2023", values, [])
+
+
+def test_wall_minutes_add_up_over_attempts(tmp_path):
+    assert add_wall(tmp_path, 90.0, {"side": "reverie"}) == 1.5
+    assert add_wall(tmp_path, 30.0, {"side": "reverie"}) == 2.0
+    data = json.loads((tmp_path / "fidelity.json").read_text())
+    assert [a["wall_s"] for a in data["attempts"]] == [90.0, 30.0] and data["side"] == "reverie"
