@@ -25,7 +25,7 @@ run folder ``<out>/official_<version>_<task>_s<seed>/`` (``config.yaml``, ``env_
 with env frames, ``mode: train``: the official DMC runs have training episodes only). ``--side reverie`` runs
 ``reverie train`` into ``<out>/reverie_<version>_<task>_s<seed>/``. Both sides resume when their folder already holds
 a run (the official code from its checkpoint, ``save_every`` 900 s; reverie from its last checkpoint), and both add
-the wall seconds of each attempt to ``<folder>/fidelity.json``.
+the wall seconds of each attempt to ``<folder>/fidelity.json``; each side's output goes to ``<folder>/run.log``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ SCRIPTS = {"2023": "dreamerv3/train.py", "2025": "dreamerv3/main.py"}
 # bench/vs_jax.py's set).
 PACKAGES = {
     "2023": ["jax==0.4.13", "jaxlib==0.4.13", "optax==0.1.5", "chex<0.1.82", "tensorflow-probability==0.21.0",
-             "numpy<1.25", "scipy<1.12", "ruamel.yaml", "rich", "cloudpickle", "dm_control==1.0.14", "mujoco==2.3.7"],
+             "numpy<1.25", "scipy<1.12", "ruamel.yaml<0.18", "rich", "cloudpickle", "dm_control==1.0.14", "mujoco==2.3.7"],
     "2025": ["jax==0.4.33", "jaxlib==0.4.33", "chex==0.1.87", "optax==0.2.4", "numpy<2", "elements==3.22.4",
              "ninjax==3.6.3", "portal==3.8.3", "granular==0.24.2", "scope==0.8.1", "einops", "jaxtyping", "av",
              "tqdm", "colored_traceback", "mujoco<4", "dm_control==1.0.50", "gym==0.22.0"],
@@ -319,7 +319,8 @@ def check_source(version: str, source: Path) -> Path:
     return source
 
 
-def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, flags: list[str]) -> int:
+def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, flags: list[str],
+                     allow_empty: bool = False) -> int:
     """The official run's episodes -> a reverie-format run folder; returns the number of episodes.
 
     Reads ``<logdir>/scores.jsonl`` (the official logger's ``episode/score`` rows; their ``step`` is env frames: the
@@ -327,14 +328,16 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
     ``metrics.jsonl`` (``episode/length`` at the same step, agent steps). Writes ``scores.jsonl`` (``step`` agent
     steps, ``frames``, ``return``, ``length``, ``mode: train``), ``config.yaml`` (seed, env task and action repeat,
     the official commit and flags) and ``env_metadata.json`` (suite ``dmc``, vector observations), so that
-    ``reverie compare`` reads it as a ``dmc_proprio`` run.
+    ``reverie compare`` reads it as a ``dmc_proprio`` run. ``allow_empty``: no ``scores.jsonl`` yet gives an empty
+    run (written before the official run starts, so that the folder is a run folder from the start and a search
+    for runs never descends into the official ``logdir``).
 
     Raises:
         FileNotFoundError: no ``scores.jsonl`` in ``logdir`` (the official run wrote no episode yet).
         ValueError: a line that is not an official score record.
     """
     scores = logdir / "scores.jsonl"
-    if not scores.is_file():
+    if not scores.is_file() and not allow_empty:
         raise FileNotFoundError(f"{scores} does not exist: the official run has not finished an episode yet")
     repeat = int(values["action_repeat"])
     lengths: dict[int, list[int]] = {}
@@ -345,7 +348,7 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
             if "episode/length" in rec:
                 lengths.setdefault(int(rec["step"]), []).append(int(rec["episode/length"]))
     rows = []
-    for number, line in enumerate(scores.read_text().splitlines(), 1):
+    for number, line in enumerate(scores.read_text().splitlines() if scores.is_file() else [], 1):
         if not line.strip():
             continue
         try:
@@ -400,13 +403,17 @@ def run_official(args, values: dict) -> None:
     command = pinned([str(python), str(LAUNCHER), "--source", str(source), "--version", args.version, "--", *flags],
                      args.core)
     print("[fidelity] $ " + " ".join(command), flush=True)
+    convert_official(logdir, run_dir, args.version, values, flags, allow_empty=True)  # a run folder from the start
     env = os.environ | {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "JAX_PLATFORMS": "cpu"}
-    out.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(out / f"{run_dir.name}.log", "a") as log:
+    with open(run_dir / "run.log", "a") as log:
         done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     minutes = add_wall(run_dir, time.perf_counter() - start, {"side": "official", "version": args.version,
                                                                "commit": COMMITS[args.version], "values": values})
+    if done.returncode and not (logdir / "scores.jsonl").is_file():
+        raise RuntimeError(f"the official run failed (exit code {done.returncode}) before its first episode; its "
+                           f"output is in {run_dir / 'run.log'}")
     episodes = convert_official(logdir, run_dir, args.version, values, flags)
     print(f"[fidelity] official run exit {done.returncode}; {episodes} episodes in {run_dir}; {minutes} wall minutes "
           f"so far")
@@ -423,9 +430,9 @@ def run_reverie(args, values: dict) -> None:
     print("[fidelity] $ " + " ".join(command), flush=True)
     env = os.environ | {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": _ROOT}
-    out.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(out / f"{run_dir.name}.log", "a") as log:
+    with open(run_dir / "run.log", "a") as log:
         done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=_ROOT)
     minutes = add_wall(run_dir, time.perf_counter() - start, {"side": "reverie", "version": args.version,
                                                                "overrides": overrides, "values": values})

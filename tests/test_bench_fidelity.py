@@ -123,6 +123,9 @@ def test_conversion_refuses_a_foreign_log(tmp_path):
         convert_official(tmp_path, tmp_path / "run", "2023", values, [])
     with pytest.raises(FileNotFoundError, match="has not finished an episode yet"):
         convert_official(tmp_path / "empty", tmp_path / "run", "2023", values, [])
+    # before the official run starts: an empty run folder, so that a search for runs stops there
+    assert convert_official(tmp_path / "empty", tmp_path / "run", "2023", values, [], allow_empty=True) == 0
+    assert (tmp_path / "run" / "scores.jsonl").read_text() == "" and (tmp_path / "run" / "config.yaml").is_file()
 
 
 def test_wall_minutes_add_up_over_attempts(tmp_path):
