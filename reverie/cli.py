@@ -43,6 +43,7 @@ commands:
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   play RUN [--port P]         play inside the world model next to the real env, in a browser (`reverie play --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
+  scores fetch [--dir DIR]    download the official DreamerV3 score files for compare (checksummed)
   sweep FILE [--address A]    hyperparameter sweep over seeds on Ray Tune (`reverie sweep --help`)
 
 examples:
@@ -587,6 +588,7 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine, "play"
             "pretrain": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_pretrain"]).cmd_pretrain(argv),
             "record": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_record"]).cmd_record(argv),
             "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),
+            "scores": lambda argv: __import__("reverie.scores.fetch", fromlist=["cmd_scores"]).cmd_scores(argv),
             "sweep": lambda argv: __import__("reverie.sweep.cli", fromlist=["cmd_sweep"]).cmd_sweep(argv)}
 
 
