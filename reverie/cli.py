@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import errno
 import json
 import re
@@ -87,9 +88,16 @@ def load_config(overrides: list[str]) -> DictConfig:
         ConfigError: unknown key, unknown group option, missing mandatory value (e.g. ``env=gym`` without
             ``env.id``), or a value that fails to resolve.
     """
+    from reverie.configs.added_keys import unread_added_key
+
     try:
         with initialize_config_module("reverie.configs", version_base="1.3"):
             cfg = compose("config", overrides=list(overrides))
+            unread = unread_added_key(list(overrides), lambda base: compose("config", overrides=base))
+        if unread:  # `+key=...` / `++key=...` adds a key nothing reads: refused like a misspelt one
+            raise ConfigError(_unknown_key(unread[1], overrides) + f" `{unread[0]}` would add it, but nothing reads "
+                              f"it: `+`/`++` add keys only where they are read (env.kwargs, an argument of a block with "
+                              f"_target_); drop it or fix the name")
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_explain(err, overrides)) from err
@@ -104,33 +112,36 @@ def _explain(err: Exception, overrides: list[str]) -> str:
     """A short message for a Hydra/OmegaConf composition error: which key or option, and what exists."""
     text = str(err).strip().split("\nConfig search path:")[0]
     match = re.search(r"Could not override '([^']+)'", text)
-    if match:
-        key = match.group(1)
-        try:
-            with initialize_config_module("reverie.configs", version_base="1.3"):
-                base = compose("config", overrides=[o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
-        except Exception:  # noqa: BLE001 - the hint is best effort; the key name is the message
-            base = None
-        parts = key.split(".")
-        depth = len(parts) - 1  # the deepest existing mapping on the key's path
-        while base is not None and depth > 0 and not isinstance(
-                OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
-            depth -= 1
-        parent, missing = ".".join(parts[:depth]), parts[depth]
-        node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
-        where = f"'{parent}'" if parent else "the root config"
-        if isinstance(node, DictConfig) and len(node) > 0:
-            known = f"Supported keys there: {', '.join(sorted(node.keys()))}."
-            nested = _nested_match(node, missing)
-            if nested:
-                known = f"Did you mean '{parent + '.' if parent else ''}{nested}'? " + known
-        elif isinstance(node, DictConfig):
-            known = (f"{where} is a free-form mapping (e.g. keyword arguments): add the key with "
-                     f"`+{key}=...`.")
-        else:
-            known = "`reverie train --cfg` prints the whole config."
-        return f"config error: unknown key '{key}': {where} has no key '{missing}'. {known}"
-    return f"config error: {text}"
+    return _unknown_key(match.group(1), overrides) if match else f"config error: {text}"
+
+
+def _unknown_key(key: str, overrides: list[str]) -> str:
+    """``config error: unknown key 'a.b': 'a' has no key 'b'. Did you mean ...? Supported keys there: ...``."""
+    try:
+        with initialize_config_module("reverie.configs", version_base="1.3"):
+            base = compose("config", overrides=[o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
+    except Exception:  # noqa: BLE001 - the hint is best effort; the key name is the message
+        base = None
+    parts = key.split(".")
+    depth = len(parts) - 1  # the deepest existing mapping on the key's path
+    while base is not None and depth > 0 and not isinstance(
+            OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
+        depth -= 1
+    parent, missing = ".".join(parts[:depth]), parts[depth]
+    node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
+    where = f"'{parent}'" if parent else "the root config"
+    if isinstance(node, DictConfig) and len(node) > 0:
+        known = f"Supported keys there: {', '.join(sorted(node.keys()))}."
+        nested = _nested_match(node, missing) or next(iter(difflib.get_close_matches(missing, list(node.keys()), n=1,
+                                                                                     cutoff=0.8)), None)
+        if nested:
+            known = f"Did you mean '{parent + '.' if parent else ''}{nested}'? " + known
+    elif isinstance(node, DictConfig):
+        known = (f"{where} is a free-form mapping (e.g. keyword arguments): add the key with "
+                 f"`+{key}=...`.")
+    else:
+        known = "`reverie train --cfg` prints the whole config."
+    return f"config error: unknown key '{key}': {where} has no key '{missing}'. {known}"
 
 
 def _nested_match(node: DictConfig, name: str) -> str | None:
