@@ -279,8 +279,9 @@ def cmd_train(args: list[str]) -> int:
         from reverie.state.resume import merge_overrides, saved_overrides
 
         args = merge_overrides(saved_overrides(resume_dir) or [], args)
+    model_from = _model_source(args, resume_dir)  # init_from: that run's model settings (docs/offline.md)
     if "--cfg" in args:
-        cfg = load_config([a for a in args if a not in ("--cfg", "--diff")])
+        cfg = _load_train_config([a for a in args if a not in ("--cfg", "--diff")], model_from)
         print("\n".join(config_diff(cfg)) if "--diff" in args else OmegaConf.to_yaml(cfg))
         return 0
     if "--diff" in args:
@@ -289,12 +290,12 @@ def cmd_train(args: list[str]) -> int:
     from reverie.train import train
 
     if process_group.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
-        cfg = load_config(args)
+        cfg = _load_train_config(args, model_from)
         if not cfg.get("run_dir"):
             raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
                               "same run directory); `reverie train ... trainer.nproc=N` starts torchrun with it")
         return exit_code(train(cfg, cfg.run_dir))
-    cfg = load_config(args)
+    cfg = _load_train_config(args, model_from)
     try:
         check_ranges(cfg)  # before anything is built or written
         nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
@@ -315,6 +316,35 @@ def cmd_train(args: list[str]) -> int:
         except RuntimeError as err:
             raise ConfigError(f"config error: {err}") from err
     return exit_code(train(cfg, run_dir, dataset=dataset))
+
+
+def _model_source(args: list[str], resume_dir: Path | None) -> dict | None:
+    """The resolved config whose model settings a run with ``init_from`` takes: the init_from run's for a new run,
+    the run's own when resuming one (it was started that way); None without ``init_from``."""
+    from reverie.state.init_from import InitError, init_source, source_config
+
+    source = init_source(args)
+    if source is None:
+        return None
+    try:
+        return source_config(resume_dir if resume_dir is not None else source)
+    except InitError as err:
+        raise ConfigError(f"init error: {err}") from err
+
+
+def _load_train_config(args: list[str], model_from: dict | None) -> DictConfig:
+    """:func:`load_config`, with ``model_from``'s agent and ``agent.module`` under the command's model overrides."""
+    if model_from is None:
+        return load_config(args)
+    from reverie.state.init_from import InitError, take_model_settings, with_source_agent
+
+    try:
+        args = with_source_agent(args, model_from)
+    except InitError as err:
+        raise ConfigError(f"init error: {err}") from err
+    cfg = load_config(args)
+    take_model_settings(cfg, model_from, args, load_config)
+    return cfg
 
 
 def exit_code(summary: dict) -> int:
@@ -358,7 +388,7 @@ def check_init(cfg: DictConfig, setup: tuple, nproc: int) -> Any:
     try:
         payload = load_init(cfg.init_from)
         agent, obs_shapes, spec = setup
-        apply_init(agent, payload, obs_shapes, spec)
+        apply_init(agent, payload, obs_shapes, spec, OmegaConf.to_container(cfg, resolve=True))
         if not cfg.init.keep_data:
             return None
         dataset = load_dataset(cfg.init_from, cfg.env)
