@@ -6,9 +6,9 @@ Examples::
     reverie train env=pendulum
     reverie train env=gym env.id=Acrobot-v1 size=s agent.train_ratio=256
     reverie train exp=debug                         # tiny smoke run
-    reverie eval runs/2026-11-30_120000_classic --episodes 10
-    reverie imagine runs/2026-11-30_120000_classic --horizon 30
-    reverie play runs/2026-11-30_120000_classic
+    reverie eval runs/2026-11-30_120000_classic_dreamerv3_CartPole-v1 --episodes 10
+    reverie imagine runs/2026-11-30_120000_classic_dreamerv3_CartPole-v1 --horizon 30
+    reverie play runs/2026-11-30_120000_classic_dreamerv3_CartPole-v1
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def load_config(overrides: list[str]) -> DictConfig:
             unread = unread_added_key(list(overrides), lambda base: compose("config", overrides=base))
         if unread:  # `+key=...` / `++key=...` adds a key nothing reads: refused like a misspelt one
             raise ConfigError(_unknown_key(unread[1], overrides) + f" `{unread[0]}` would add it, but nothing reads "
-                              f"it: `+`/`++` add keys only where they are read (env.kwargs, an argument of a block with "
-                              f"_target_); drop it or fix the name")
+                              f"it: `+`/`++` add keys only where they are read (env.kwargs, an argument of a block "
+                              f"with _target_); drop it or fix the name")
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_explain(err, overrides)) from err
@@ -230,17 +230,41 @@ def config_diff(cfg: DictConfig) -> list[str]:
     return lines
 
 
+def run_name(cfg: DictConfig) -> str:
+    """``<exp>_<agent>_<env>``: what tells runs apart in ``runs/``, e.g. ``classic_dreamerv3_CartPole-v1``,
+    ``debug_planet_dmc_vision-walker_walk``, ``atari100k_dreamerv3_atari-pong``. The env is ``<suite>-<task>`` (DMC:
+    dmc_vision, dmc_proprio or dmc for both; Atari) or the Gymnasium id (an import path: its last part;
+    ``ALE/Pong-v5`` -> ``ALE-Pong-v5``); characters other than letters, digits, ``.``, ``_`` and ``-`` become
+    ``-``; the env part is cut to 40 characters."""
+    env = cfg.get("env") or {}
+    if env.get("suite") and env.get("task"):
+        suite = str(env.suite)
+        if suite == "dmc":  # which observations: the env groups' names
+            suite = "dmc_vision" if env.get("image", True) and not env.get("proprio") else "dmc_proprio" \
+                if not env.get("image", True) else "dmc"
+        label = f"{suite}-{env.task}"
+    else:
+        label = str(env.get("id") or "env")
+        if ":" in label or ("." in label and not re.search(r"-v\d+$", label)):  # an import path: the class
+            label = re.split(r"[.:]", label)[-1]
+    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.") or "x"  # noqa: E731
+    agent = (cfg.get("agent") or {}).get("name") or "agent"
+    return f"{safe(cfg.get('exp_name', 'run'))}_{safe(agent)}_{safe(label)[:40]}"
+
+
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs", kind: str = "") -> Path:
-    """``runs/<date>_<time>_<exp_name><kind>/`` (or ``cfg.run_dir``), created, with the resolved ``config.yaml``."""
+    """``runs/<date>_<time>_<exp>_<agent>_<env><kind>/`` (:func:`run_name`; or ``cfg.run_dir``), created, with the
+    resolved ``config.yaml``."""
     if cfg.get("run_dir"):
         run_dir = Path(cfg.run_dir)
     else:
         stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-        run_dir = Path(root) / f"{stamp}_{cfg.exp_name}{kind}"
+        name = run_name(cfg)
+        run_dir = Path(root) / f"{stamp}_{name}{kind}"
         suffix = 1
         while run_dir.exists():
             suffix += 1
-            run_dir = Path(root) / f"{stamp}_{cfg.exp_name}{kind}_{suffix}"
+            run_dir = Path(root) / f"{stamp}_{name}{kind}_{suffix}"
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.run_dir = str(run_dir)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
