@@ -283,6 +283,9 @@ def _resume_target(args: list[str], command: str = "train") -> tuple[list[str], 
                               f"[OVERRIDE ...]`")
         target = Path(args[i + 1])
         del args[i:i + 2]
+        if not target.is_dir():
+            raise ConfigError(f"--resume {target}: {'not a folder' if target.exists() else 'no such folder'}; pass "
+                              f"a run directory written by `reverie {command}` (`ls runs/` lists them)")
         if not list_checkpoints(target / "checkpoints"):
             raise ConfigError(f"--resume {target}: no checkpoint under {target / 'checkpoints'}; pass a run directory "
                               f"written by `reverie {command}` (it checkpoints every {command}.checkpoint_every "

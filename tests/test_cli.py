@@ -48,3 +48,17 @@ def test_run_folders_name_the_preset_agent_and_env(overrides, name, tmp_path):
     assert run_dir.parent == tmp_path and run_dir.name[len("2026-12-02_041500_"):] == name
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d{6}_", run_dir.name[:len("2026-12-02_041500_")])
     assert (run_dir / "config.yaml").is_file()
+
+
+def test_resume_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    missing = tmp_path / "does_not_exist"
+    assert main(["train", "--resume", str(missing)]) == 2
+    assert f"--resume {missing}: no such folder; pass a run directory written by `reverie train`" in \
+        capsys.readouterr().err  # was: no checkpoint under .../does_not_exist/checkpoints
+    assert not missing.exists()
+    (tmp_path / "file").write_text("")
+    assert main(["pretrain", "--resume", str(tmp_path / "file")]) == 2
+    assert "file: not a folder; pass a run directory written by `reverie pretrain`" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "--resume", str(tmp_path / "empty")]) == 2
+    assert f"no checkpoint under {tmp_path / 'empty' / 'checkpoints'}" in capsys.readouterr().err
