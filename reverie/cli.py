@@ -17,7 +17,6 @@ import argparse
 import datetime as dt
 import difflib
 import errno
-import json
 import re
 import socket
 import sys
@@ -440,7 +439,8 @@ The env and its wrappers are rebuilt from the run's resolved config (protocol se
 as the run's own evaluations, so the default seed reproduces the run's evaluation at that checkpoint's step
 (within the noise of the latent samples; --checkpoint last: its final evaluation). Prints which checkpoint it
 used. Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
-per-episode returns and lengths) and an mp4 per episode; prints the table as JSON.
+per-episode returns and lengths) and an mp4 per episode; prints the table (return and length per episode, mean
++- std, min, max).
 DreamerV3 runs act with their actor, or with --planner cem|mppi by planning over the world model with the critic
 as value bootstrap (docs/planning.md); returns.json then records the planner and its settings."""
 
@@ -500,7 +500,7 @@ def cmd_eval(argv: list[str]) -> int:
     _checkpoint_option(parser)
     add_planner_arguments(parser)
     args = parser.parse_args(argv)
-    from reverie.loop.evaluate import evaluate, write_returns
+    from reverie.loop.evaluate import evaluate, format_returns, write_returns
     from reverie.state.saved_run import RunError, describe_checkpoint, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
@@ -533,7 +533,7 @@ def cmd_eval(argv: list[str]) -> int:
         result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
     paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
                           mode=mode, seed=seed, **({"acting": run.acting} if run.acting else {}))
-    print(json.dumps({k: result[k] for k in ("mean", "std", "min", "max", "returns")}, indent=1))
+    print(format_returns(result, title=f"{args.episodes} {mode} episodes, seed {seed}"))
     print(f"[reverie] wrote {paths[0]}, {paths[1].name}"
           f"{f' and {len(recorder.written)} video/plot files' if recorder and recorder.written else ''} in {out}",
           file=sys.stderr)
