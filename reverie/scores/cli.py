@@ -2,6 +2,7 @@
 
 Examples::
 
+    reverie scores fetch                              # once: the official score files into ./reference_scores/
     reverie compare runs/pong_*                       # suite from the runs' env_metadata.json (atari100k)
     reverie compare runs/dmc/ --window 90000 110000 --reference dreamerv3-2023   # a folder of DMC runs
     reverie compare --reference-only --suite atari100k --reference dreamerv3 dreamerv3-2023
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference-dir", default=None, metavar="PATH",
                         help=f"folder holding the score files, directly or in sub-folders such as dreamerv3/ "
                              f"(default: ${references.REFERENCE_DIR_ENV}, else reference_scores/ here or in the "
-                             "parent folder)")
+                             f"parent folder; `{references.FETCH_COMMAND}` downloads the official ones)")
     parser.add_argument("--reading", default="auto", choices=readers.READINGS,
                         help="score files on a regular grid: bins (y = mean of the episodes ending in [x, x + "
                              "step)) or points (y = an evaluation at x); auto: points when the grid has a score at "

@@ -2,7 +2,8 @@
 
 The model settings come from RUN by default, as ``--resume`` takes a run's: its agent (``agent=<name>`` unless the
 command chooses one) and its whole resolved ``agent.module`` block (networks, sizes, learning rates), with the
-command's own ``agent.module.*`` and ``size`` overrides on top (:func:`take_model_settings`). When RUN's agent still
+command's own ``agent.module.*`` and ``size`` overrides on top (:func:`take_model_settings`); the keys of
+:data:`RUNTIME_KEYS` (device, precision, compile, kernels) stay the command's. When RUN's agent still
 does not fit, the error names the model settings that differ from RUN's.
 
 What is taken: the world model (parameters and its optimiser's moments) always; actor, critic, slow critic and
@@ -18,6 +19,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from reverie.state.checkpoint import load_checkpoint
+
+RUNTIME_KEYS = ("device", "precision", "compile", "kernels", "dynamics.kernels")
+"""``agent.module`` keys that say how to run, not what the model is (``device`` follows the root ``device``): always
+this command's, never taken from the init_from run."""
 
 MODEL_OVERRIDES = ("agent.module", "size")
 """Overrides that change the model (keys under these, and the ``size=`` group): the user's changes to the settings
@@ -146,20 +151,22 @@ def take_model_settings(cfg: Any, source: dict[str, Any], args: list[str],
     for key in removed:
         module.pop(key, None)
     module.update(changed)
+    module.update({k: mine[k] for k in RUNTIME_KEYS if k in mine})  # how to run: this command's
     cfg.agent.module = OmegaConf.create(_unflatten(module))
     return [f"agent.module.{k}" for k in sorted(changed) + sorted(removed)]
 
 
 def model_differences(payload: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """``agent.module.<key>: <RUN's> (init_from run) != <this one>`` for each model setting that differs between the
-    payload's config and ``config`` (both resolved), plus the agent name."""
+    payload's config and ``config`` (both resolved), plus the agent name (:data:`RUNTIME_KEYS` left out)."""
     from reverie.state.resume import flatten
 
     theirs, mine = payload["config"]["agent"], config["agent"]
     lines = [] if theirs.get("name") == mine.get("name") else [f"agent: {theirs.get('name')} != {mine.get('name')}"]
     a, b = flatten(theirs.get("module") or {}), flatten(mine.get("module") or {})
     return lines + [f"agent.module.{k}: {a.get(k, '(absent)')} (that run) != {b.get(k, '(absent)')} (this config)"
-                    for k in sorted(a.keys() | b.keys()) if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
+                    for k in sorted(a.keys() | b.keys())
+                    if a.get(k, _ABSENT) != b.get(k, _ABSENT) and k not in RUNTIME_KEYS]
 
 
 _ABSENT = object()

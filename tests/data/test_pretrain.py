@@ -176,7 +176,8 @@ def wide(data, tmp_path_factory):
     """A pretrain run with model overrides the next commands do not repeat (deter 24, units 24: not exp=debug's)."""
     run_dir = tmp_path_factory.mktemp("runs") / "wide"
     assert main(["pretrain", str(data), "exp=debug", f"run_dir={run_dir}", "pretrain.updates=2",
-                 "pretrain.eval_episodes=0", "agent.module.dynamics.deter=24", "agent.module.units=24"]) == 0
+                 "pretrain.eval_episodes=0", "agent.module.dynamics.deter=24", "agent.module.units=24",
+                 "agent.module.kernels=off"]) == 0
     return run_dir
 
 
@@ -196,11 +197,14 @@ def test_init_from_takes_the_runs_model_settings_without_repeating_them(wide, tm
 
 def test_init_from_takes_the_runs_preset_sizes_under_another_preset(wide, capsys):
     """Without exp=debug the command's preset is exp=classic (size xs: deter 256); the module still comes from the
-    run (deter 24, exp=debug's cnn_depth 4), while the training settings stay the command's."""
-    assert main(["train", f"init_from={wide}", "--cfg"]) == 0
+    run (deter 24, exp=debug's cnn_depth 4), while the training and runtime settings stay the command's."""
+    assert main(["train", f"init_from={wide}", "device=cuda:1", "--cfg"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
     assert printed.agent.module.dynamics.deter == 24 and printed.agent.module.cnn_depth == 4
     assert printed.exp_name == "classic" and printed.train.steps == 30000
+    # how to run stays the command's: its device (the run's was cpu) and kernels (the run's were off)
+    assert printed.agent.module.device == "cuda:1"
+    assert printed.agent.module.kernels == printed.agent.module.dynamics.kernels == "auto"
 
 
 def test_init_from_names_the_model_settings_that_differ(wide, tmp_path, capsys):
