@@ -38,6 +38,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install '$(TORCH)' $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -e '.[test]' --config-settings editable_mode=compat
 	touch $@
+	@echo "[reverie] set up in $(VENV). To put \`reverie\` on PATH for the README's examples, run once per shell:"
+	@echo "[reverie]   source $(VENV)/bin/activate"
 
 # Installs the missing GL_PACKAGES and BROWSER_PACKAGES with apt-get when run as root on Debian/Ubuntu; otherwise
 # (not root, no apt, or the install fails) it prints what to install and carries on: DMC pixel tests and the
@@ -54,9 +56,11 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } || \
 	  echo "[reverie] WARNING: apt-get could not install$$missing; DMC pixel tests and the play browser test will be skipped"
 
-# REVERIE_MAKE_TRAIN: an interrupted run prints `make train ARGS="--resume <run_dir>"` as its resume command
+# REVERIE_MAKE_TRAIN: an interrupted run prints `make train ARGS="--resume <run_dir>"` as its resume command.
+# Exit status 130 (Ctrl-C or SIGTERM, handled: final checkpoint written, resume line printed) counts as success, so
+# make does not end a clean interrupt with "Error 130"; any other failure stays a failure.
 train: venv sysdeps
-	REVERIE_MAKE_TRAIN=1 $(BIN)/reverie train $(ARGS)
+	REVERIE_MAKE_TRAIN=1 $(BIN)/reverie train $(ARGS) || { status=$$?; [ $$status -eq 130 ] || exit $$status; }
 
 test: venv sysdeps
 	$(BIN)/pytest -q $(PYTEST_ARGS)

@@ -6,17 +6,17 @@ Examples::
     reverie train env=pendulum
     reverie train env=gym env.id=Acrobot-v1 size=s agent.train_ratio=256
     reverie train exp=debug                         # tiny smoke run
-    reverie eval runs/2026-11-30_120000_classic --episodes 10
-    reverie imagine runs/2026-11-30_120000_classic --horizon 30
-    reverie play runs/2026-11-30_120000_classic
+    reverie eval runs/2026-11-30_120000_classic_dreamerv3_CartPole-v1 --episodes 10
+    reverie imagine runs/2026-11-30_120000_classic_dreamerv3_CartPole-v1 --horizon 30
+    reverie play runs/2026-11-30_120000_classic_dreamerv3_CartPole-v1
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import errno
-import json
 import re
 import socket
 import sys
@@ -43,6 +43,7 @@ commands:
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   play RUN [--port P]         play inside the world model next to the real env, in a browser (`reverie play --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
+  scores fetch [--dir DIR]    download the official DreamerV3 score files for compare (checksummed)
   sweep FILE [--address A]    hyperparameter sweep over seeds on Ray Tune (`reverie sweep --help`)
 
 examples:
@@ -86,9 +87,16 @@ def load_config(overrides: list[str]) -> DictConfig:
         ConfigError: unknown key, unknown group option, missing mandatory value (e.g. ``env=gym`` without
             ``env.id``), or a value that fails to resolve.
     """
+    from reverie.configs.added_keys import unread_added_key
+
     try:
         with initialize_config_module("reverie.configs", version_base="1.3"):
             cfg = compose("config", overrides=list(overrides))
+            unread = unread_added_key(list(overrides), lambda base: compose("config", overrides=base))
+        if unread:  # `+key=...` / `++key=...` adds a key nothing reads: refused like a misspelt one
+            raise ConfigError(_unknown_key(unread[1], overrides) + f" `{unread[0]}` would add it, but nothing reads "
+                              f"it: `+`/`++` add keys only where they are read (env.kwargs, an argument of a block "
+                              f"with _target_); drop it or fix the name")
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_explain(err, overrides)) from err
@@ -103,33 +111,36 @@ def _explain(err: Exception, overrides: list[str]) -> str:
     """A short message for a Hydra/OmegaConf composition error: which key or option, and what exists."""
     text = str(err).strip().split("\nConfig search path:")[0]
     match = re.search(r"Could not override '([^']+)'", text)
-    if match:
-        key = match.group(1)
-        try:
-            with initialize_config_module("reverie.configs", version_base="1.3"):
-                base = compose("config", overrides=[o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
-        except Exception:  # noqa: BLE001 - the hint is best effort; the key name is the message
-            base = None
-        parts = key.split(".")
-        depth = len(parts) - 1  # the deepest existing mapping on the key's path
-        while base is not None and depth > 0 and not isinstance(
-                OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
-            depth -= 1
-        parent, missing = ".".join(parts[:depth]), parts[depth]
-        node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
-        where = f"'{parent}'" if parent else "the root config"
-        if isinstance(node, DictConfig) and len(node) > 0:
-            known = f"Supported keys there: {', '.join(sorted(node.keys()))}."
-            nested = _nested_match(node, missing)
-            if nested:
-                known = f"Did you mean '{parent + '.' if parent else ''}{nested}'? " + known
-        elif isinstance(node, DictConfig):
-            known = (f"{where} is a free-form mapping (e.g. keyword arguments): add the key with "
-                     f"`+{key}=...`.")
-        else:
-            known = "`reverie train --cfg` prints the whole config."
-        return f"config error: unknown key '{key}': {where} has no key '{missing}'. {known}"
-    return f"config error: {text}"
+    return _unknown_key(match.group(1), overrides) if match else f"config error: {text}"
+
+
+def _unknown_key(key: str, overrides: list[str]) -> str:
+    """``config error: unknown key 'a.b': 'a' has no key 'b'. Did you mean ...? Supported keys there: ...``."""
+    try:
+        with initialize_config_module("reverie.configs", version_base="1.3"):
+            base = compose("config", overrides=[o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
+    except Exception:  # noqa: BLE001 - the hint is best effort; the key name is the message
+        base = None
+    parts = key.split(".")
+    depth = len(parts) - 1  # the deepest existing mapping on the key's path
+    while base is not None and depth > 0 and not isinstance(
+            OmegaConf.select(base, ".".join(parts[:depth])), DictConfig):
+        depth -= 1
+    parent, missing = ".".join(parts[:depth]), parts[depth]
+    node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
+    where = f"'{parent}'" if parent else "the root config"
+    if isinstance(node, DictConfig) and len(node) > 0:
+        known = f"Supported keys there: {', '.join(sorted(node.keys()))}."
+        nested = _nested_match(node, missing) or next(iter(difflib.get_close_matches(missing, list(node.keys()), n=1,
+                                                                                     cutoff=0.8)), None)
+        if nested:
+            known = f"Did you mean '{parent + '.' if parent else ''}{nested}'? " + known
+    elif isinstance(node, DictConfig):
+        known = (f"{where} is a free-form mapping (e.g. keyword arguments): add the key with "
+                 f"`+{key}=...`.")
+    else:
+        known = "`reverie train --cfg` prints the whole config."
+    return f"config error: unknown key '{key}': {where} has no key '{missing}'. {known}"
 
 
 def _nested_match(node: DictConfig, name: str) -> str | None:
@@ -218,17 +229,41 @@ def config_diff(cfg: DictConfig) -> list[str]:
     return lines
 
 
+def run_name(cfg: DictConfig) -> str:
+    """``<exp>_<agent>_<env>``: what tells runs apart in ``runs/``, e.g. ``classic_dreamerv3_CartPole-v1``,
+    ``debug_planet_dmc_vision-walker_walk``, ``atari100k_dreamerv3_atari-pong``. The env is ``<suite>-<task>`` (DMC:
+    dmc_vision, dmc_proprio or dmc for both; Atari) or the Gymnasium id (an import path: its last part;
+    ``ALE/Pong-v5`` -> ``ALE-Pong-v5``); characters other than letters, digits, ``.``, ``_`` and ``-`` become
+    ``-``; the env part is cut to 40 characters."""
+    env = cfg.get("env") or {}
+    if env.get("suite") and env.get("task"):
+        suite = str(env.suite)
+        if suite == "dmc":  # which observations: the env groups' names
+            suite = "dmc_vision" if env.get("image", True) and not env.get("proprio") else "dmc_proprio" \
+                if not env.get("image", True) else "dmc"
+        label = f"{suite}-{env.task}"
+    else:
+        label = str(env.get("id") or "env")
+        if ":" in label or ("." in label and not re.search(r"-v\d+$", label)):  # an import path: the class
+            label = re.split(r"[.:]", label)[-1]
+    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.") or "x"  # noqa: E731
+    agent = (cfg.get("agent") or {}).get("name") or "agent"
+    return f"{safe(cfg.get('exp_name', 'run'))}_{safe(agent)}_{safe(label)[:40]}"
+
+
 def make_run_dir(cfg: DictConfig, root: str | Path = "runs", kind: str = "") -> Path:
-    """``runs/<date>_<time>_<exp_name><kind>/`` (or ``cfg.run_dir``), created, with the resolved ``config.yaml``."""
+    """``runs/<date>_<time>_<exp>_<agent>_<env><kind>/`` (:func:`run_name`; or ``cfg.run_dir``), created, with the
+    resolved ``config.yaml``."""
     if cfg.get("run_dir"):
         run_dir = Path(cfg.run_dir)
     else:
         stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-        run_dir = Path(root) / f"{stamp}_{cfg.exp_name}{kind}"
+        name = run_name(cfg)
+        run_dir = Path(root) / f"{stamp}_{name}{kind}"
         suffix = 1
         while run_dir.exists():
             suffix += 1
-            run_dir = Path(root) / f"{stamp}_{cfg.exp_name}{kind}_{suffix}"
+            run_dir = Path(root) / f"{stamp}_{name}{kind}_{suffix}"
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.run_dir = str(run_dir)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
@@ -247,6 +282,9 @@ def _resume_target(args: list[str], command: str = "train") -> tuple[list[str], 
                               f"[OVERRIDE ...]`")
         target = Path(args[i + 1])
         del args[i:i + 2]
+        if not target.is_dir():
+            raise ConfigError(f"--resume {target}: {'not a folder' if target.exists() else 'no such folder'}; pass "
+                              f"a run directory written by `reverie {command}` (`ls runs/` lists them)")
         if not list_checkpoints(target / "checkpoints"):
             raise ConfigError(f"--resume {target}: no checkpoint under {target / 'checkpoints'}; pass a run directory "
                               f"written by `reverie {command}` (it checkpoints every {command}.checkpoint_every "
@@ -267,8 +305,9 @@ def cmd_train(args: list[str]) -> int:
         from reverie.state.resume import merge_overrides, saved_overrides
 
         args = merge_overrides(saved_overrides(resume_dir) or [], args)
+    model_from = _model_source(args, resume_dir)  # init_from: that run's model settings (docs/offline.md)
     if "--cfg" in args:
-        cfg = load_config([a for a in args if a not in ("--cfg", "--diff")])
+        cfg = _load_train_config([a for a in args if a not in ("--cfg", "--diff")], model_from)
         print("\n".join(config_diff(cfg)) if "--diff" in args else OmegaConf.to_yaml(cfg))
         return 0
     if "--diff" in args:
@@ -277,12 +316,12 @@ def cmd_train(args: list[str]) -> int:
     from reverie.train import train
 
     if process_group.launched_by_torchrun():  # one rank of a data-parallel run: the launcher below did the checks
-        cfg = load_config(args)
+        cfg = _load_train_config(args, model_from)
         if not cfg.get("run_dir"):
             raise ConfigError("config error: a rank started by torchrun needs run_dir=<dir> (every rank writes to the "
                               "same run directory); `reverie train ... trainer.nproc=N` starts torchrun with it")
         return exit_code(train(cfg, cfg.run_dir))
-    cfg = load_config(args)
+    cfg = _load_train_config(args, model_from)
     try:
         check_ranges(cfg)  # before anything is built or written
         nproc, _ = process_group.trainer_settings(cfg.get("trainer"), cfg.device)
@@ -303,6 +342,35 @@ def cmd_train(args: list[str]) -> int:
         except RuntimeError as err:
             raise ConfigError(f"config error: {err}") from err
     return exit_code(train(cfg, run_dir, dataset=dataset))
+
+
+def _model_source(args: list[str], resume_dir: Path | None) -> dict | None:
+    """The resolved config whose model settings a run with ``init_from`` takes: the init_from run's for a new run,
+    the run's own when resuming one (it was started that way); None without ``init_from``."""
+    from reverie.state.init_from import InitError, init_source, source_config
+
+    source = init_source(args)
+    if source is None:
+        return None
+    try:
+        return source_config(resume_dir if resume_dir is not None else source)
+    except InitError as err:
+        raise ConfigError(f"init error: {err}") from err
+
+
+def _load_train_config(args: list[str], model_from: dict | None) -> DictConfig:
+    """:func:`load_config`, with ``model_from``'s agent and ``agent.module`` under the command's model overrides."""
+    if model_from is None:
+        return load_config(args)
+    from reverie.state.init_from import InitError, take_model_settings, with_source_agent
+
+    try:
+        args = with_source_agent(args, model_from)
+    except InitError as err:
+        raise ConfigError(f"init error: {err}") from err
+    cfg = load_config(args)
+    take_model_settings(cfg, model_from, args, load_config)
+    return cfg
 
 
 def exit_code(summary: dict) -> int:
@@ -346,7 +414,7 @@ def check_init(cfg: DictConfig, setup: tuple, nproc: int) -> Any:
     try:
         payload = load_init(cfg.init_from)
         agent, obs_shapes, spec = setup
-        apply_init(agent, payload, obs_shapes, spec)
+        apply_init(agent, payload, obs_shapes, spec, OmegaConf.to_container(cfg, resolve=True))
         if not cfg.init.keep_data:
             return None
         dataset = load_dataset(cfg.init_from, cfg.env)
@@ -371,7 +439,8 @@ The env and its wrappers are rebuilt from the run's resolved config (protocol se
 as the run's own evaluations, so the default seed reproduces the run's evaluation at that checkpoint's step
 (within the noise of the latent samples; --checkpoint last: its final evaluation). Prints which checkpoint it
 used. Writes RUN/eval/<date>_<time>/returns.json and returns.csv (mean, std, min, max,
-per-episode returns and lengths) and an mp4 per episode; prints the table as JSON.
+per-episode returns and lengths) and an mp4 per episode; prints the table (return and length per episode, mean
++- std, min, max).
 DreamerV3 runs act with their actor, or with --planner cem|mppi by planning over the world model with the critic
 as value bootstrap (docs/planning.md); returns.json then records the planner and its settings."""
 
@@ -431,7 +500,7 @@ def cmd_eval(argv: list[str]) -> int:
     _checkpoint_option(parser)
     add_planner_arguments(parser)
     args = parser.parse_args(argv)
-    from reverie.loop.evaluate import evaluate, write_returns
+    from reverie.loop.evaluate import evaluate, format_returns, write_returns
     from reverie.state.saved_run import RunError, describe_checkpoint, load_run, version_mismatches
     from reverie.viz.episodes import EpisodeRecorder
 
@@ -464,7 +533,7 @@ def cmd_eval(argv: list[str]) -> int:
         result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
     paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
                           mode=mode, seed=seed, **({"acting": run.acting} if run.acting else {}))
-    print(json.dumps({k: result[k] for k in ("mean", "std", "min", "max", "returns")}, indent=1))
+    print(format_returns(result, title=f"{args.episodes} {mode} episodes, seed {seed}"))
     print(f"[reverie] wrote {paths[0]}, {paths[1].name}"
           f"{f' and {len(recorder.written)} video/plot files' if recorder and recorder.written else ''} in {out}",
           file=sys.stderr)
@@ -587,6 +656,7 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine, "play"
             "pretrain": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_pretrain"]).cmd_pretrain(argv),
             "record": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_record"]).cmd_record(argv),
             "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),
+            "scores": lambda argv: __import__("reverie.scores.fetch", fromlist=["cmd_scores"]).cmd_scores(argv),
             "sweep": lambda argv: __import__("reverie.sweep.cli", fromlist=["cmd_sweep"]).cmd_sweep(argv)}
 
 

@@ -1,5 +1,9 @@
 """`reverie train --cfg [--diff]`: the resolved config, or only the keys a preset changes against the reference."""
 
+import re
+
+import pytest
+
 from reverie.cli import config_diff, load_config, main
 
 
@@ -29,3 +33,39 @@ def test_cfg_diff_prints_it_and_diff_alone_is_refused(capsys):
         "agent.module.model_lr", "agent.module.units", "agent.train_ratio", "exp_name", "size.cnn_depth",
         "size.deter", "size.layers", "size.units", "train.steps"]
     assert main(["train", "--diff"]) == 2 and "--diff goes with --cfg" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("overrides, name", [  # issue 27: every run was <date>_<time>_debug, whatever ran
+    ([], "classic_dreamerv3_CartPole-v1"),
+    (["exp=debug", "env=gym", "env.id=Acrobot-v1"], "debug_dreamerv3_Acrobot-v1"),
+    (["exp=debug", "env=pendulum"], "debug_dreamerv3_Pendulum-v1"),
+    (["exp=debug", "env=dmc_vision", "env.task=walker_walk"], "debug_dreamerv3_dmc_vision-walker_walk"),
+    (["exp=dmc_cpu", "env.task=reacher_easy"], "dmc_cpu_dreamerv3_dmc_proprio-reacher_easy"),
+    (["exp=atari100k", "env.task=pong"], "atari100k_dreamerv3_atari-pong"),
+    (["agent=planet", "exp=debug"], "debug_planet_CartPole-v1"),
+    (["agent=dreamerv3_2025", "exp=debug"], "debug_dreamerv3_2025_CartPole-v1"),
+    (["env=gym", "env.id=reverie.envs.testing.ImageCountingEnv"], "classic_dreamerv3_ImageCountingEnv"),
+    (["env=gym", "env.id=ALE/Pong-v5"], "classic_dreamerv3_ALE-Pong-v5"),  # no folder separator in the name
+])
+def test_run_folders_name_the_preset_agent_and_env(overrides, name, tmp_path):
+    from reverie.cli import make_run_dir
+
+    run_dir = make_run_dir(load_config(overrides), root=tmp_path)
+    assert run_dir.parent == tmp_path and run_dir.name[len("2026-12-02_041500_"):] == name
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d{6}_", run_dir.name[:len("2026-12-02_041500_")])
+    assert (run_dir / "config.yaml").is_file()
+
+
+def test_resume_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    missing = tmp_path / "does_not_exist"
+    assert main(["train", "--resume", str(missing)]) == 2
+    assert f"--resume {missing}: no such folder; pass a run directory written by `reverie train`" in \
+        capsys.readouterr().err  # was: no checkpoint under .../does_not_exist/checkpoints
+    assert not missing.exists()
+    (tmp_path / "file").write_text("")
+    assert main(["pretrain", "--resume", str(tmp_path / "file")]) == 2
+    assert "file: not a folder; pass a run directory written by `reverie pretrain`" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "--resume", str(tmp_path / "empty")]) == 2
+    assert f"no checkpoint under {tmp_path / 'empty' / 'checkpoints'}" in capsys.readouterr().err

@@ -18,7 +18,8 @@ PRETRAIN_HELP = """usage: reverie pretrain DATA [OVERRIDE ...]
 Learn from logged episodes without stepping an env: fill the replay with DATA and run pretrain.updates updates
 of the world model (pretrain.behavior=true: the full agent update, actor and critic in imagination too), with the
 logging, open-loop reports, checkpoints and exact resume of `reverie train`. Writes an ordinary run directory
-(runs/<date>_<time>_<exp>_pretrain/) that `reverie eval`, `load_run` and `reverie train init_from=RUN` read.
+(runs/<date>_<time>_<exp>_<agent>_<env>_pretrain/) that `reverie eval`, `load_run` and `reverie train init_from=RUN`
+read.
 
 DATA: a folder of episode_<n>.npz files, a Minari dataset folder, minari:<dataset id> (installed locally; nothing
 is downloaded), or a run directory (its replay). The env config (env=..., the Hydra overrides) must be the one the

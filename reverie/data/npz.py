@@ -29,7 +29,7 @@ def read_npz(folder: str | Path) -> list[Episode]:
     """Every ``*.npz`` file of ``folder`` (name order) as an :class:`Episode` named by its file name.
 
     Raises:
-        DatasetError: a file that is not a readable npz archive (named).
+        DatasetError: a file that is not a readable npz archive (named, with the fix: drop or re-record it).
     """
     episodes = []
     for path in sorted(Path(folder).glob("*.npz")):
@@ -37,7 +37,9 @@ def read_npz(folder: str | Path) -> list[Episode]:
             with np.load(path, allow_pickle=False) as archive:
                 rows = {key: archive[key] for key in archive.files}
         except Exception as err:  # noqa: BLE001 - a damaged or foreign file: name it
-            raise fail(path.name, None, f"is not a readable .npz archive ({type(err).__name__}: {err})") from err
+            raise fail(path.name, None, f"is not a readable .npz archive ({type(err).__name__}: {err}). Drop the "
+                       f"file ({path}; the other episodes load without it) or record it again into that folder "
+                       f"(`reverie record --out {path.parent} ...` adds episodes)") from err
         episodes.append(Episode(path.name, rows))
     return episodes
 

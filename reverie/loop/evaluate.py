@@ -129,6 +129,30 @@ def write_returns(result: Mapping[str, Any], directory: str | Path, **info: Any)
     return json_path, csv_path
 
 
+def format_returns(result: Mapping[str, Any], title: str = "") -> str:
+    """The returns table of :func:`evaluate` as text (rich): one row per episode (return, length in agent steps),
+    then mean +- std (population std, as ``returns.json``), min and max of the returns."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title or None, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("episode", justify="right")
+    table.add_column("return", justify="right")
+    table.add_column("length", justify="right")
+    for k, (ret, length) in enumerate(zip(result["returns"], result["lengths"])):
+        table.add_row(str(k), f"{ret:.1f}", str(int(length)))
+    table.add_section()
+    table.add_row("mean", f"{result['mean']:.1f} +- {result['std']:.1f}", "")
+    table.add_row("min", f"{result['min']:.1f}", "")
+    table.add_row("max", f"{result['max']:.1f}", "")
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None, force_terminal=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n")
+
+
 def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval",
                    max_steps: int = 10_000) -> tuple[np.ndarray | None, float]:
     """Play one episode with ``render_mode="rgb_array"`` and return ``(frames (T, H, W, 3) uint8, return)``.

@@ -492,8 +492,9 @@ class Session:
         outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"
         where = "update" if self.offline else "env step"
         kept = f" (best {best[1]:.1f} at {where} {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
-        print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, last eval return "
-              f"{final:.1f}{kept}, {wall / 60:.2f} min; run dir {self.run_dir}")
+        last = f"last eval return {final:.1f}" if np.isfinite(final) else "no evaluation yet"
+        print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, {last}{kept}, "
+              f"{wall / 60:.2f} min; run dir {self.run_dir}")
         if self.interrupted and info.is_main:
             command = "pretrain" if self.offline else "train"
             print(f"[reverie] resume this run with: {resume_command(self.run_dir, command=command)}", flush=True)

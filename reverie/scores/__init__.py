@@ -11,7 +11,8 @@ Typical use (what ``reverie compare`` does)::
 Modules: ``readers`` (files -> tidy table, how a score file's points are read), ``references`` (which file a
 ``--reference`` means), ``suites`` (a run's scoring suite from its env metadata), ``baselines`` (human/random,
 normalisation), ``protocols`` (which episodes score a run), ``aggregate`` (rliable aggregates, bootstrap CIs,
-two-set comparison), ``report`` (the Markdown tables), ``plots``, ``output`` (the output folder), ``cli``.
+two-set comparison), ``report`` (the Markdown tables), ``plots``, ``output`` (the output folder), ``cli``,
+``fetch`` (``reverie scores fetch``: the official files at pinned commits, checksummed).
 """
 
 from reverie.scores.aggregate import aggregates, compare_sets, mean_interval, permutation_test, score_matrix

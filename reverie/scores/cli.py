@@ -2,6 +2,7 @@
 
 Examples::
 
+    reverie scores fetch                              # once: the official score files into ./reference_scores/
     reverie compare runs/pong_*                       # suite from the runs' env_metadata.json (atari100k)
     reverie compare runs/dmc/ --window 90000 110000 --reference dreamerv3-2023   # a folder of DMC runs
     reverie compare --reference-only --suite atari100k --reference dreamerv3 dreamerv3-2023
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference-dir", default=None, metavar="PATH",
                         help=f"folder holding the score files, directly or in sub-folders such as dreamerv3/ "
                              f"(default: ${references.REFERENCE_DIR_ENV}, else reference_scores/ here or in the "
-                             "parent folder)")
+                             f"parent folder; `{references.FETCH_COMMAND}` downloads the official ones)")
     parser.add_argument("--reading", default="auto", choices=readers.READINGS,
                         help="score files on a regular grid: bins (y = mean of the episodes ending in [x, x + "
                              "step)) or points (y = an evaluation at x); auto: points when the grid has a score at "
@@ -79,17 +80,28 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_compare(argv: list[str]) -> int:
     """Entry of ``reverie compare``; returns the exit status (2 with a message on stderr for bad input)."""
     args = build_parser().parse_args(argv)
+    missing = _missing_folder(args)
     try:
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", UserWarning)
             text = run_compare(args)
     except (FileNotFoundError, FileExistsError, ValueError, KeyError) as err:
-        print(f"compare error: {err.args[0] if err.args else err}", file=sys.stderr)
+        message = str(err.args[0] if err.args else err)
+        if missing and references.FETCH_COMMAND not in message:
+            message += f"\nnote: {missing}"
+        print(f"compare error: {message}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"note: {note.message}", file=sys.stderr)
     print(text)
     return 0
+
+
+def _missing_folder(args: argparse.Namespace) -> str | None:
+    """:func:`reverie.scores.references.missing_folder_note` unless every ``--reference`` is ``none`` or a file."""
+    if args.reference is not None and all(n == "none" or references.is_path(n) for n in args.reference):
+        return None
+    return references.missing_folder_note(args.reference_dir)
 
 
 def run_compare(args: argparse.Namespace) -> str:
@@ -145,10 +157,12 @@ def run_compare(args: argparse.Namespace) -> str:
     normalised = baselines.normaliser(suite) != "none"
 
     episodes = f"{mode} episodes of our runs" if ours else "official scores"
+    missing = _missing_folder(args) if suite != "generic" else None  # generic: no official file exists anyway
     parts = [f"# reverie compare: suite {suite} ({source}), window [{lo:.10g}, {hi:.10g}] environment frames, "
-             f"{episodes}\n" + ("\nScore files:\n" + "\n".join(readings) if readings else ""),
+             f"{episodes}\n" + ("\nScore files:\n" + "\n".join(readings) if readings else "")
+             + (f"\nNote: {missing}" if missing else ""),
              report.task_table(scores, suite, methods, table_baselines, reps=args.reps, seed=args.seed)]
-    matrices, common = _matrices(scores, methods)
+    matrices, common = _matrices(scores, methods, suite, (lo, hi))
     agg = aggregate.aggregates(matrices, reps=args.reps, seed=args.seed)
     if not normalised:
         agg = agg[agg["metric"] != "optimality_gap"]  # needs scores where 1 means 'solved'
@@ -265,8 +279,13 @@ def _baselines(args: argparse.Namespace, suite: str) -> dict[str, tuple[float, f
     return baselines.load_baselines(path)
 
 
-def _matrices(scores: pd.DataFrame, methods: list[str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """``{method: (R, K)}`` over the tasks where every method has a score (aggregates compare like with like)."""
+def _matrices(scores: pd.DataFrame, methods: list[str], suite: str,
+              window: tuple[float, float]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``{method: (R, K)}`` over the tasks where every method has a score (aggregates compare like with like).
+
+    Raises:
+        ValueError: no such task; the message cites ``suite``'s ``window`` (frames) and how to score a short run.
+    """
     finite = scores[np.isfinite(scores["score"])]
     common = sorted(set.intersection(*(set(finite.loc[finite["method"] == m, "task"]) for m in methods)))
     if not common:
@@ -274,7 +293,16 @@ def _matrices(scores: pd.DataFrame, methods: list[str]) -> tuple[dict[str, np.nd
         raise ValueError(
             "no task has a score for every method in the protocol's window"
             + (f"; no score at all for: {', '.join(empty)}" if empty else "")
-            + ". A run is scored only by episodes that end inside the window (atari100k: [390k, 400k] frames), "
+            + f". A run is scored only by episodes that end inside the window ({suite}: [{_frames(window[0])}, "
+              f"{_frames(window[1])}] frames), "
               "so a short run has none: train to the suite's budget, or compare a short run on its own frames with "
               "`--window LO HI --reference none` (or against another set with `--baseline`).")
     return {m: aggregate.score_matrix(scores, m, common)[0] for m in methods}, common
+
+
+def _frames(x: float) -> str:
+    """``390000`` -> ``390k``, ``1000000`` -> ``1M``, ``1234.5`` -> ``1234.5`` (frame counts in messages)."""
+    for scale, unit in ((1_000_000, "M"), (1_000, "k")):
+        if x >= scale and x % (scale // 1000 if unit == "M" else scale) == 0:
+            return f"{x / scale:.10g}{unit}"
+    return f"{x:.10g}"

@@ -2,8 +2,8 @@
 
 * No ``--out``: a new folder ``compare/<date>_<time>_<label>/`` under the current directory (``label`` is the
   suite and the set names, e.g. ``dmc_proprio_reverie``), with ``_2``, ``_3``, ... appended when that name is
-  taken, as ``reverie train`` names ``runs/<date>_<time>_<exp>/``. The repository's ``.gitignore`` ignores
-  ``compare/``.
+  taken, as ``reverie train`` names ``runs/<date>_<time>_<exp>_<agent>_<env>/``. The repository's ``.gitignore``
+  ignores ``compare/``.
 * ``--out DIR``: DIR when it does not exist or is empty; a DIR that holds files is refused before any score is read
   (nothing is written), unless ``--overwrite`` is given, which replaces the files compare writes (:data:`OUTPUT_FILES`)
   and leaves any other file in DIR alone.

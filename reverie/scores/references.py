@@ -13,7 +13,8 @@ score files in the danijar/dreamerv3 ``scores/`` format, directly or one sub-fol
 * ``dreamerv3`` / ``dreamerv3-2023``: the DreamerV3 file of the current / 2023 release (:data:`BUILTIN`), labelled
   with that name (both files call their method ``dreamerv3``);
 * any other name (``ppo_fixhp``, ``drqv2``): the one file ``<suite>-<name>.json.gz`` or ``<suite2023>_<name>.json.gz``
-  in the folder or a sub-folder, labelled with its own ``method`` field;
+  in the folder or a sub-folder (the current spelling when both are there, as after ``reverie scores fetch``),
+  labelled with its own ``method`` field;
 * a path to a ``.json``/``.json.gz`` file: that file, labelled with its own ``method`` field.
 """
 
@@ -29,6 +30,19 @@ BUILTIN = {
 """Built-in reference name -> (sub-folder of the reference folder, file name pattern)."""
 
 REFERENCE_DIR_ENV = "REVERIE_REFERENCE_SCORES"
+
+FETCH_COMMAND = "reverie scores fetch"
+"""The command that downloads the official files into a reference folder (:mod:`reverie.scores.fetch`)."""
+
+
+def missing_folder_note(reference_dir: str | Path | None) -> str | None:
+    """The sentence every compare message carries when no reference folder is found (``reference_dir`` None and
+    none of :func:`default_reference_dir`'s places exists), naming the command that fetches one; else None."""
+    if reference_dir is not None or default_reference_dir() is not None:
+        return None
+    return (f"no reference score folder found (--reference-dir, ${REFERENCE_DIR_ENV}, or reference_scores/ here or "
+            f"in the parent folder), so there are no official scores to compare with: `{FETCH_COMMAND}` downloads "
+            f"the official DreamerV3 files (current and 2023, checksummed) into ./reference_scores/")
 
 
 def default_reference_dir() -> Path | None:
@@ -95,6 +109,9 @@ def reference_path(suite: str, reference: str = "dreamerv3", reference_dir: str 
     else:
         wanted = set(file_names(suite, reference))
         found = sorted(p for p in _score_files(root) if p.name in wanted)
+        current = [p for p in found if p.name.startswith(f"{suite}-")]
+        if len(found) > 1 and len(current) == 1:  # a fetched folder has both releases: the current file wins
+            return current[0]
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
@@ -104,16 +121,17 @@ def reference_path(suite: str, reference: str = "dreamerv3", reference_dir: str 
     raise FileNotFoundError(
         f"no score file for reference {reference!r} on suite {suite!r} under {root} (looked for "
         f"{' or '.join(file_names(suite, reference)[::2])} there and one folder down); references with a file for "
-        f"{suite} there: {', '.join(have) or 'none'}. Put the file (danijar/dreamerv3 scores/ format) there, or pass "
-        f"its path as --reference FILE")
+        f"{suite} there: {', '.join(have) or 'none'}. Put the file (danijar/dreamerv3 scores/ format) there "
+        f"(`{FETCH_COMMAND} --dir {root}` downloads the official DreamerV3 ones), or pass its path as --reference FILE")
 
 
 def _root(reference_dir: str | Path | None, required: bool) -> Path | None:
     root = Path(reference_dir) if reference_dir else default_reference_dir()
     if root is None and required:
         raise FileNotFoundError(
-            f"no reference score directory found; pass --reference-dir PATH (the folder holding dreamerv3/ and "
-            f"dreamerv3-2023/) or set ${REFERENCE_DIR_ENV}")
+            f"no reference score folder found; `{FETCH_COMMAND}` downloads the official DreamerV3 files into "
+            f"./reference_scores/, or pass --reference-dir PATH (the folder holding dreamerv3/ and dreamerv3-2023/) "
+            f"or set ${REFERENCE_DIR_ENV}")
     return root
 
 

@@ -1,5 +1,11 @@
 """``reverie train init_from=RUN``: start a new run from another run's agent (docs/offline.md).
 
+The model settings come from RUN by default, as ``--resume`` takes a run's: its agent (``agent=<name>`` unless the
+command chooses one) and its whole resolved ``agent.module`` block (networks, sizes, learning rates), with the
+command's own ``agent.module.*`` and ``size`` overrides on top (:func:`take_model_settings`); the keys of
+:data:`RUNTIME_KEYS` (device, precision, compile, kernels) stay the command's. When RUN's agent still
+does not fit, the error names the model settings that differ from RUN's.
+
 What is taken: the world model (parameters and its optimiser's moments) always; actor, critic, slow critic and
 return normaliser too when RUN trained them (a ``reverie train`` run, or a ``reverie pretrain`` run with
 ``pretrain.behavior=true``), else they start fresh as in any new run. With ``init.keep_data`` the new run's replay
@@ -10,9 +16,17 @@ env start fresh: this is a new run, not a resume.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from reverie.state.checkpoint import load_checkpoint
+
+RUNTIME_KEYS = ("device", "precision", "compile", "kernels", "dynamics.kernels")
+"""``agent.module`` keys that say how to run, not what the model is (``device`` follows the root ``device``): always
+this command's, never taken from the init_from run."""
+
+MODEL_OVERRIDES = ("agent.module", "size")
+"""Overrides that change the model (keys under these, and the ``size=`` group): the user's changes to the settings
+``init_from`` takes from its run."""
 
 
 class InitError(ValueError):
@@ -38,8 +52,10 @@ def trained_behavior(payload: dict[str, Any]) -> bool:
     return not pretrain.get("data") or bool(pretrain.get("behavior"))
 
 
-def apply_init(agent: Any, payload: dict[str, Any], obs_shapes: dict, spec: Any) -> list[str]:
-    """Load ``payload``'s agent into ``agent`` (see the module docstring); returns what was loaded.
+def apply_init(agent: Any, payload: dict[str, Any], obs_shapes: dict, spec: Any,
+               config: dict[str, Any] | None = None) -> list[str]:
+    """Load ``payload``'s agent into ``agent`` (see the module docstring); returns what was loaded. ``config``
+    (this run's resolved config) lets a misfit name the model settings that differ from the payload's.
 
     Raises:
         InitError: other observation shapes or action space than this run's env, or an agent state that does not
@@ -57,6 +73,111 @@ def apply_init(agent: Any, payload: dict[str, Any], obs_shapes: dict, spec: Any)
         agent.load_state_dict(payload["agent"])
         return ["agent"]
     except (RuntimeError, KeyError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InitError(f"{where}: its agent does not fit this config ({first}); use the same agent, size and "
-                        f"agent.module settings as that run") from err
+        differ = model_differences(payload, config) if config is not None else []
+        if differ:
+            raise InitError(f"{where}: its agent does not fit this config; these model settings differ from that "
+                            f"run's: {'; '.join(differ)}. init_from takes the run's model settings: drop the "
+                            f"overrides that change them") from err
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()] or [type(err).__name__]
+        raise InitError(f"{where}: its agent does not fit this config ({' '.join(lines[:4])}"
+                        f"{' ...' if len(lines) > 4 else ''}); use the same agent, size and agent.module settings "
+                        f"as that run") from err
+
+
+def init_source(args: list[str]) -> str | None:
+    """The ``init_from=RUN`` value among Hydra ``args``, or None (also for ``init_from=null``)."""
+    values = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("init_from=")]
+    return values[-1] if values and values[-1] not in ("", "null", "None") else None
+
+
+def source_config(path: str | Path) -> dict[str, Any]:
+    """The resolved ``config.yaml`` of the run that ``path`` (a run directory, its ``checkpoints/`` or a checkpoint
+    file) belongs to.
+
+    Raises:
+        InitError: no ``config.yaml`` there (not a run written by ``reverie train``/``pretrain``).
+    """
+    from omegaconf import OmegaConf
+
+    path = Path(path)
+    for folder in (path, path.parent, path.parent.parent):
+        if (folder / "config.yaml").is_file():
+            return OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=True)  # type: ignore
+    if not path.exists():
+        raise InitError(f"init_from={path}: no such file or folder; pass a run directory written by "
+                        f"`reverie train` or `reverie pretrain`")
+    raise InitError(f"init_from={path}: no config.yaml there or in its parents; pass a run directory written by "
+                    f"`reverie train` or `reverie pretrain`")
+
+
+def with_source_agent(args: list[str], source: dict[str, Any]) -> list[str]:
+    """``args`` with ``agent=<the source run's agent>`` first when ``args`` choose no agent.
+
+    Raises:
+        InitError: ``args`` choose another agent than the source run's.
+    """
+    name = source["agent"]["name"]
+    chosen = [a.split("=", 1)[1] for a in args if a.startswith("agent=")]
+    if chosen and chosen[-1] != name:
+        raise InitError(f"init_from: that run's agent is {name}, this command chooses agent={chosen[-1]}; drop "
+                        f"agent={chosen[-1]} (init_from takes the run's agent)")
+    return args if chosen else [f"agent={name}", *args]
+
+
+def is_model_override(override: str) -> bool:
+    """Whether a Hydra override changes the model (:data:`MODEL_OVERRIDES`)."""
+    key = override.lstrip("+~").split("=", 1)[0]
+    return any(key == k or key.startswith(k + ".") for k in MODEL_OVERRIDES)
+
+
+def take_model_settings(cfg: Any, source: dict[str, Any], args: list[str],
+                        compose: Callable[[list[str]], Any]) -> list[str]:
+    """Set ``cfg.agent.module`` (a composed, resolved ``DictConfig``) to the source run's module with the model
+    changes of ``args`` on top: the keys where ``cfg`` differs from ``compose(args without model overrides)``.
+
+    Returns:
+        The user's changes on top of the source's module, ``agent.module.<key>`` each (empty: the source's as is).
+    """
+    from omegaconf import OmegaConf
+
+    from reverie.state.resume import flatten
+
+    mine = flatten(OmegaConf.to_container(cfg.agent.module, resolve=True))
+    default = flatten(OmegaConf.to_container(compose([a for a in args if not is_model_override(a)]).agent.module,
+                                             resolve=True))
+    changed = {k: v for k, v in mine.items() if default.get(k, _ABSENT) != v}
+    removed = [k for k in default if k not in mine]
+    module = flatten(source["agent"]["module"])
+    for key in removed:
+        module.pop(key, None)
+    module.update(changed)
+    module.update({k: mine[k] for k in RUNTIME_KEYS if k in mine})  # how to run: this command's
+    cfg.agent.module = OmegaConf.create(_unflatten(module))
+    return [f"agent.module.{k}" for k in sorted(changed) + sorted(removed)]
+
+
+def model_differences(payload: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """``agent.module.<key>: <RUN's> (init_from run) != <this one>`` for each model setting that differs between the
+    payload's config and ``config`` (both resolved), plus the agent name (:data:`RUNTIME_KEYS` left out)."""
+    from reverie.state.resume import flatten
+
+    theirs, mine = payload["config"]["agent"], config["agent"]
+    lines = [] if theirs.get("name") == mine.get("name") else [f"agent: {theirs.get('name')} != {mine.get('name')}"]
+    a, b = flatten(theirs.get("module") or {}), flatten(mine.get("module") or {})
+    return lines + [f"agent.module.{k}: {a.get(k, '(absent)')} (that run) != {b.get(k, '(absent)')} (this config)"
+                    for k in sorted(a.keys() | b.keys())
+                    if a.get(k, _ABSENT) != b.get(k, _ABSENT) and k not in RUNTIME_KEYS]
+
+
+_ABSENT = object()
+
+
+def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out

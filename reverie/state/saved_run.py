@@ -104,8 +104,8 @@ def resolve_run(reference: str | Path, cache: str | Path | None = None) -> Path:
     path = Path(text)
     if not path.exists():
         raise RunError(f"no checkpoint to load: {text!r} does not exist. Pass a run directory written by "
-                       f"`reverie train` (runs/<date>_<time>_<exp>/), a checkpoint file (.../checkpoints/ckpt_*.pt) or "
-                       f"wandb:<entity>/<project>/<run id>-checkpoint:latest")
+                       f"`reverie train` (runs/<date>_<time>_<exp>_<agent>_<env>/), a checkpoint file "
+                       f"(.../checkpoints/ckpt_*.pt) or wandb:<entity>/<project>/<run id>-checkpoint:latest")
     return path
 
 

@@ -37,8 +37,8 @@ from reverie.viz.figure import figure_to_array, new_figure, shade_context
 from reverie.viz.grid import to_hwc, upscale, video_grid
 from reverie.viz.openloop import decode_mode, find_world_model, to_tensors
 
-#: Frames shown in the PNG strip (evenly spaced over context + horizon).
-STRIP_FRAMES = 12
+#: Frames per row of the PNG (every step is shown; longer trajectories wrap onto more rows).
+ROW_FRAMES = 10
 
 
 @dataclass
@@ -152,28 +152,49 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
                     wm.reward(feat).mean.float().cpu().numpy(), cont)
 
 
-def imagined_strip(result: Imagined, frames: int = STRIP_FRAMES) -> np.ndarray:
-    """The PNG strip: imagined frames (image keys) or decoded features (vector keys) on top, predicted reward
-    (bars) and continue probability underneath, context steps shaded. Returns uint8 ``(H, W, 3)``."""
+def imagined_strip(result: Imagined, per_row: int = ROW_FRAMES) -> np.ndarray:
+    """:func:`imagined_figure` drawn: uint8 ``(H, W, 3)``."""
+    return figure_to_array(imagined_figure(result, per_row))
+
+
+def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
+    """The PNG's figure: every decoded frame (image keys; several keys stacked in each cell), ``per_row`` frames a row,
+    each row's x axis labelled with the frames' step numbers t (context steps t < C in grey), or the decoded features
+    over t (vector keys); the predicted reward (bars) and continue probability underneath, context steps shaded.
+    Returns the matplotlib figure (axes: one per row of frames, then the reward axes)."""
     T = result.context + result.horizon
     image_keys = [k for k, v in result.obs.items() if v.ndim == 4 and v.dtype == np.uint8]
-    fig, axes = new_figure(2, 1, width=max(6.0, 1.1 * min(T, frames)), height=2.0)
-    top, bottom = axes[0, 0], axes[1, 0]
+    rows = -(-T // per_row) if image_keys else 1
+    cell = 1.0 * len(image_keys) if image_keys else 2.0
+    fig, axes = new_figure(rows + 1, 1, width=max(6.0, 1.0 * min(T, per_row)), height=cell + 0.5,
+                           gridspec_kw={"height_ratios": [cell] * rows + [1.6]})
+    bottom = axes[-1, 0]
     steps = np.arange(T)
     if image_keys:
-        index = np.unique(np.linspace(0, T - 1, num=min(frames, T)).round().astype(int))
-        strip = np.concatenate([np.concatenate(list(to_hwc(result.obs[k][index])), 1) for k in image_keys], 0)
-        top.imshow(strip, interpolation="nearest")
-        width = result.obs[image_keys[0]].shape[-1]
-        top.set_xticks((np.arange(len(index)) + 0.5) * width, [str(t) for t in index], fontsize=7)
-        top.set_yticks([])
-        top.set_title(f"decoded frames at steps t (context t < {result.context}, imagined after)", fontsize=8)
+        tiles = np.concatenate([to_hwc(result.obs[k]) for k in image_keys], 1)  # (T, K * H, W, 3): keys stacked
+        height, width = tiles.shape[1:3]
+        for r in range(rows):
+            ax, shown = axes[r, 0], steps[r * per_row:(r + 1) * per_row]
+            row = np.zeros((height, per_row * width, 3), np.uint8) + 255  # a short last row: white on the right
+            row[:, :len(shown) * width] = np.concatenate(list(tiles[shown]), 1)
+            ax.imshow(row, interpolation="nearest")
+            ax.set_xticks((np.arange(len(shown)) + 0.5) * width, [str(t) for t in shown], fontsize=7)
+            for label, t in zip(ax.get_xticklabels(), shown):
+                label.set_color("0.5" if t < result.context else "black")
+            ax.set_yticks([])
+            ax.set_ylabel("/".join(image_keys), fontsize=7)
+            ax.set_xlabel("step t", fontsize=7, labelpad=1)
+        axes[0, 0].set_title(f"decoded frames by step t (grey: context t < {result.context}, black: imagined)",
+                             fontsize=8)
     else:
+        top = axes[0, 0]
         for k, v in result.obs.items():
             for f in range(min(v.shape[-1], 8)):
                 top.plot(steps, v[:, f], lw=1, label=f"{k}[{f}]")
         shade_context(top, result.context)
         top.legend(fontsize=6, ncol=4)
+        top.set_xlabel("step t", fontsize=7)
+        top.set_ylabel("decoded value", fontsize=7)
         top.set_title(f"decoded features (context t < {result.context}, imagined after)", fontsize=8)
     shade_context(bottom, result.context)
     bottom.bar(steps, result.reward, color="tab:red", label="predicted reward")
@@ -188,7 +209,7 @@ def imagined_strip(result: Imagined, frames: int = STRIP_FRAMES) -> np.ndarray:
     bottom.set_xlabel("step t", fontsize=8)
     bottom.set_ylabel("reward", fontsize=7)
     bottom.tick_params(labelsize=7)
-    return figure_to_array(fig)
+    return fig
 
 
 def write_imagined(result: Imagined, directory: str | Path, fps: int = 10, scale: int = 4) -> list[Path]:

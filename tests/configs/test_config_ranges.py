@@ -8,7 +8,7 @@ from reverie.configs.ranges import range_errors
 
 @pytest.mark.parametrize("steps", ["0", "-100"])
 def test_nonpositive_steps_write_nothing(tmp_path, monkeypatch, capsys, steps):
-    monkeypatch.chdir(tmp_path)  # the default run directory would be ./runs/<date>_<time>_debug
+    monkeypatch.chdir(tmp_path)  # the default run directory would be ./runs/<date>_<time>_debug_dreamerv3_CartPole-v1
     assert main(["train", "exp=debug", f"train.steps={steps}"]) == 2
     assert main(["train", "exp=debug", f"train.steps={steps}", f"run_dir={tmp_path / 'mine'}"]) == 2
     err = capsys.readouterr().err

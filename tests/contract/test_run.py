@@ -1,6 +1,7 @@
 """Smoke and start-up checks of `reverie train` (exp=debug everywhere): what a run writes, what it refuses."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -115,13 +116,15 @@ def test_eval_command_on_discrete_and_continuous_runs(tmp_path, capsys):
         run_dir = train(tmp_path, f"ev_{env}", f"env={env}", "train.steps=64", "train.eval_episodes=1")
         capsys.readouterr()
         assert main(["eval", str(run_dir), "--episodes", "3"]) == 0
-        table = json.loads(capsys.readouterr().out)
+        printed = capsys.readouterr().out
+        table = json.loads(next(run_dir.glob("eval/*/returns.json")).read_text())
         assert len(table["returns"]) == 3 and table["min"] <= table["mean"] <= table["max"]
+        assert f"{table['mean']:.1f} +- {table['std']:.1f}" in printed
     assert main(["eval", str(tmp_path / "missing")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
 
 
-def test_interrupt_writes_a_checkpoint_and_exits_130(tmp_path, monkeypatch):
+def test_interrupt_writes_a_checkpoint_and_exits_130(tmp_path, monkeypatch, capsys):
     from reverie.agents.dreamer import DreamerV3
 
     calls = {"n": 0}
@@ -135,7 +138,9 @@ def test_interrupt_writes_a_checkpoint_and_exits_130(tmp_path, monkeypatch):
 
     monkeypatch.setattr(DreamerV3, "update", update_then_interrupt)
     run_dir = tmp_path / "int"
-    assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=1000"]) == 130
+    assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.steps=1000", "train.eval_every=5000"]) == 130
+    out = capsys.readouterr().out  # interrupted before the first evaluation: said so (was 'last eval return nan')
+    assert re.search(r"\[reverie\] interrupted: \d+ env steps, 4 updates, no evaluation yet, [\d.]+ min", out), out
     run = load_run(run_dir)
     assert 64 <= run.counters["env_steps"] < 1000 and run.counters["updates"] == 4
     assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] == run.counters["env_steps"]

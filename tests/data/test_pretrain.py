@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from helpers.runs import read_jsonl
 
 from reverie import load_run
@@ -168,3 +169,54 @@ def test_pretrain_checks_trainer_nproc_before_anything_is_written(data, tmp_path
     assert main(["pretrain", str(data), "exp=debug", f"run_dir={tmp_path / 'x'}", f"trainer.nproc={nproc}"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture(scope="module")
+def wide(data, tmp_path_factory):
+    """A pretrain run with model overrides the next commands do not repeat (deter 24, units 24: not exp=debug's)."""
+    run_dir = tmp_path_factory.mktemp("runs") / "wide"
+    assert main(["pretrain", str(data), "exp=debug", f"run_dir={run_dir}", "pretrain.updates=2",
+                 "pretrain.eval_episodes=0", "agent.module.dynamics.deter=24", "agent.module.units=24",
+                 "agent.module.kernels=off"]) == 0
+    return run_dir
+
+
+def test_init_from_takes_the_runs_model_settings_without_repeating_them(wide, tmp_path, capsys):
+    """Was: 'its agent does not fit this config (Error(s) in loading state_dict for DreamerV3:)' unless the command
+    repeated agent.module.dynamics.deter=24 agent.module.units=24. The user's own module overrides go on top."""
+    online = tmp_path / "online"
+    assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={wide}", "train.steps=8", "seed=1",
+                 "init.keep_data=false", "init.prefill=8", "train.eval_episodes=1", "agent.module.actor_lr=0.002"]) == 0
+    config = OmegaConf.load(online / "config.yaml")
+    assert config.agent.module.dynamics.deter == 24 and config.agent.module.units == 24
+    assert config.agent.module.actor_lr == 0.002  # the command's override, on top of the run's settings
+    assert same(modules(load_checkpoint(wide), "wm."), modules(load_checkpoint(online), "wm."))
+    # resuming it recomposes the same module from the run's own config (no 'may not change on resume' refusal)
+    assert main(["train", "--resume", str(online), "train.steps=12"]) == 0, capsys.readouterr().err
+
+
+def test_init_from_takes_the_runs_preset_sizes_under_another_preset(wide, capsys):
+    """Without exp=debug the command's preset is exp=classic (size xs: deter 256); the module still comes from the
+    run (deter 24, exp=debug's cnn_depth 4), while the training and runtime settings stay the command's."""
+    assert main(["train", f"init_from={wide}", "device=cuda:1", "--cfg"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.agent.module.dynamics.deter == 24 and printed.agent.module.cnn_depth == 4
+    assert printed.exp_name == "classic" and printed.train.steps == 30000
+    # how to run stays the command's: its device (the run's was cpu) and kernels (the run's were off)
+    assert printed.agent.module.device == "cuda:1"
+    assert printed.agent.module.kernels == printed.agent.module.dynamics.kernels == "auto"
+
+
+def test_init_from_names_the_model_settings_that_differ(wide, tmp_path, capsys):
+    assert main(["train", "exp=debug", f"run_dir={tmp_path / 'x'}", f"init_from={wide}",
+                 "agent.module.dynamics.deter=16"]) == 2
+    err = capsys.readouterr().err
+    assert ("its agent does not fit this config; these model settings differ from that run's: "
+            "agent.module.dynamics.deter: 24 (that run) != 16 (this config). init_from takes the run's model "
+            "settings: drop the overrides that change them") in err
+    assert "Error(s) in loading state_dict" not in err and not (tmp_path / "x").exists()
+    assert main(["train", "exp=debug", f"run_dir={tmp_path / 'x'}", f"init_from={wide}", "agent=planet"]) == 2
+    assert ("init error: init_from: that run's agent is dreamerv3, this command chooses agent=planet; drop "
+            "agent=planet") in capsys.readouterr().err
+    assert main(["train", "exp=debug", f"init_from={tmp_path / 'nowhere'}"]) == 2
+    assert f"init_from={tmp_path / 'nowhere'}: no such file or folder" in capsys.readouterr().err

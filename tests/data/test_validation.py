@@ -96,8 +96,11 @@ def test_a_dataset_of_another_env_and_an_empty_folder(tmp_path):
         load_dataset("nowhere", load_config(CARTPOLE).env)
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "episode_000000.npz").write_bytes(b"not a zip")
-    with pytest.raises(DatasetError, match="episode 'episode_000000.npz': is not a readable .npz archive"):
+    with pytest.raises(DatasetError, match="episode 'episode_000000.npz': is not a readable .npz archive") as err:
         load_dataset(tmp_path / "junk", load_config(CARTPOLE).env)
+    assert (f"Drop the file ({tmp_path / 'junk' / 'episode_000000.npz'}; the other episodes load without it) or "
+            f"record it again into that folder (`reverie record --out {tmp_path / 'junk'} ...` adds episodes)"
+            ) in str(err.value)
 
 
 def test_minari_spaces_and_actions_are_checked(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 from conftest import REAL_REFERENCE_DIR
@@ -63,3 +64,17 @@ def test_dmc_proprio_2023_file_at_100k_frames(reading, kind, expected):
     for task, value in expected.items():
         assert tasks.loc[f"dmc_{task}", "return"] == pytest.approx(value, rel=1e-12), task
         assert tasks.loc[f"dmc_{task}", "seeds"] == 5
+
+
+def test_the_pinned_checksums_are_those_of_the_official_files():
+    """Every file of the folder that `reverie scores fetch` pins has the pinned sha256 (the folder may hold fewer)."""
+    from reverie.scores.fetch import RELEASES, sha256
+
+    checked = 0
+    for release in RELEASES.values():
+        for path, digest in release.files.items():
+            local = REAL_REFERENCE_DIR / release.folder / Path(path).name
+            if local.is_file():
+                assert sha256(local) == digest, local
+                checked += 1
+    assert checked >= 3

@@ -106,8 +106,11 @@ def test_reference_lookup(user_files, tmp_path):
     assert references.available("atari100k", user_files) == ["dreamerv3", "dreamerv3-2023", "ppo_fixhp"]
     assert references.available("dmc_vision", user_files) == ["drqv2"]
     assert references.reference_path("dmc_vision", "drqv2", user_files).parent.name == "dreamerv3"
+    # a 2023-spelled file next to it (a folder `reverie scores fetch` filled): the current spelling wins
     write_official(user_files / "mine" / "dmcvision_drqv2.json.gz", [grid_run("dmc_walker_walk", 0, [1.0, 2.0, 3.0])])
-    with pytest.raises(ValueError, match="reference 'drqv2' on suite 'dmc_vision' matches 2 files"):
+    assert references.reference_path("dmc_vision", "drqv2", user_files).parent.name == "dreamerv3"
+    write_official(user_files / "mine" / "dmc_vision-drqv2.json.gz", [grid_run("dmc_walker_walk", 0, [1.0, 2.0, 3.0])])
+    with pytest.raises(ValueError, match="reference 'drqv2' on suite 'dmc_vision' matches 3 files"):
         references.reference_path("dmc_vision", "drqv2", user_files)
     with pytest.raises(FileNotFoundError, match="score file .*nope.json.gz does not exist"):
         references.reference_path("atari100k", str(tmp_path / "nope.json.gz"), user_files)

@@ -1,6 +1,7 @@
 """`reverie eval` and `reverie imagine` on a finished debug run; clear errors on missing or corrupt runs."""
 
 import json
+import re
 import sys
 import types
 
@@ -26,9 +27,14 @@ def run_dir(tmp_path_factory):
 def test_eval_writes_the_returns_table_videos_and_openloop_plots(run_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "3", "--out", str(tmp_path), "--openloop"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr().out.splitlines()  # a table (was a JSON dict); returns.json keeps the JSON
     table = json.loads((tmp_path / "returns.json").read_text())
-    assert printed["returns"] == table["returns"] and len(table["returns"]) == 3 == table["episodes"]
+    assert len(table["returns"]) == 3 == table["episodes"] and printed[0] == "3 eval episodes, seed 0"
+    rows = [line.split() for line in printed if re.fullmatch(r"\s*\d+\s+-?[\d.]+\s+\d+", line)]
+    assert rows == [[str(k), f"{ret:.1f}", str(length)]
+                    for k, (ret, length) in enumerate(zip(table["returns"], table["lengths"]))]
+    mean = next(line.split() for line in printed if line.split()[:1] == ["mean"])
+    assert mean == ["mean", f"{table['mean']:.1f}", "+-", f"{table['std']:.1f}"]
     assert table["mean"] == pytest.approx(np.mean(table["returns"])) and table["std"] == pytest.approx(
         np.std(table["returns"]))
     assert (table["min"], table["max"]) == (min(table["returns"]), max(table["returns"]))
@@ -192,3 +198,30 @@ def test_bad_plan_settings_are_refused_before_anything_runs(run_dir, tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith("eval error: ") and message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_imagine_png_shows_every_step_in_labelled_rows():
+    """5 context + 30 imagined steps: 4 rows of at most 10 frames (was 12 of the 35 frames squeezed into one strip
+    with an unlabelled axis); each row's ticks are its frames' step numbers, context steps in grey."""
+    from matplotlib.colors import to_rgba
+
+    from reverie.viz.imagine import Imagined, imagined_figure, imagined_strip
+
+    T = 35
+    frames = np.repeat(np.arange(T, dtype=np.uint8)[:, None, None, None] * 7, 3, 1).repeat(8, 2).repeat(8, 3)
+    result = Imagined(context=5, horizon=30, obs={"image": frames}, truth={}, actions=np.zeros((T, 2), np.float32),
+                      reward=np.zeros(T, np.float32), cont=np.ones(T, np.float32))
+    fig = imagined_figure(result)
+    rows = fig.axes[:4]
+    assert [[label.get_text() for label in ax.get_xticklabels()] for ax in rows] == [
+        [str(t) for t in range(lo, min(lo + 10, T))] for lo in (0, 10, 20, 30)]
+    assert all(ax.get_xlabel() == "step t" and ax.get_ylabel() == "image" for ax in rows)
+    colors = [to_rgba(label.get_color()) for label in rows[0].get_xticklabels()]
+    assert colors[:5] == [to_rgba("0.5")] * 5 and colors[5:] == [to_rgba("black")] * 5
+    first = rows[0].get_images()[0].get_array()
+    np.testing.assert_array_equal(first[0, ::8, 0], np.arange(10) * 7)  # steps 0-9 left to right, one frame each
+    last = rows[3].get_images()[0].get_array()
+    np.testing.assert_array_equal(last[0, :5 * 8:8, 0], np.arange(30, 35) * 7)
+    assert (last[:, 5 * 8:] == 255).all()  # the short last row ends in white, not in repeated frames
+    assert fig.axes[4].get_xlabel() == "step t" and fig.axes[4].get_ylabel() == "reward"
+    assert imagined_strip(result).ndim == 3

@@ -1,0 +1,43 @@
+"""`make train`: a cleanly interrupted run (exit 130) is not reported by make as an error (issue 27, item 6).
+
+Runs the repository's Makefile in a scratch folder whose venv is a stand-in ``reverie`` script (the venv stamp is
+newer than pyproject.toml, so nothing is installed; no system packages are checked).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").write_text("")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    fake = bin_dir / "reverie"
+    fake.write_text('#!/bin/sh\necho "args: $* make_train=$REVERIE_MAKE_TRAIN"\nexit "$FAKE_STATUS"\n')
+    fake.chmod(0o755)
+    stamp = tmp_path / ".venv" / ".reverie-installed"
+    stamp.write_text("")
+    os.utime(tmp_path / "pyproject.toml", (1, 1))  # older than the stamp: no (re)install
+    return tmp_path
+
+
+@pytest.mark.parametrize("status, make_status", [(0, 0), (130, 0), (1, 2), (2, 2)])
+def test_an_interrupted_run_ends_make_train_with_success(scratch, status, make_status):
+    done = subprocess.run(["make", "--no-print-directory", "train", "ARGS=exp=debug", "GL_PACKAGES=",
+                           "BROWSER_PACKAGES="], cwd=scratch, capture_output=True, text=True,
+                          env={**os.environ, "FAKE_STATUS": str(status)})
+    assert done.returncode == make_status, done.stdout + done.stderr
+    assert "args: train exp=debug make_train=1" in done.stdout
+    assert ("Error" in done.stderr) == (make_status != 0)  # 130: no "make: *** [...] Error 130"
