@@ -329,6 +329,7 @@ class DreamerV3(WorldModelAgent):
         # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
         all_ret = all_gather_cat(ret.detach().flatten())  # data parallel: every rank's returns, one global scale
         finite_ret = bool(torch.isfinite(all_ret).all())  # a non-finite return must not poison the normaliser's EMAs
+        retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the actor's step is skipped
         if finite_ret:
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
@@ -347,6 +348,10 @@ class DreamerV3(WorldModelAgent):
         actor_norm, skipped = self._step(self.actor_opt, actor_loss, self.actor.parameters(), self.ac_clip,
                                          ok=finite_ret)
         passes.clear()  # the tape's activations are not needed after the actor's backward pass
+        if skipped:  # a skipped step changes nothing (the Agent protocol's guard): the normaliser goes back too
+            with torch.no_grad():
+                self.retnorm.low.copy_(retnorm[0])
+                self.retnorm.high.copy_(retnorm[1])
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
@@ -357,9 +362,10 @@ class DreamerV3(WorldModelAgent):
         critic_loss = -critic_dist.log_prob_mix([ret.detach(), slow_target], [1.0, self.slow_reg])  # (H, N)
         critic_loss = (weight * critic_loss).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
-        with torch.no_grad():
-            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
-                slow.lerp_(fast, self.slow_fraction)
+        if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value
+            with torch.no_grad():
+                for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
+                    slow.lerp_(fast, self.slow_fraction)
         return {
             "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
             "grad_norm/actor": actor_norm, "grad_norm/critic": critic_norm,
