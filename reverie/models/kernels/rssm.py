@@ -226,12 +226,17 @@ def _probe(rssm: nn.Module) -> list[str]:
     index = torch.randint(rssm.classes, (batch, rssm.stoch), generator=g).to(weight.device)
     stoch = torch.zeros(batch, rssm.stoch, rssm.classes, dtype=weight.dtype, device=weight.device)
     state = {"deter": randn(batch, rssm.deter), "stoch": stoch.scatter_(-1, index.unsqueeze(-1), 1.0)}
-    with torch.no_grad(), torch.random.fork_rng(devices=[]), torch.autocast(weight.device.type, enabled=False):
+    # Both runs draw from the weights' device's global stream, from the same point: its state is read and put back
+    # (never seeded: torch.manual_seed would also seed every CUDA device, lazily, past any fork), and fork_rng hands
+    # the CPU stream and that device's stream back as they were.
+    cuda = weight.device.type == "cuda"
+    with torch.no_grad(), torch.random.fork_rng(devices=[weight.device] if cuda else []), \
+            torch.autocast(weight.device.type, enabled=False):
         init = rssm.initial(batch)
-        torch.manual_seed(0)
+        start = torch.cuda.get_rng_state(weight.device) if cuda else torch.get_rng_state()
         deter, logits, drawn = observe_scan(rssm, action_proj, embed_proj, first, [True, True], state["deter"],
                                             state["stoch"], init, weight.dtype)
-        torch.manual_seed(0)
+        torch.cuda.set_rng_state(start, weight.device) if cuda else torch.set_rng_state(start)
         plain = rssm._observe_steps(action_proj, embed_proj, first, state, init, sample=True)
     fused = {"deter": deter, "logits": logits.unflatten(-1, (rssm.stoch, rssm.classes)), "stoch": drawn}
     return [f"two steps give a different {key} (largest difference {(fused[key] - plain[key]).abs().max():.3g})"
