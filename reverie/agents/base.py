@@ -59,9 +59,8 @@ class Agent(Protocol):
 
 def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     """Step post-hook of a fused optimiser: its kernel updates the parameters in place without bumping their
-    version counters, which autograd's saved-tensor checks and
-    :class:`reverie.models.kernels.onehot_linear.FeatLinear`'s weight caches read; bump them as any in-place op
-    would."""
+    version counters, which autograd's saved-tensor checks and the actor tape's check read; bump them as any
+    in-place op would."""
     increment_version([p for group in opt.param_groups for p in group["params"]])
 
 
