@@ -20,7 +20,8 @@ from reverie.agents.dreamer_planning import make_dreamer_planner
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical, unimix_sample
 from reverie.models.dynamics import CategoricalRSSM, Dynamics
-from reverie.models.kernels import resolve
+from reverie.models.kernels import install
+from reverie.models.switch import resolve
 from reverie.models.networks import MLP
 from reverie.models.world_model import WorldModel
 from reverie.runtime.collectives import all_gather_cat
@@ -150,13 +151,12 @@ class DreamerV3(WorldModelAgent):
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
-        self.fast = resolve(kernels) and not compile  # compile traces the readable modules
-        kernels = "auto" if self.fast else "off"
+        kernels = "auto" if resolve(kernels) and not compile else "off"  # compile traces the readable modules
+        self.fast = False  # install (below): the kernels in this agent's own losses and draws
+        self.actor_tape = None  # install: the discrete actor's tape (reverie.models.kernels.mlp_tape.MLPTape)
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None,
                              kernels=kernels)
-        if compile and getattr(self.wm.dynamics, "kernels", None) is not None:
-            self.wm.dynamics.kernels = None  # the dynamics' fast paths too: compile traces their readable code
         feat = self.wm.dynamics.feat_dim
         self.actor = Actor(feat, action_spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
@@ -167,15 +167,14 @@ class DreamerV3(WorldModelAgent):
             raise ValueError(f"loss_scales keys {unknown} are not losses of the world model "
                              f"{list(self.wm.loss_keys)}; scale those keys instead")
         self.loss_scales = {k: LOSS_SCALES.get(k, 1.0) for k in self.wm.loss_keys} | dict(loss_scales or {})
+        # the kernels, into every module built above (the dynamics too, whatever its factory set; one built with its
+        # own kernels="off" stays readable): the agent's setting reaches them all
+        install(self, kernels)
         self._place(device, precision)
         self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
         self.actor_opt = adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
         self.critic_opt = adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
         self.compiled = bool(compile) and self._compile()
-        if self.fast and action_spec.discrete and self.device.type == "cpu":
-            from reverie.models.kernels.mlp_tape import MLPTape
-
-            MLPTape(self.actor.net, horizon)  # checks the actor's layers now (it records them in every update)
 
     def _compile(self) -> bool:
         """Compile the hot callables in place (``compile=True``); False where torch.compile cannot run here.
@@ -283,10 +282,8 @@ class DreamerV3(WorldModelAgent):
     def _actor_passes(self) -> ActorPasses:
         """The discrete actor's rollout passes: recorded and differentiated at once by the tape (kernels, CPU: the
         tape follows CPU autocast's LayerNorm dtype, not CUDA's float32 one; eager), else run twice."""
-        if self.fast and self.spec.discrete and not self.compiled and self.device.type == "cpu":
-            from reverie.models.kernels.mlp_tape import MLPTape
-
-            return MLPTape(self.actor.net, self.horizon)
+        if self.actor_tape is not None and self.spec.discrete and not self.compiled and self.device.type == "cpu":
+            return self.actor_tape(self.actor.net, self.horizon)
         return ActorPasses(self.actor.net)
 
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -67,6 +67,11 @@ class SplitFeat:
         return self.index.shape[:-1]
 
     @property
+    def shape(self) -> torch.Size:
+        """``(..., D + S*K)``: the dense features' shape (what a readable module reads off its input)."""
+        return torch.Size((*self.lead, self.dim))
+
+    @property
     def dim(self) -> int:
         """Width of the dense features ``D + S*K``."""
         return (0 if self.deter is None else self.deter.shape[-1]) + self.index.shape[-1] * self.classes
@@ -242,3 +247,13 @@ class FeatLinear(nn.Linear):
         if not isinstance(x, SplitFeat):
             return super().forward(x)
         return onehot_linear(x, self.weight, self.bias)
+
+
+def take_split_features(module: nn.Module) -> nn.Module:
+    """Make every ``nn.Linear`` under ``module`` (itself included) a :class:`FeatLinear`, in place, and return
+    ``module``: the same parameters, ``state_dict`` keys and forward on dense inputs; :class:`SplitFeat` inputs
+    then go through :func:`onehot_linear`. Part of :func:`reverie.models.kernels.install`."""
+    for m in module.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = FeatLinear
+    return module
