@@ -27,7 +27,7 @@ sampling.py            ``torch.searchsorted`` in the unimix draw            the 
 All of them together: docs/speed.md ("Current numbers") times whole updates with ``kernels=auto`` and ``off``.
 
 How they plug in: the readable modules import nothing from here. :func:`install` (the agents call it once, after
-building every module and placing them on their device) swaps each ``nn.Linear`` for a :class:`.onehot_linear.
+building every module, before placing them on their device) swaps each ``nn.Linear`` for a :class:`.onehot_linear.
 FeatLinear` (the same parameters and ``state_dict`` keys; it also takes the RSSM's split features), gives each
 :class:`reverie.models.dynamics.CategoricalRSSM` its :class:`.rssm.RSSMKernels` (observe scan, scan linears,
 features, imagination, straight-through, sampling), sets ``fast`` on the world models (two-hot reward loss),
