@@ -25,7 +25,8 @@ class Agent(Protocol):
       ``"sample"`` (evaluation with sampled actions).
     - ``update(batch)``: one gradient update on a replay batch of ``(T, B, ...)`` numpy arrays; returns
       float metrics. Guard (issue 6): an optimiser step whose loss or gradient norm is non-finite must be
-      skipped (parameters, optimiser moments and normalisers unchanged) and counted in the metric
+      skipped (parameters, optimiser moments and step counts, normalisers and slow copies that follow the step:
+      the whole saved state that step would change, ``tests/agents/test_guard.py``) and counted in the metric
       ``guard/nonfinite`` (skipped steps in this update; 0 or absent when none). ``train`` warns on each such
       update and stops the run, with a checkpoint, after ``train.max_nonfinite_updates`` in a row.
     - ``state_dict()`` / ``load_state_dict()``: everything the agent needs to continue exactly (parameters,
@@ -58,9 +59,8 @@ class Agent(Protocol):
 
 def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     """Step post-hook of a fused optimiser: its kernel updates the parameters in place without bumping their
-    version counters, which autograd's saved-tensor checks and
-    :class:`reverie.models.kernels.onehot_linear.FeatLinear`'s weight caches read; bump them as any in-place op
-    would."""
+    version counters, which autograd's saved-tensor checks and the actor tape's check read; bump them as any
+    in-place op would."""
     increment_version([p for group in opt.param_groups for p in group["params"]])
 
 

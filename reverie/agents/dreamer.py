@@ -20,7 +20,8 @@ from reverie.agents.dreamer_planning import make_dreamer_planner
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical, unimix_sample
 from reverie.models.dynamics import CategoricalRSSM, Dynamics
-from reverie.models.kernels import resolve
+from reverie.models.kernels import install
+from reverie.models.switch import resolve
 from reverie.models.networks import MLP
 from reverie.models.world_model import WorldModel
 from reverie.runtime.collectives import all_gather_cat
@@ -154,13 +155,12 @@ class DreamerV3(WorldModelAgent):
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
-        self.fast = resolve(kernels) and not compile  # compile traces the readable modules
-        kernels = "auto" if self.fast else "off"
+        kernels = "auto" if resolve(kernels) and not compile else "off"  # compile traces the readable modules
+        self.fast = False  # install (below): the kernels in this agent's own losses and draws
+        self.actor_tape = None  # install: the discrete actor's tape (reverie.models.kernels.mlp_tape.MLPTape)
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels)
-        if compile and getattr(self.wm.dynamics, "kernels", None) is not None:
-            self.wm.dynamics.kernels = None  # the dynamics' fast paths too: compile traces their readable code
         feat = self.wm.dynamics.feat_dim
         self.actor = Actor(feat, action_spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
@@ -171,15 +171,14 @@ class DreamerV3(WorldModelAgent):
             raise ValueError(f"loss_scales keys {unknown} are not losses of the world model "
                              f"{list(self.wm.loss_keys)}; scale those keys instead")
         self.loss_scales = {k: LOSS_SCALES.get(k, 1.0) for k in self.wm.loss_keys} | dict(loss_scales or {})
+        # the kernels, into every module built above (the dynamics too, whatever its factory set; one built with its
+        # own kernels="off" stays readable): the agent's setting reaches them all
+        install(self, kernels)
         self._place(device, precision)
         self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
         self.actor_opt = adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
         self.critic_opt = adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
         self.compiled = bool(compile) and self._compile()
-        if self.fast and action_spec.discrete and self.device.type == "cpu":
-            from reverie.models.kernels.mlp_tape import MLPTape
-
-            MLPTape(self.actor.net, horizon)  # checks the actor's layers now (it records them in every update)
 
     def _compile(self) -> bool:
         """Compile the hot callables in place (``compile=True``); False where torch.compile cannot run here.
@@ -287,10 +286,8 @@ class DreamerV3(WorldModelAgent):
     def _actor_passes(self) -> ActorPasses:
         """The discrete actor's rollout passes: recorded and differentiated at once by the tape (kernels, CPU: the
         tape follows CPU autocast's LayerNorm dtype, not CUDA's float32 one; eager), else run twice."""
-        if self.fast and self.spec.discrete and not self.compiled and self.device.type == "cpu":
-            from reverie.models.kernels.mlp_tape import MLPTape
-
-            return MLPTape(self.actor.net, self.horizon)
+        if self.actor_tape is not None and self.spec.discrete and not self.compiled and self.device.type == "cpu":
+            return self.actor_tape(self.actor.net, self.horizon)
         return ActorPasses(self.actor.net)
 
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -333,6 +330,7 @@ class DreamerV3(WorldModelAgent):
         # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
         all_ret = all_gather_cat(ret.detach().flatten())  # data parallel: every rank's returns, one global scale
         finite_ret = bool(torch.isfinite(all_ret).all())  # a non-finite return must not poison the normaliser's EMAs
+        retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the actor's step is skipped
         if finite_ret:
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
@@ -351,6 +349,10 @@ class DreamerV3(WorldModelAgent):
         actor_norm, skipped = self._step(self.actor_opt, actor_loss, self.actor.parameters(), self.ac_clip,
                                          ok=finite_ret)
         passes.clear()  # the tape's activations are not needed after the actor's backward pass
+        if skipped:  # a skipped step changes nothing (the Agent protocol's guard): the normaliser goes back too
+            with torch.no_grad():
+                self.retnorm.low.copy_(retnorm[0])
+                self.retnorm.high.copy_(retnorm[1])
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
@@ -361,9 +363,10 @@ class DreamerV3(WorldModelAgent):
         critic_loss = -critic_dist.log_prob_mix([ret.detach(), slow_target], [1.0, self.slow_reg])  # (H, N)
         critic_loss = (weight * critic_loss).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
-        with torch.no_grad():
-            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
-                slow.lerp_(fast, self.slow_fraction)
+        if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value
+            with torch.no_grad():
+                for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
+                    slow.lerp_(fast, self.slow_fraction)
         return {
             "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
             "grad_norm/actor": actor_norm, "grad_norm/critic": critic_norm,

@@ -35,7 +35,7 @@ from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.agents.optim import LaProp
 from reverie.models.distributions import TwoHotSymexp
-from reverie.models.kernels import resolve
+from reverie.models.kernels import install
 from reverie.models.rms_mlp import RMSMLP
 from reverie.models.world_model_2025 import WorldModel2025
 from reverie.runtime.collectives import all_gather_cat
@@ -120,7 +120,7 @@ class DreamerV3_2025(WorldModelAgent):
                  eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
                  kernels: str = "auto", device: str = "cpu", precision: str = "auto"):
         super().__init__()
-        self.fast = resolve(kernels)
+        self.fast = False  # install (below): the kernels of the value losses and the policy's draw
         scales = LOSS_SCALES | dict(loss_scales or {})
         if set(scales) != set(LOSS_SCALES):
             raise ValueError(f"loss_scales keys {sorted(scales)}: the current DreamerV3 has {sorted(LOSS_SCALES)}")
@@ -143,6 +143,7 @@ class DreamerV3_2025(WorldModelAgent):
         self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer(retnorm_decay, retnorm_limit, retnorm_low, retnorm_high)
+        install(self, kernels)  # into every module built above (reverie.models.kernels), with the agent's setting
         self._place(device, precision)
         self.opt = LaProp(self.trainable(), lr=lr, agc=agc, eps=eps, beta1=beta1, beta2=beta2, warmup=warmup)
 

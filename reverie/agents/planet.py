@@ -21,6 +21,7 @@ from reverie.agents.base import WorldModelAgent, adam
 from reverie.agents.dreamer_planning import PLANNERS
 from reverie.agents.planning import WorldModelPlanning, make_planner
 from reverie.models.dynamics import Dynamics, GaussianRSSM
+from reverie.models.kernels import install
 from reverie.models.world_model import WorldModel
 from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
@@ -98,6 +99,7 @@ class PlaNet(WorldModelAgent):
         scales = {"reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
                   "global_kl": global_divergence_scale, "overshooting": overshooting_scale}
         self.loss_scales = {k: scales.get(k, 1.0) for k in self.wm.loss_keys}  # one scale per loss the model returns
+        install(self, kernels)  # a dynamics' own fast paths (reverie.models.kernels); PlaNet's modules have none
         self._place(device, precision)
         self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
         self.model_opt.register_step_pre_hook(partial(_tf_adam_epsilon_hook, eps=model_eps))

@@ -25,7 +25,6 @@ from torch import distributions as td
 from torch import nn
 
 from reverie.models.networks import trunc_normal_init_
-from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat
 
 ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "none": nn.Identity}
 NORMS = ("layer", "none")
@@ -224,7 +223,7 @@ class ConvDecoder(nn.Module):
         self.plan = conv_plan(self.out_shape, depth, channels, kernel, stride, padding, min_res)
         last = self.plan[-1]
         self.in_shape = (last["cout"], last["size_out"], last["size_out"])
-        self.linear = FeatLinear(feat_dim, math.prod(self.in_shape))  # also takes SplitFeat (one-hot by gathers)
+        self.linear = nn.Linear(feat_dim, math.prod(self.in_shape))  # kernels installed: split features too
         trunc_normal_init_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
         layers: list[nn.Module] = []
@@ -242,8 +241,8 @@ class ConvDecoder(nn.Module):
                 layers.append(ACTIVATIONS[act]())
         self.layers = nn.Sequential(*layers)
 
-    def forward(self, feat: torch.Tensor | SplitFeat) -> torch.Tensor:
-        lead = feat.lead if isinstance(feat, SplitFeat) else feat.shape[:-1]
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        lead = feat.shape[:-1]
         x = self.linear(feat).reshape(-1, *self.in_shape)  # (..., F) -> (N, C' * h * w) -> (N, C', h, w)
         with conv_compute(x):
             x = x.to(self.layers[0].weight.dtype)  # float32 (float64 in the float64 tests), also under autocast

@@ -15,6 +15,38 @@ from torch import distributions as td
 from reverie.models.conv import ImageMSE, float32_or_wider, scale_image
 
 
+class FastPaths:
+    """The distributions' plug points for the hand-written kernels, filled from outside by
+    :mod:`reverie.models.kernels` (importing it plugs them in; :func:`reverie.models.kernels.install` turns them on
+    in an agent's modules). This file never imports the kernels: with every ``fast`` False, as with
+    ``kernels=off``, none of these is read.
+
+    - ``two_hot_log_prob(logits, index, weight, probs) -> (...)``: :meth:`TwoHotSymlog.log_prob_mix`'s sum
+      ``sum_j weight[..., j] * log_softmax(logits)[..., index[..., j]]`` (``probs``: the given softmax or None).
+    - ``count_below(cdf (..., K), target (..., 1), overwrite) -> (..., 1)``: classes with ``cdf < target``
+      (``torch.searchsorted(cdf, target)``).
+    - ``straight_through(logits, probs, index, unimix) -> (..., K)``: the one-hot of ``index`` with the gradient of
+      the unimix probabilities (:func:`unimix_sample`'s readable graph).
+    """
+
+    two_hot_log_prob = None
+    count_below = None
+    straight_through = None
+
+    @classmethod
+    def get(cls, name: str):
+        """The plugged-in function ``name``.
+
+        Raises:
+            RuntimeError: nothing plugged in (``fast=True`` without :mod:`reverie.models.kernels` imported).
+        """
+        fn = getattr(cls, name)
+        if fn is None:
+            raise RuntimeError(f"fast=True asks for the {name} kernel, but reverie.models.kernels was never imported "
+                               f"to plug it in: build through an agent (it installs the kernels) or pass fast=False")
+        return fn
+
+
 def symlog(x: torch.Tensor) -> torch.Tensor:
     """``sign(x) * log(1 + |x|)`` (DreamerV3 eq. 9). Any shape."""
     return torch.sign(x) * torch.log1p(torch.abs(x))
@@ -63,8 +95,8 @@ class TwoHotSymlog(td.Distribution):
             DreamerV3's critic: the values for the returns, then the loss on the same outputs): ``probs`` and
             ``mean`` read it when no gradient is recorded through them, and ``log_prob``'s backward uses it
             instead of exponentiating the log-probabilities again.
-        fast: ``log_prob`` through its kernel (:mod:`reverie.models.kernels.two_hot`: the same values, a sparse
-            backward); False: ``log_softmax`` gathered at the two bins, under autograd.
+        fast: ``log_prob`` through its kernel (:class:`FastPaths`; :mod:`reverie.models.kernels.two_hot`: the same
+            values, a sparse backward); False: ``log_softmax`` gathered at the two bins, under autograd.
 
     Every quantity is computed in float32 at least (softmax and log_softmax take 16-bit logits with
     ``dtype=float32``; on CPU the op makes the float32 copy inside). ``mean``/``mode``: ``(...)`` in the original
@@ -161,9 +193,7 @@ class TwoHotSymlog(td.Distribution):
             weight += [scale * w_below, scale * w_above]
         index, weight = torch.stack(index, -1), torch.stack(weight, -1)  # (..., 2 * len(values))
         if self.fast:
-            from reverie.models.kernels.two_hot import SparseTargetLogProb
-
-            return SparseTargetLogProb.apply(self.logits, index, weight, self._given_probs)
+            return FastPaths.get("two_hot_log_prob")(self.logits, index, weight, self._given_probs)
         picked = self.log_probs.gather(-1, index)  # (..., 2 * len(values))
         # a zero weight contributes 0 even where its bin's log-probability is -inf (a -inf logit next to a target
         # that sits exactly on a bin): 0 * -inf would be NaN
@@ -262,9 +292,7 @@ def unimix_index(probs: torch.Tensor, unimix: float, fast: bool = False, overwri
         cdf = probs.cumsum_(-1) if fast and overwrite else probs.cumsum(-1)  # (..., K); cdf[..., -1] ~ 1
         target = ((u - unimix) * (1.0 / (1.0 - unimix))).to(cdf.dtype)
         if fast:
-            from reverie.models.kernels.sampling import count_below
-
-            below = count_below(cdf, target, overwrite=True)  # (..., 1): classes with cdf < target
+            below = FastPaths.get("count_below")(cdf, target, True)  # (..., 1): classes with cdf < target
         else:
             below = torch.searchsorted(cdf, target)  # (..., 1): classes with cdf < target
         index = below.clamp_(max=k - 1).long()  # a target above the rounded cdf[..., -1] lands on class K-1
@@ -295,9 +323,7 @@ def unimix_sample(logits: torch.Tensor, unimix: float = 0.01, fast: bool = False
     if not (logits.requires_grad and torch.is_grad_enabled()):
         return one_hot_index(index, logits.shape[-1], dtype)
     if fast:
-        from reverie.models.kernels.straight_through import StraightThrough
-
-        return StraightThrough.apply(logits, probs, index, unimix)
+        return FastPaths.get("straight_through")(logits, probs, index, unimix)
     mixed = unimix_probs(logits.to(dtype), unimix)  # (..., K), with the gradient
     return one_hot_index(index, logits.shape[-1], dtype) + (mixed - mixed.detach())
 

@@ -12,8 +12,6 @@ import math
 import torch
 from torch import nn
 
-from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat
-
 
 def trunc_normal_init_(weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Fan-average truncated normal initialisation (reference ``winit: normal``, ``fan: avg``).
@@ -45,11 +43,12 @@ def trunc_normal_fan_in_(weight: torch.Tensor, fan_in: int, outscale: float = 1.
 
 
 class NormLinear(nn.Sequential):
-    """``Linear(in_dim, out_dim, bias=False) -> LayerNorm(out_dim) -> SiLU``. Input ``(..., in_dim)``, or a
-    :class:`SplitFeat` of that width (the linear layer is a :class:`FeatLinear`: one-hot inputs by row gathers)."""
+    """``Linear(in_dim, out_dim, bias=False) -> LayerNorm(out_dim) -> SiLU``. Input ``(..., in_dim)`` (with kernels
+    installed, also the RSSM's split features: :func:`reverie.models.kernels.install` makes the linear layer read
+    the one-hot latent by row gathers)."""
 
     def __init__(self, in_dim: int, out_dim: int, norm: bool = True, eps: float = 1e-3):
-        layers: list[nn.Module] = [FeatLinear(in_dim, out_dim, bias=not norm)]
+        layers: list[nn.Module] = [nn.Linear(in_dim, out_dim, bias=not norm)]
         if norm:
             layers.append(nn.LayerNorm(out_dim, eps=eps))
         layers.append(nn.SiLU())
@@ -63,8 +62,8 @@ class MLP(nn.Module):
     """``layers`` x :class:`NormLinear` of width ``units``, then an optional linear output layer.
 
     Args:
-        in_dim: input features; input ``(..., in_dim)``, or RSSM features as a :class:`SplitFeat` (the first
-            layer then reads the one-hot latent by row gathers, :mod:`reverie.models.kernels.onehot_linear`).
+        in_dim: input features; input ``(..., in_dim)`` (with kernels installed also the RSSM's split features,
+            whose one-hot latent the first layer reads by row gathers, :mod:`reverie.models.kernels.onehot_linear`).
         out_dim: size of the output layer, or ``None`` for no output layer (output ``(..., units)``).
         units, layers: width and depth of the hidden stack (size presets, ``reverie/configs/size/``).
         out_scale: init scale of the output layer; ``0.0`` zero-initialises it (reward and critic heads).
@@ -81,11 +80,11 @@ class MLP(nn.Module):
         self.out = None
         self.out_dim = dim
         if out_dim is not None:
-            self.out = FeatLinear(dim, out_dim)  # the first layer when layers == 0
+            self.out = nn.Linear(dim, out_dim)  # the first layer when layers == 0
             trunc_normal_init_(self.out.weight, out_scale)
             nn.init.zeros_(self.out.bias)
             self.out_dim = out_dim
 
-    def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.hidden(x)
         return x if self.out is None else self.out(x)

@@ -24,9 +24,9 @@ from reverie.models.conv import ConvDecoder, ConvEncoder, ImageMSE
 from reverie.models.distributions import (Bernoulli, FixedNormal, GaussianImage, SymlogMSE, TwoHotSymlog,
                                          reduce_bits, symlog)
 from reverie.models.dynamics import CategoricalRSSM, Dynamics, State
-from reverie.models.kernels import resolve
 from reverie.models.networks import MLP
 from reverie.models.planet_nets import ConvHaDecoder, ConvHaEncoder, FeedForward
+from reverie.models.switch import resolve
 
 LIKELIHOODS = ("symlog", "gaussian")
 NETS = ("dreamer", "planet")
@@ -88,7 +88,8 @@ class WorldModel(nn.Module):
         cnn_depth: channel multiplier of the conv stacks (size preset ``cnn_depth``; reference s=32).
         cnn: further :class:`ConvEncoder`/:class:`ConvDecoder` keyword arguments (``channels``, ``kernel``,
             ``stride``, ``padding``, ``min_res``, ``norm``, ``act``); defaults are the reference's.
-        kernels: ``"auto"`` or ``"off"``: the two-hot reward loss's kernel (:mod:`reverie.models.kernels.two_hot`).
+        kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the two-hot reward loss's
+            kernel, :mod:`reverie.models.kernels.two_hot`); ``"off"``: plain autograd, whatever installs.
         nets: ``"dreamer"`` (:class:`ConvEncoder`/:class:`ConvDecoder` and :class:`MLP` heads of ``units x layers``)
             or ``"planet"`` (with ``likelihood="gaussian"``: PlaNet's ``conv_ha`` :class:`ConvHaEncoder`/
             :class:`ConvHaDecoder` with channel multiplier ``cnn_depth``, 64x64 images only, and :class:`FeedForward`
@@ -119,7 +120,8 @@ class WorldModel(nn.Module):
                              f"nets={nets!r} with likelihood={likelihood!r}")
         self.nets = nets
         self.likelihood, self.decoder_std, self.image_bits = likelihood, float(decoder_std), int(image_bits)
-        self.fast = resolve(kernels)
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
+        self.fast = False  # install: the two-hot reward loss's kernel
         self.obs_shapes, self.vector_keys, self.image_keys, image_shape = observation_layout(obs_shapes)
         embed = 0
         self.encoder = self.decoder = None  # vector MLPs (names kept from the vector-only model for checkpoints)

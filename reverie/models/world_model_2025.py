@@ -27,8 +27,8 @@ from reverie.models.dynamics import BlockRSSM, State
 from reverie.models.conv import ImageMSE
 from reverie.models.conv_simple import SimpleConvDecoder, SimpleConvEncoder
 from reverie.models.distributions import Bernoulli, SymlogMSE, TwoHotSymexp, symlog
-from reverie.models.kernels import resolve
 from reverie.models.rms_mlp import RMSMLP
+from reverie.models.switch import resolve
 from reverie.models.world_model import WorldModel, observation_layout
 
 
@@ -47,7 +47,8 @@ class WorldModel2025(nn.Module):
             ``min_res``, ``bspace``).
         reward_bins: bins of the reward head (255). cont_discount: the continue target's factor for living rows
             (``1 - 1/horizon`` with the official ``contdisc``; 1.0 without).
-        kernels: ``"auto"`` or ``"off"``: the two-hot reward loss's kernel (:mod:`reverie.models.kernels.two_hot`).
+        kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the two-hot reward loss's
+            kernel, :mod:`reverie.models.kernels.two_hot`); ``"off"``: plain autograd, whatever installs.
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``, image keys of different
@@ -60,7 +61,8 @@ class WorldModel2025(nn.Module):
                  cnn: dict | None = None, reward_bins: int = 255, cont_discount: float = 1.0 - 1.0 / 333.0,
                  kernels: str = "auto"):
         super().__init__()
-        self.fast = resolve(kernels)
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
+        self.fast = False  # install: the two-hot reward loss's kernel
         self.obs_shapes, self.vector_keys, self.image_keys, self.image_shape = observation_layout(obs_shapes,
                                                                                                   "WorldModel2025")
         self.cont_discount = float(cont_discount)

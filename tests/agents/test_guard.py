@@ -1,14 +1,18 @@
 """The Agent protocol's guard: a non-finite loss or gradient skips the optimiser step and is counted, for every
 optimiser of every agent (one helper, ``WorldModelAgent._step``)."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
+from reverie.agents import DreamerV3_2025
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.planet import PlaNet
 from reverie.types import ActionSpec
 from helpers.agents import dreamer, planet
+from helpers.state_compare import assert_same
 
 TINY = dreamer(deter=16, units=16, horizon=3)
 
@@ -75,3 +79,77 @@ def test_step_skips_non_finite_losses_and_gradients():
     norm, skipped = agent._step(opt, (w * other * 2).sum(), [w], 1.0)
     assert skipped == 0 and other.grad is None
     assert torch.allclose(w.detach(), torch.full((3,), 0.9))  # Adam's first step moves each weight by lr
+
+
+# ------------------------------------------------------------------------ a skipped step changes nothing (issue 26)
+def poison(agent, names):
+    """Make the loss of each optimiser named in ``names`` non-finite (times NaN) where the agent hands it to the
+    guarded step, so that exactly those steps are skipped."""
+    step = agent._step
+    targets = [getattr(agent, name) for name in names]
+
+    def poisoned(optimizer, loss, params, clip, ok=True):
+        if any(optimizer is t for t in targets):
+            loss = loss * float("nan")
+        return step(optimizer, loss, params, clip, ok)
+
+    agent._step = poisoned
+
+
+def owned(agent, name):
+    """The saved state a step of optimiser ``name`` may change: its own state and the modules (by state_dict key
+    prefix) it trains or that follow it (the return normaliser scales the actor's advantage; the slow critic
+    follows the critic)."""
+    prefixes = {"model_opt": ("wm.",), "actor_opt": ("actor.", "retnorm."), "critic_opt": ("critic.", "slow_critic."),
+                "opt": ("",)}[name]
+    return name, prefixes
+
+
+SKIP_AGENTS = {
+    "dreamerv3": lambda discrete: DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY),
+    "dreamerv3_2025": lambda discrete: DreamerV3_2025({"vector": (4,)}, ActionSpec(discrete, 2),
+                                                      dynamics=dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4),
+                                                      units=8, horizon=3, precision="float32"),
+    "planet": lambda discrete: PlaNet({"vector": (4,)}, ActionSpec(discrete, 2),
+                                      **planet(layers=1, horizon=3, candidates=20, top_k=4, iterations=2)),
+}
+
+
+def skip_batch():
+    data = batch()
+    rng = np.random.default_rng(1)
+    data["vector"] = rng.normal(size=data["vector"].shape).astype(np.float32)
+    data["reward"] = rng.normal(size=data["reward"].shape).astype(np.float32)
+    data["is_last"] = np.zeros_like(data["is_first"])
+    return data
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
+@pytest.mark.parametrize("kind", sorted(SKIP_AGENTS))
+def test_a_skipped_step_changes_nothing_in_the_saved_state(kind, discrete):
+    """For every agent and every optimiser: a non-finite loss injected into that optimiser's step leaves every
+    entry of the saved state (``agent.state_dict()``: modules and their buffers, optimiser moments and step
+    counters, the return normaliser, the slow critic) that this step trains or moves exactly as it was; with every
+    step poisoned at once, the whole saved state is unchanged. The other steps of the update run as usual."""
+    make = SKIP_AGENTS[kind]
+    torch.manual_seed(0)
+    probe = make(discrete)
+    for names in [(name,) for name in probe.optimizers] + [probe.optimizers]:
+        torch.manual_seed(0)
+        agent = make(discrete)
+        assert agent.update(skip_batch())["guard/nonfinite"] == 0.0  # moments, normaliser and slow critic move
+        before = copy.deepcopy(agent.state_dict())
+        poison(agent, names)
+        assert agent.update(skip_batch())["guard/nonfinite"] == float(len(names)), names
+        after = agent.state_dict()
+        assert before.keys() == after.keys()
+        if names == agent.optimizers:  # every step skipped: nothing at all may change
+            assert_same(before, after)
+            continue
+        (name,) = names
+        opt_name, prefixes = owned(agent, name)
+        assert_same(before[opt_name], after[opt_name], opt_name)
+        keys = [k for k in before["modules"] if k.startswith(prefixes)]
+        assert keys, (name, prefixes)  # the prefixes name real modules of this agent
+        for key in keys:
+            assert_same(before["modules"][key], after["modules"][key], f"{name} skipped: modules.{key}")

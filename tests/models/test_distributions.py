@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+import reverie.models.kernels  # noqa: F401  (plugs the kernels the fast=True cases run into FastPaths)
 from reverie.models.distributions import (Bernoulli, BoundedNormal, SymlogMSE, TwoHotSymlog, UnimixCategorical,
                                           symexp, symlog, symlog_bins, two_hot)
 

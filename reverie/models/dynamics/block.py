@@ -34,9 +34,9 @@ from reverie.models.block_linear import BlockLinear
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
 from reverie.models.dynamics.base import State, rollout
 from reverie.models.dynamics.categorical import kl_losses, scale_action
-from reverie.models.kernels import resolve
 from reverie.models.rms_mlp import NormDense, RMSMLP
 from reverie.models.rmsnorm import RMSNorm
+from reverie.models.switch import resolve
 
 
 class BlockGRU(nn.Module):
@@ -122,8 +122,9 @@ class BlockRSSM(nn.Module):
         unimix: uniform mix of the latents (0.01). free_nats: free bits of dyn and rep (1.0).
         outscale: init scale of the two logit layers (1.0). action_clip: actions scaled into
             ``[-action_clip, action_clip]`` before the dynamics (the official ``_core``'s ``max(1, |a|)``: 1.0).
-        kernels: ``"auto"``: the latent draw through :mod:`reverie.models.kernels.sampling` and
-            :mod:`reverie.models.kernels.straight_through` (the same values and gradient); ``"off"``: plain autograd.
+        kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the latent draw through
+            :mod:`reverie.models.kernels.sampling` and :mod:`reverie.models.kernels.straight_through`, the same values
+            and gradient; an agent with ``kernels="auto"`` does); ``"off"``: plain autograd, whatever installs.
 
     State entries: ``deter (..., D)`` float32, ``stoch (..., S, K)``, ``logits (..., S, K)``.
     """
@@ -136,7 +137,8 @@ class BlockRSSM(nn.Module):
                  unimix: float = 0.01, free_nats: float = 1.0, outscale: float = 1.0, action_clip: float = 1.0,
                  kernels: str = "auto"):
         super().__init__()
-        self.fast = resolve(kernels)
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
+        self.fast = False  # install: the sampling kernels
         self.deter, self.stoch, self.classes, self.unimix, self.free_nats = deter, stoch, classes, unimix, free_nats
         self.action_dim, self.embed_dim, self.action_clip = action_dim, embed_dim, float(action_clip)
         self.feat_dim = deter + stoch * classes

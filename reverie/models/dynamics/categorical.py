@@ -14,10 +14,11 @@ State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)`` from a LayerNorm GRU,
 prior mode; reference ``initial: learned``) and zeroes ``prev_action_t``. The losses are DreamerV3 eq. 5: ``dyn``
 and ``rep``, the KL in both stop-gradient directions, each clipped below at ``free_nats`` (1 nat).
 
-This file is the readable path (``kernels="off"``). With ``kernels="auto"`` the methods marked "kernels" hand the
-same computation to :mod:`reverie.models.kernels.rssm` (the observe scan as one autograd node, deferred weight
-gradients, features with the one-hot part as class indices, imagination by class index, the straight-through
-sample as one node): the same values and draws, gradients up to float rounding.
+This file is the readable path (``kernels="off"``) and imports nothing from the kernels. Once
+:func:`reverie.models.kernels.install` has set ``self.kernels`` (an agent with ``kernels="auto"``), the methods
+marked "kernels" hand the same computation to :mod:`reverie.models.kernels.rssm` (the observe scan as one autograd
+node, deferred weight gradients, features with the one-hot part as class indices, imagination by class index, the
+straight-through sample as one node): the same values and draws, gradients up to float rounding.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from torch import nn
 
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_logits, unimix_sample
 from reverie.models.dynamics.base import Policy, State, free_bits, reset, rollout
-from reverie.models.kernels import resolve
-from reverie.models.networks import MLP, FeatLinear, trunc_normal_init_
+from reverie.models.networks import MLP, trunc_normal_init_
+from reverie.models.switch import resolve
 
 
 class GRUCell(nn.Module):
@@ -74,13 +75,14 @@ class CategoricalRSSM(nn.Module):
         action_clip: every action entering the dynamics (replayed and imagined) is scaled elementwise by
             ``sg(clip / max(clip, |a|))`` (:func:`scale_action`; reference ``rssm.action_clip: 1.0``, ``nets.py``
             ``RSSM.obs_step``/``img_step``); 0 turns it off.
-        kernels: ``"auto"`` (the fast paths of :mod:`reverie.models.kernels.rssm`) or ``"off"`` (this file only).
+        kernels: ``"auto"``: :func:`reverie.models.kernels.install` may give it the fast paths of
+            :mod:`reverie.models.kernels.rssm` (an agent with ``kernels="auto"`` does, after building it);
+            ``"off"``: this file only, whatever installs kernels. Built alone it runs this file until installed.
 
     State entries: ``deter (..., D)``, ``stoch (..., S, K)``, ``logits (..., S, K)``.
 
     Raises:
-        ValueError: an unknown ``kernels``; with ``kernels="auto"``, modules the fused observe scan cannot
-            reproduce (:func:`reverie.models.kernels.rssm.check_fused_scan`: set ``kernels=off`` after editing them).
+        ValueError: an unknown ``kernels``.
     """
 
     loss_keys = ("dyn", "rep")
@@ -95,7 +97,7 @@ class CategoricalRSSM(nn.Module):
         self.action_clip = float(action_clip)
         self.feat_dim = deter + stoch * classes
         # img_in: Linear(cat(z, a)) split in two bias-free parts, so the action part is projected once per sequence
-        self.in_z = FeatLinear(stoch * classes, units, bias=False)
+        self.in_z = nn.Linear(stoch * classes, units, bias=False)
         self.in_a = nn.Linear(action_dim, units, bias=False)
         self.in_norm = nn.Sequential(nn.LayerNorm(units, eps=1e-3), nn.SiLU())
         trunc_normal_init_(self.in_z.weight)
@@ -111,11 +113,8 @@ class CategoricalRSSM(nn.Module):
             trunc_normal_init_(layer.weight)
         nn.init.zeros_(self.post_out.bias)
         self.initial_deter = nn.Parameter(torch.zeros(deter))  # learned initial state (reference initial: learned)
-        self.kernels = None
-        if resolve(kernels):
-            from reverie.models.kernels.rssm import RSSMKernels
-
-            self.kernels = RSSMKernels(self)  # checks that its fused scan computes what the code below does
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may put its fast paths here
+        self.kernels = None  # install: the fast paths (reverie.models.kernels.rssm.RSSMKernels), used where not None
 
     # ------------------------------------------------------------------------------------------------ states
     def initial(self, batch: int) -> State:

@@ -26,29 +26,69 @@ sampling.py            ``torch.searchsorted`` in the unimix draw            the 
 
 All of them together: docs/speed.md ("Current numbers") times whole updates with ``kernels=auto`` and ``off``.
 
-Where the switch is read: :class:`reverie.models.dynamics.CategoricalRSSM` (observe scan, scan linears, features,
-imagination, straight-through, sampling), :class:`reverie.models.world_model.WorldModel` (two-hot reward loss) and
-:class:`reverie.agents.DreamerV3` (critic loss, actor tape); for ``agent=dreamerv3_2025``,
-:class:`reverie.models.dynamics.BlockRSSM` (sampling, straight-through), its world model (two-hot reward loss) and
-:class:`reverie.agents.DreamerV3_2025` (value and replay value losses, the policy's draw). Each kernel's module
-docstring says what it replaces and how it is tested against the readable code.
+How they plug in: the readable modules import nothing from here. :func:`install` (the agents call it once, after
+building every module, before placing them on their device) swaps each ``nn.Linear`` for a :class:`.onehot_linear.
+FeatLinear` (the same parameters and ``state_dict`` keys; it also takes the RSSM's split features), gives each
+:class:`reverie.models.dynamics.CategoricalRSSM` its :class:`.rssm.RSSMKernels` (observe scan, scan linears,
+features, imagination, straight-through, sampling), sets ``fast`` on the world models (two-hot reward loss),
+:class:`reverie.models.dynamics.BlockRSSM` (sampling, straight-through) and the agents (critic or value losses, the
+policy's draw), and gives :class:`reverie.agents.DreamerV3` the actor tape. Importing this package plugs the
+distributions' kernels into :class:`reverie.models.distributions.FastPaths`. Each kernel's module docstring says
+what it replaces and how it is tested against the readable code.
 """
 
 from __future__ import annotations
 
-KERNELS = ("auto", "off")
+from torch import nn
+
+from reverie.models import distributions
+from reverie.models.kernels.sampling import count_below
+from reverie.models.kernels.straight_through import StraightThrough
+from reverie.models.kernels.two_hot import SparseTargetLogProb
+from reverie.models.switch import KERNELS, resolve
+
+__all__ = ["KERNELS", "install", "resolve"]
+
+distributions.FastPaths.two_hot_log_prob = SparseTargetLogProb.apply
+distributions.FastPaths.count_below = count_below
+distributions.FastPaths.straight_through = StraightThrough.apply
 
 
-def resolve(kernels: str | bool) -> bool:
-    """``"auto"`` -> True (use the kernels where they apply), ``"off"`` -> False (the readable path alone); a bool
-    passes through.
+def install(module: nn.Module, kernels: str | bool) -> bool:
+    """Put the kernels into ``module`` and every module under it, in place, after construction (the one install
+    step; the module docstring lists what goes where). ``kernels="off"`` changes nothing: the readable modules as
+    built. A submodule built with its own ``kernels="off"`` (``CategoricalRSSM``, ``BlockRSSM``, the world models)
+    stays readable; the agent's ``"off"`` keeps every one readable. Parameters, buffers and ``state_dict`` keys do
+    not change.
+
+    The agents call it before placing the modules on their device (the fused scan's check runs where the weights
+    are then: on CPU, in float32, as at construction before this step existed).
+
+    Returns:
+        whether the kernels were installed (``resolve(kernels)``).
 
     Raises:
-        ValueError: any other value.
+        ValueError: an unknown ``kernels``; an RSSM whose modules the fused observe scan cannot reproduce
+            (:func:`.rssm.check_fused_scan`: set ``kernels=off`` after editing them).
+        TypeError: a discrete actor the tape cannot record (:class:`.mlp_tape.MLPTape`).
     """
-    if isinstance(kernels, bool):
-        return kernels
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be 'auto' (hand-written fast paths where they apply) or 'off' (plain autograd "
-                         f"over the readable modules), got {kernels!r}; set agent.module.kernels=auto or off")
-    return kernels == "auto"
+    if not resolve(kernels):
+        return False
+    from reverie.models.dynamics.categorical import CategoricalRSSM
+    from reverie.models.kernels.mlp_tape import MLPTape
+    from reverie.models.kernels.onehot_linear import take_split_features
+    from reverie.models.kernels.rssm import RSSMKernels
+
+    modules = [m for m in module.modules() if getattr(m, "kernels_allowed", True)]  # not those built "off"
+    if any(isinstance(m, CategoricalRSSM) for m in modules):  # its features come split: every linear takes them
+        take_split_features(module)  # nn.Linear -> FeatLinear: dense inputs as before, split ones by row gathers
+    for m in modules:
+        if isinstance(m, CategoricalRSSM):
+            m.kernels = RSSMKernels(m)  # checks that its fused scan computes what the readable step does
+        if hasattr(m, "fast"):
+            m.fast = True
+        if hasattr(m, "actor_tape"):  # DreamerV3: the discrete actor's rollout passes, on CPU
+            m.actor_tape = MLPTape
+            if m.spec.discrete:  # it runs on CPU (DreamerV3._actor_passes)
+                MLPTape(m.actor.net, m.horizon)  # checks the actor's layers now (it records them in every update)
+    return True

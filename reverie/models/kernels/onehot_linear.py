@@ -67,6 +67,11 @@ class SplitFeat:
         return self.index.shape[:-1]
 
     @property
+    def shape(self) -> torch.Size:
+        """``(..., D + S*K)``: the dense features' shape (what a readable module reads off its input)."""
+        return torch.Size((*self.lead, self.dim))
+
+    @property
     def dim(self) -> int:
         """Width of the dense features ``D + S*K``."""
         return (0 if self.deter is None else self.deter.shape[-1]) + self.index.shape[-1] * self.classes
@@ -201,8 +206,7 @@ def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | No
         feat: :class:`SplitFeat` with leading dims ``(...)``.
         weight: ``(O, D + S*K)`` (the ``nn.Linear`` weight over ``cat(deter, flat stoch)``).
         bias: ``(O,)`` or None.
-        table: :func:`gather_table` of ``weight`` in the compute dtype when the caller keeps one
-            (:class:`FeatLinear` does, per weight version); None builds it.
+        table: :func:`gather_table` of ``weight`` in the compute dtype when the caller keeps one; None builds it.
         w_h: ``weight[:, :D]`` in the compute dtype when the caller keeps it; None casts it.
 
     Returns:
@@ -234,21 +238,22 @@ class FeatLinear(nn.Linear):
     """``nn.Linear`` that also takes :class:`SplitFeat` inputs (then :func:`onehot_linear`), for the first layer
     of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``.
 
-    Keeps the :func:`gather_table` of its weight and its ``W_h`` part, in the compute dtype, between calls while
-    the weight is unchanged (its version counter: optimiser steps and ``load_state_dict`` bump it), so a
-    rollout's steps share one copy."""
-
-    _table: tuple[tuple, torch.Tensor, torch.Tensor | None] | None = None
+    Each call builds the :func:`gather_table` of the weight as it is now. It kept one between calls under the
+    weight's version counter until issue 26: a write through ``weight.data`` (the target-network idiom) does not
+    bump that counter, so the layer read stale weights; rebuilding costs about 0.8% of an xs update (38 builds of
+    ~3 ms instead of 7, docs/changelog.md)."""
 
     def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
         if not isinstance(x, SplitFeat):
             return super().forward(x)
-        stoch_dim = x.index.shape[-1] * x.classes
-        dtype = _compute_dtype(self.weight, x)
-        w = self.weight
-        # inference mode is part of the key: tensors made under it (acting) must not be saved for a backward pass
-        key = (w._version, w.data_ptr(), w.device, stoch_dim, dtype, torch.is_inference_mode_enabled())
-        if self._table is None or self._table[0] != key:
-            d = w.shape[1] - stoch_dim
-            self._table = (key, gather_table(w, stoch_dim, dtype), w.detach()[:, :d].to(dtype) if d else None)
-        return onehot_linear(x, w, self.bias, self._table[1], self._table[2])
+        return onehot_linear(x, self.weight, self.bias)
+
+
+def take_split_features(module: nn.Module) -> nn.Module:
+    """Make every ``nn.Linear`` under ``module`` (itself included) a :class:`FeatLinear`, in place, and return
+    ``module``: the same parameters, ``state_dict`` keys and forward on dense inputs; :class:`SplitFeat` inputs
+    then go through :func:`onehot_linear`. Part of :func:`reverie.models.kernels.install`."""
+    for m in module.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = FeatLinear
+    return module

@@ -27,7 +27,7 @@ from torch import nn
 
 from reverie.models.distributions import unimix_sample_index
 from reverie.models.kernels.observe_scan import observe_scan
-from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax
+from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax, take_split_features
 from reverie.models.kernels.scan_linear import ScanLinears
 
 State = dict[str, torch.Tensor]
@@ -35,6 +35,9 @@ State = dict[str, torch.Tensor]
 # The cell's input layer takes the one-hot latent by row gathers from this many rows on (imagination: T*B); below,
 # in the observe scan (B rows per step), the dense product is cheaper than the gather's extra small ops.
 GATHER_MIN_ROWS = 256
+# what the fused scan reads the weights of: nn.Linear, or the FeatLinear install turned it into (the same forward on
+# a dense input; RSSMKernels makes in_z one: it reads the latent by gathers from GATHER_MIN_ROWS rows on)
+LINEARS = (nn.Linear, FeatLinear)
 
 
 class RSSMKernels:
@@ -46,6 +49,7 @@ class RSSMKernels:
 
     def __init__(self, rssm: nn.Module):
         check_fused_scan(rssm)
+        take_split_features(rssm.in_z)  # the input layer reads the latent by gathers (cell_input)
         self.rssm = rssm
 
     # ----------------------------------------------------------------------------------------------- features
@@ -195,13 +199,13 @@ def check_fused_scan(rssm: nn.Module) -> None:
     problems = []
     if type(rssm.gru) is not GRUCell:
         problems.append(f"the cell is a {type(rssm.gru).__name__}, not reverie's GRUCell")
-    elif type(rssm.gru.linear) is not nn.Linear or rssm.gru.linear.bias is not None or type(rssm.gru.norm) is not \
+    elif type(rssm.gru.linear) not in LINEARS or rssm.gru.linear.bias is not None or type(rssm.gru.norm) is not \
             nn.LayerNorm:
         problems.append("the GRUCell's layers are not a bias-free nn.Linear and an nn.LayerNorm")
     if not (is_norm_silu(rssm.in_norm) and is_norm_silu(rssm.post_norm)):
         problems.append("in_norm/post_norm are not LayerNorm -> SiLU")
-    if type(rssm.in_z) is not FeatLinear or type(rssm.post_h) is not nn.Linear or type(rssm.post_out) is not \
-            nn.Linear or rssm.in_z.bias is not None or rssm.post_h.bias is not None or rssm.post_out.bias is None:
+    if type(rssm.in_z) not in LINEARS or type(rssm.post_h) not in LINEARS or type(rssm.post_out) not in \
+            LINEARS or rssm.in_z.bias is not None or rssm.post_h.bias is not None or rssm.post_out.bias is None:
         problems.append("in_z/post_h/post_out are not the bias-free input and hidden layers and the biased output")
     if not problems:
         problems += _probe(rssm)
@@ -226,12 +230,17 @@ def _probe(rssm: nn.Module) -> list[str]:
     index = torch.randint(rssm.classes, (batch, rssm.stoch), generator=g).to(weight.device)
     stoch = torch.zeros(batch, rssm.stoch, rssm.classes, dtype=weight.dtype, device=weight.device)
     state = {"deter": randn(batch, rssm.deter), "stoch": stoch.scatter_(-1, index.unsqueeze(-1), 1.0)}
-    with torch.no_grad(), torch.random.fork_rng(devices=[]), torch.autocast(weight.device.type, enabled=False):
+    # Both runs draw from the weights' device's global stream, from the same point: its state is read and put back
+    # (never seeded: torch.manual_seed would also seed every CUDA device, lazily, past any fork), and fork_rng hands
+    # the CPU stream and that device's stream back as they were.
+    cuda = weight.device.type == "cuda"
+    with torch.no_grad(), torch.random.fork_rng(devices=[weight.device] if cuda else []), \
+            torch.autocast(weight.device.type, enabled=False):
         init = rssm.initial(batch)
-        torch.manual_seed(0)
+        start = torch.cuda.get_rng_state(weight.device) if cuda else torch.get_rng_state()
         deter, logits, drawn = observe_scan(rssm, action_proj, embed_proj, first, [True, True], state["deter"],
                                             state["stoch"], init, weight.dtype)
-        torch.manual_seed(0)
+        torch.cuda.set_rng_state(start, weight.device) if cuda else torch.set_rng_state(start)
         plain = rssm._observe_steps(action_proj, embed_proj, first, state, init, sample=True)
     fused = {"deter": deter, "logits": logits.unflatten(-1, (rssm.stoch, rssm.classes)), "stoch": drawn}
     return [f"two steps give a different {key} (largest difference {(fused[key] - plain[key]).abs().max():.3g})"

@@ -4,12 +4,15 @@ import pytest
 import torch
 
 from reverie.models.dynamics import CategoricalRSSM, GRUCell
+from reverie.models.kernels import install
 from reverie.models.kernels.onehot_linear import SplitFeat
 
 
 def make(action_dim=2, embed=6, kernels="off"):
     torch.manual_seed(0)
-    return CategoricalRSSM(action_dim, embed, deter=16, stoch=4, classes=5, units=16, kernels=kernels)
+    rssm = CategoricalRSSM(action_dim, embed, deter=16, stoch=4, classes=5, units=16)
+    install(rssm, kernels)  # as an agent does after building its modules
+    return rssm
 
 
 @pytest.mark.parametrize("T,B", [(1, 1), (4, 3), (9, 2)])

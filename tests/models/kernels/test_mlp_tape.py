@@ -5,7 +5,7 @@ import torch
 
 from reverie.models.kernels.mlp_tape import MLPTape
 from reverie.models.networks import MLP
-from reverie.models.kernels.onehot_linear import SplitFeat
+from reverie.models.kernels.onehot_linear import SplitFeat, take_split_features
 
 STEPS, N, D, S, K = 4, 6, 5, 3, 4
 
@@ -32,7 +32,7 @@ def grads_of(loss, mlp):
 @pytest.mark.parametrize("layers", [1, 2])
 def test_replay_equals_a_fresh_forward_pass_and_its_gradients_in_float64(split, layers):
     torch.manual_seed(0)
-    mlp = MLP(D + S * K, 3, units=8, layers=layers).double()
+    mlp = take_split_features(MLP(D + S * K, 3, units=8, layers=layers)).double()  # as install makes it
     torch.nn.init.normal_(mlp.out.weight)  # not the zero init of some heads: every gradient is nonzero
     for p in mlp.parameters():  # LayerNorm affine off its (1, 0) init, so its gradients matter
         p.data.add_(0.1 * torch.randn_like(p))
@@ -55,7 +55,7 @@ def test_replay_equals_a_fresh_forward_pass_and_its_gradients_in_float64(split, 
 
 def test_replay_in_bfloat16_autocast_matches_autograd():
     torch.manual_seed(0)
-    mlp = MLP(D + S * K, 3, units=16, layers=2)
+    mlp = take_split_features(MLP(D + S * K, 3, units=16, layers=2))
     torch.nn.init.normal_(mlp.out.weight)
     steps = features(torch.bfloat16, True)
     tape = MLPTape(mlp, STEPS)

@@ -6,13 +6,16 @@ import pytest
 import torch
 
 from reverie.models.dynamics import CategoricalRSSM
+from reverie.models.kernels import install
 
 T, B = 9, 4
 
 
 def make(dtype=torch.float64, kernels="auto"):
     torch.manual_seed(0)
-    return CategoricalRSSM(3, 10, deter=16, stoch=4, classes=5, units=12, kernels=kernels).to(dtype)
+    rssm = CategoricalRSSM(3, 10, deter=16, stoch=4, classes=5, units=12)
+    install(rssm, kernels)  # as an agent does after building its modules
+    return rssm.to(dtype)
 
 
 def inputs(dtype):

@@ -106,7 +106,7 @@ def test_weight_gradient_paths_agree(monkeypatch, one_call, block):
     torch.testing.assert_close(layer.weight.grad, expected, rtol=1e-12, atol=1e-12)
 
 
-def test_cached_table_follows_weight_updates():
+def test_kernel_follows_weight_updates():
     h, z, index = _features(lead=(8,))
     layer = FeatLinear(6 + 12, 3, bias=False).double()
     feat = SplitFeat(h, None, index, 3)
@@ -118,6 +118,29 @@ def test_cached_table_follows_weight_updates():
     assert layer(feat).abs().max().item() == 0.0
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+def test_writes_through_data_reach_the_kernel(autocast):
+    """``weight.data.mul_(0.5)`` (the target-network idiom; ``.data`` writes do not bump the version counter) and
+    ``weight.data.copy_(...)``: the layer reads the weights as they are now, as the dense ``nn.Linear`` does (a
+    cache keyed on the version read stale weights: output off by up to 0.18, issue 26). Each comparison in its own
+    autocast region: autocast keeps its own cast of the dense weight for a whole region."""
+    torch.manual_seed(0)
+    h, z, index = _features(lead=(16,), dtype=torch.float32)
+    layer = FeatLinear(6 + 12, 5)
+    feat = SplitFeat(h, None, index, 3)
+    tol = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-6, atol=1e-6)  # bf16 rounding / float32 sum order
+
+    def check():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            torch.testing.assert_close(layer(feat).float(), layer(feat.dense()).float(), **tol)
+
+    check()  # a first call (what a cache would keep)
+    layer.weight.data.mul_(0.5)
+    check()
+    layer.weight.data.copy_(torch.randn_like(layer.weight))
+    check()
+
+
 def test_one_hot_argmax_is_the_class_index():
     from reverie.models.kernels.onehot_linear import one_hot_argmax
 
@@ -126,9 +149,9 @@ def test_one_hot_argmax_is_the_class_index():
         assert torch.equal(one_hot_argmax(F.one_hot(index, 32).to(dtype)), index)
 
 
-def test_cached_table_follows_fused_adam_steps():
+def test_kernel_follows_fused_adam_steps():
     """The fused Adam kernel writes parameters without bumping their version; reverie's adam() bumps it, so the
-    gather tables (and autograd's saved-tensor checks) see the new weights."""
+    gather tables and autograd's saved-tensor checks see the new weights."""
     from reverie.agents.base import adam
 
     h, z, index = _features(lead=(8,), dtype=torch.float32)
@@ -138,7 +161,7 @@ def test_cached_table_follows_fused_adam_steps():
     layer(feat).sum().backward()
     opt.step()
     torch.testing.assert_close(layer(feat), layer(feat.dense()))
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # the compute-dtype table is cached and refreshed too
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the compute-dtype table follows too
         first = layer(feat)
         layer(feat).float().sum().backward()
         opt.step()
