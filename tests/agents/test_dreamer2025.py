@@ -275,3 +275,34 @@ def test_reverie_train_runs_the_current_agent(tmp_path, env):
     obs, _ = envs.reset()
     action, _ = run.act(obs)
     assert envs.action_space.contains(action)
+
+
+def test_policy_mean_and_std_and_each_decoded_key_have_their_own_output_tensors():
+    """AGC clips every tensor by its own norm (official opt.py clip_by_agc), so the tensors are the official ones:
+    bounded_normal's `mean` and `stddev` layers (heads.py:146-148) and one `pred` layer per vector key in the
+    decoder's DictHead (rssm.py:297-305); a discrete policy has one `logits` layer (heads.py:101-110)."""
+    from reverie.agents.optim import agc_clip_
+    from reverie.models.rms_mlp import Dense, SplitDense
+
+    torch.manual_seed(0)
+    agent = DreamerV3_2025({"a": (3,), "b": (2,)}, ActionSpec(False, 2), **TINY)
+    actor_out, dec_out = agent.actor.net.out, agent.wm.decoder.out
+    assert isinstance(actor_out, SplitDense) and actor_out.widths == (2, 2)  # mean, std
+    assert isinstance(dec_out, SplitDense) and dec_out.widths == (3, 2)  # keys a, b (sorted)
+    names = {n for n, _ in agent.named_parameters()}
+    assert {"actor.net.out.parts.0.weight", "actor.net.out.parts.1.weight", "wm.decoder.out.parts.0.weight",
+            "wm.decoder.out.parts.1.weight"} <= names
+    ids = {id(p) for g in agent.opt.param_groups for p in g["params"]}
+    assert all(id(p) in ids for p in actor_out.parameters()) and all(id(p) in ids for p in dec_out.parameters())
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(actor_out(x), torch.cat([actor_out.parts[0](x), actor_out.parts[1](x)], -1))
+    discrete = DreamerV3_2025({"a": (3,)}, ActionSpec(True, 2), **TINY)
+    assert isinstance(discrete.actor.net.out, Dense) and not isinstance(discrete.actor.net.out, SplitDense)
+    # per tensor: a large gradient on the std layer is clipped, the mean layer's small one is not
+    params = [p.detach().clone() for p in (actor_out.parts[0].weight, actor_out.parts[1].weight)]
+    for p in params:
+        p.fill_(1.0)  # ||p|| = 4 (2 x 8 ones)
+    grads = [torch.full_like(params[0], 0.01), torch.full_like(params[1], 10.0)]
+    agc_clip_(params, grads, 0.3)
+    torch.testing.assert_close(grads[0], torch.full_like(params[0], 0.01))  # ||g|| 0.04 <= 0.3 * 4
+    torch.testing.assert_close(grads[1].norm(), torch.tensor(0.3 * 4.0))  # ||g|| 40 -> 1.2
