@@ -22,10 +22,10 @@ physical row ``a % L`` and is still stored while ``a >= added - fill``. Two feat
 (danijar/dreamerv3 e3f0224, ``embodied/core/replay.py``) use them:
 
 - the online queue (``online_window > 0``, official ``replay.online: True``): every ``online_window`` rows each
-  column queues the window that ends at its newest row (official ``replay.py:108-113``), and a training sample
+  column queues the window that ends at its newest row (official ``replay.py:108-118``), and a training sample
   (``sample(..., online=True)``) takes queued windows first, uniform ones for the rest of the batch (official
-  ``_sample``, ``replay.py:153-160``); windows overwritten before they are drawn are dropped;
-- the write-back (:meth:`Replay.write`, official ``Replay.update``, ``replay.py:126-142``): values computed on a
+  ``_sample``, ``replay.py:151-168``); windows overwritten before they are drawn are dropped;
+- the write-back (:meth:`Replay.write`, official ``Replay.update``, ``replay.py:130-149``): values computed on a
   sampled window (the replay context's posterior latents) are written into the rows it came from, skipping rows
   overwritten since the sample.
 
@@ -218,7 +218,7 @@ class Replay:
             self.arrays[key][self.cursor] = value
         self._advance(1)
         W = self.online_window
-        if W and self.added >= W and (self.added - 1) % W == 0:  # official replay.py:108-113
+        if W and self.added >= W and (self.added - 1) % W == 0:  # official replay.py:108-118
             self.queue.extend((col, self.added - W) for col in range(self.num_envs))
 
     def _with_optional(self, step: Mapping[str, np.ndarray], lead: tuple[int, ...]) -> Mapping[str, np.ndarray]:
@@ -328,7 +328,7 @@ class Replay:
         return out
 
     def write(self, column: np.ndarray, start: np.ndarray, values: Mapping[str, np.ndarray]) -> int:
-        """Write ``values`` into the rows of sampled windows (official ``Replay.update``, ``replay.py:126-142``).
+        """Write ``values`` into the rows of sampled windows (official ``Replay.update``, ``replay.py:130-149``).
 
         Args:
             column: ``(B,)`` each window's column (``replay_column`` of :meth:`sample` with ``index=True``).

@@ -306,3 +306,19 @@ def test_policy_mean_and_std_and_each_decoded_key_have_their_own_output_tensors(
     agc_clip_(params, grads, 0.3)
     torch.testing.assert_close(grads[0], torch.full_like(params[0], 0.01))  # ||g|| 0.04 <= 0.3 * 4
     torch.testing.assert_close(grads[1].norm(), torch.tensor(0.3 * 4.0))  # ||g|| 40 -> 1.2
+
+
+def test_official_dmc_proprio_preset_has_the_official_values():
+    """exp=official_dmc_proprio: dreamerv3/configs.yaml:178-182 of e3f0224 (size1m, train_ratio 1024, 1.1e6 steps)
+    with the defaults it keeps (16 envs, batch 16 x 64, replay 5e6, DMC action repeat 1, replay_context 1, online
+    queue on)."""
+    from reverie.cli import load_config
+
+    cfg = load_config(["agent=dreamerv3_2025", "exp=official_dmc_proprio", "env=dmc_proprio"])
+    assert (cfg.size.deter, cfg.size.hidden, cfg.size.classes, cfg.size.units, cfg.size.cnn_depth) == (512, 64, 4, 64, 4)
+    assert (cfg.agent.train_ratio, cfg.agent.batch_size, cfg.agent.batch_length) == (1024, 16, 64)
+    assert cfg.agent.module.replay_context == 1 and cfg.agent.replay_online is True
+    assert (cfg.env.suite, cfg.env.task, cfg.env.action_repeat, cfg.env.num_envs, cfg.env.image) == \
+        ("dmc", "walker_walk", 1, 16, False)
+    assert (cfg.replay.capacity, cfg.train.steps, cfg.train.prefill) == (5_000_000, 1_100_000, 0)
+    assert cfg.agent.module.dynamics.deter == 512 and cfg.agent.module.units == 64
