@@ -306,7 +306,7 @@ def run_with_collector(run: Any) -> None:
     tc, loop, clocks = run.cfg.train, run.loop, run.loop.clocks
     collector = Collector(run.stepper, run.replay, make_policy_copy(run.agent), tc.control_hz, row=run.row,
                           state=run.act_state, env_steps=loop.env_steps, ratio_steps=loop.schedule.env_steps,
-                          steps=run.steps, prefill=run.prefill, batch_length=run.batch[1] + run.context,  # + context row
+                          steps=run.steps, prefill=run.prefill, batch_length=run.batch[1] + run.context,  # + context
                           random_action=run.random_action)
     owed, since_sync, sync_every = 0, 0, max(1, int(tc.get("policy_sync_every", 1)))
     run.replay_lock = collector.replay_lock  # the write-back after each update (replay context)

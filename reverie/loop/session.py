@@ -321,8 +321,9 @@ class Session:
         return collectives.broadcast_int(self.loop.schedule(self.n, finished), self.info)
 
     def sample(self) -> dict[str, np.ndarray]:
-        """A training batch ``(T + context, B, ...)``: fresh windows of the online queue first (``agent.replay_online``),
-        with each window's column and start (``replay_column``, ``replay_start``) when the agent has replay context."""
+        """A training batch ``(T + context, B, ...)``: fresh windows of the online queue first
+        (``agent.replay_online``), with each window's column and start (``replay_column``, ``replay_start``) when the
+        agent has replay context."""
         B, T = self.batch
         return self.replay.sample(B, T + self.context, online=self.online, index=bool(self.context))
 

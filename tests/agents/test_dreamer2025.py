@@ -315,7 +315,8 @@ def test_official_dmc_proprio_preset_has_the_official_values():
     from reverie.cli import load_config
 
     cfg = load_config(["agent=dreamerv3_2025", "exp=official_dmc_proprio", "env=dmc_proprio"])
-    assert (cfg.size.deter, cfg.size.hidden, cfg.size.classes, cfg.size.units, cfg.size.cnn_depth) == (512, 64, 4, 64, 4)
+    size = cfg.size
+    assert (size.deter, size.hidden, size.classes, size.units, size.cnn_depth) == (512, 64, 4, 64, 4)
     assert (cfg.agent.train_ratio, cfg.agent.batch_size, cfg.agent.batch_length) == (1024, 16, 64)
     assert cfg.agent.module.replay_context == 1 and cfg.agent.replay_online is True
     assert (cfg.env.suite, cfg.env.task, cfg.env.action_repeat, cfg.env.num_envs, cfg.env.image) == \

@@ -188,7 +188,7 @@ def test_current_agent_pretrains_from_rows_without_latents_and_init_from_leaves_
     assert episodes and all(not set(LATENT_KEYS) & set(e.rows) for e in episodes)
     online = tmp_path / "online"
     assert main(["train", "exp=debug", *current, f"run_dir={online}", f"init_from={pre}", "seed=1",
-                 "train.steps=8", "train.eval_episodes=0"]) == 0
+                 "train.steps=8", "train.eval_every=0", "train.eval_episodes=1"]) == 0
     saved = list_checkpoints(online / "checkpoints")[-1].with_suffix(".replay")
     meta = json.loads((saved / "replay.json").read_text())
     has = np.load(saved / "has_posterior.npy")
