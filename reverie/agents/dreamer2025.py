@@ -213,7 +213,8 @@ class DreamerV3_2025(WorldModelAgent):
 
     def replay_writes(self) -> dict[str, np.ndarray] | None:
         """What the last :meth:`update` computed for its trained rows ``1..T`` of the window: the posteriors
-        ``posterior_deter (T, B, D)``, ``posterior_stoch (T, B, S, K)`` and ``has_posterior (T, B)``, for
+        ``posterior_deter (T, B, D)``, ``posterior_stoch (T, B, S, K)`` and ``has_posterior (T, B)`` (false, with
+        zeros, where a posterior is not finite: a diverging update stores no latent), for
         :meth:`reverie.replay.Replay.write` at ``replay_start + 1``; None without replay context. Cleared by the
         call."""
         writes, self._writes = self._writes, None
@@ -254,11 +255,13 @@ class DreamerV3_2025(WorldModelAgent):
             data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         with autocast(self.device, self.compute_dtype):
             metrics, post = self._update(data, state)
-        if self.replay_context:
+        if self.replay_context:  # non-finite posteriors are not kept: those rows get no latent (zeros)
             deter, stoch, flag = LATENT_KEYS
-            self._writes = {deter: post["deter"].detach().float().cpu().numpy(),
-                            stoch: post["stoch"].detach().float().cpu().numpy(),
-                            flag: np.ones(post["deter"].shape[:2], bool)}
+            d, z = post["deter"].detach().float(), post["stoch"].detach().float()  # (T, B, D), (T, B, S, K)
+            finite = torch.isfinite(d).all(-1) & torch.isfinite(z).flatten(2).all(-1)  # (T, B)
+            self._writes = {deter: (d * finite[..., None]).nan_to_num().cpu().numpy(),
+                            stoch: (z * finite[..., None, None]).nan_to_num().cpu().numpy(),
+                            flag: finite.cpu().numpy()}
         return self._metric_floats(metrics)
 
     def _update(self, data: dict[str, torch.Tensor], state: dict[str, torch.Tensor] | None = None):

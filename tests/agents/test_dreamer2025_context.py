@@ -150,3 +150,25 @@ def test_is_first_inside_a_window_resets_the_state_there():
     np.testing.assert_array_equal(pa[k - 1:, 1], pb[k - 1:, 1])  # window row k = trained row k - 1: reset
     assert not np.allclose(pa[:k - 1, 1], pb[:k - 1, 1])
     assert not np.allclose(pa[:, 0], pb[:, 0])  # no is_first in column 0: the start state carries through
+
+
+def test_a_non_finite_posterior_is_not_written_back():
+    """A non-finite posterior must not spread through the replay: its rows come back without a latent (zeros,
+    has_posterior false). (A non-finite *start* state stops the update earlier: the policy's distribution refuses
+    NaN parameters.)"""
+    ag, data = agent(), window()
+    update = ag._update
+
+    def poisoned(batch, state):
+        metrics, post = update(batch, state)
+        post = {**post, "deter": post["deter"].clone()}
+        post["deter"][2:, 1] = float("nan")  # trained rows 2.. of column 1
+        return metrics, post
+
+    ag._update = poisoned
+    ag.update(data)
+    writes = ag.replay_writes()
+    assert writes["has_posterior"][:2].all() and not writes["has_posterior"][2:, 1].any()
+    assert writes["has_posterior"][:, [0, 2]].all()
+    assert np.isfinite(writes["posterior_deter"]).all() and not writes["posterior_deter"][2:, 1].any()
+    assert not writes["posterior_stoch"][2:, 1].any() and writes["posterior_stoch"][2:, 0].any()
