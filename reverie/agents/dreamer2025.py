@@ -19,6 +19,15 @@ One update (``dreamerv3/agent.py`` ``Agent.loss``, ``imag_loss``, ``repl_loss``)
   trained through the posterior features into the world model;
 - total ``rec 1, rew 1, con 1, dyn 1, rep 0.1, policy 1, value 1, repval 0.3``, one backward pass, LaProp with
   AGC (:class:`reverie.agents.optim.LaProp`) over all parameters; the slow value moves 2% towards the value after it.
+
+Replay context (``replay_context: 1``, official ``configs.yaml:15``, ``agent.py:312-340``): every replay row stores a
+posterior latent (:data:`reverie.replay.LATENT_KEYS`): the acting posterior when the agent acted on the row (the
+official driver stores the policy's outputs with each step, ``driver.py:70-77``), none (``has_posterior`` false) for
+prefill rows and rows from a dataset. A training window has ``batch_length + 1`` rows: row 0 is the context, whose
+stored latent is the state before row 1, and rows ``1..T`` are trained (row 1 ``is_first`` only where its data says
+so); a context row without a latent starts row 1 from the initial state instead, as a window without context does.
+After the update the posteriors of rows ``1..T`` are written back into the replay (:meth:`replay_writes`, official
+``train`` returns them as ``outs['replay']``, ``agent.py:144-150``).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from reverie.models.distributions import TwoHotSymexp
 from reverie.models.kernels import install
 from reverie.models.rms_mlp import RMSMLP
 from reverie.models.world_model_2025 import WorldModel2025
+from reverie.replay.buffer import LATENT_KEYS
 from reverie.runtime.collectives import all_gather_cat
 from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
@@ -95,6 +105,8 @@ class DreamerV3_2025(WorldModelAgent):
         retnorm_decay, retnorm_limit, retnorm_low, retnorm_high: the return percentile normaliser (rate 0.01,
             limit 1.0, 5th and 95th percentiles; ``retnorm`` in ``configs.yaml:111``).
         lr, agc, eps, beta1, beta2, warmup: :class:`reverie.agents.optim.LaProp` (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000).
+        replay_context: 1: windows start from the stored posterior of their first row (module docstring; the
+            official default); 0: every window starts from the initial state at row 0.
         kernels: ``"auto"`` or ``"off"`` (``agent.module.kernels``): the two-hot kernel in the reward, value and
             replay value losses and the sampling kernel in the policy's draw (:mod:`reverie.models.kernels`; the
             dynamics read the key through their own config block).
@@ -102,7 +114,7 @@ class DreamerV3_2025(WorldModelAgent):
 
     Raises:
         ValueError: ``imag_last`` negative or 1 with the replay value loss on (its returns need two rows),
-            unknown ``loss_scales`` keys.
+            unknown ``loss_scales`` keys, ``replay_context`` other than 0 or 1.
     """
 
     optimizers = ("opt",)
@@ -118,8 +130,13 @@ class DreamerV3_2025(WorldModelAgent):
                  slow_reg: float = 1.0, retnorm_decay: float = 0.99, retnorm_limit: float = 1.0,
                  retnorm_low: float = 0.05, retnorm_high: float = 0.95, lr: float = 4e-5, agc: float = 0.3,
                  eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
-                 kernels: str = "auto", device: str = "cpu", precision: str = "auto"):
+                 replay_context: int = 0, kernels: str = "auto", device: str = "cpu", precision: str = "auto"):
         super().__init__()
+        if replay_context not in (0, 1):
+            raise ValueError(f"DreamerV3_2025: replay_context must be 0 (no context) or 1 (one context row, the "
+                             f"official default), got {replay_context!r}")
+        self.replay_context = int(replay_context)
+        self._writes: dict[str, np.ndarray] | None = None  # the last update's posteriors for the replay
         self.fast = False  # install (below): the kernels of the value losses and the policy's draw
         scales = LOSS_SCALES | dict(loss_scales or {})
         if set(scales) != set(LOSS_SCALES):
@@ -138,8 +155,9 @@ class DreamerV3_2025(WorldModelAgent):
                                  kernels=kernels)
         feat = self.wm.dynamics.feat_dim
         out = action_spec.dim if action_spec.discrete else 2 * action_spec.dim
+        split = None if action_spec.discrete else (action_spec.dim, action_spec.dim)  # mean, std: heads.py:146-148
         self.actor = Actor(feat, action_spec, units, actor_layers, actor_unimix, min_std, max_std,
-                           net=RMSMLP(feat, out, units, actor_layers, actor_outscale))
+                           net=RMSMLP(feat, out, units, actor_layers, actor_outscale, out_split=split))
         self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer(retnorm_decay, retnorm_limit, retnorm_low, retnorm_high)
@@ -170,16 +188,81 @@ class DreamerV3_2025(WorldModelAgent):
             action = action.clamp(-1.0, 1.0)
         return action.float().cpu().numpy(), (post, action.float())
 
+    # -------------------------------------------------------------------------------------------- replay context
+    def replay_latent_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The replay keys of the stored latents (:data:`reverie.replay.LATENT_KEYS`) with their per-row shapes:
+        ``posterior_deter (D,)``, ``posterior_stoch (S, K)`` float32 and ``has_posterior ()`` bool; empty without
+        replay context."""
+        if not self.replay_context:
+            return {}
+        dyn = self.wm.dynamics
+        deter, stoch, flag = LATENT_KEYS
+        return {deter: ((dyn.deter,), np.dtype(np.float32)), stoch: ((dyn.stoch, dyn.classes), np.dtype(np.float32)),
+                flag: ((), np.dtype(bool))}
+
+    def replay_latent(self, state: Any) -> dict[str, np.ndarray]:
+        """The latents to store with the row the agent just acted on: the acting posterior of ``state`` (what
+        :meth:`act` returned for that row) as ``(N, ...)`` arrays, ``has_posterior`` true; empty without replay
+        context or without a state (the row gets no latent)."""
+        if not self.replay_context or state is None:
+            return {}
+        post = state[0]
+        deter, stoch, flag = LATENT_KEYS
+        n = post["deter"].shape[0]
+        return {deter: post["deter"].float().cpu().numpy(), stoch: post["stoch"].float().cpu().numpy(),
+                flag: np.ones(n, bool)}
+
+    def replay_writes(self) -> dict[str, np.ndarray] | None:
+        """What the last :meth:`update` computed for its trained rows ``1..T`` of the window: the posteriors
+        ``posterior_deter (T, B, D)``, ``posterior_stoch (T, B, S, K)`` and ``has_posterior (T, B)`` (false, with
+        zeros, where a posterior is not finite: a diverging update stores no latent), for
+        :meth:`reverie.replay.Replay.write` at ``replay_start + 1``; None without replay context. Cleared by the
+        call."""
+        writes, self._writes = self._writes, None
+        return writes
+
     # ----------------------------------------------------------------------------------------------- learning
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One update on a replay batch ``(T, B, ...)`` with observation keys, ``prev_action``, ``reward``,
-        ``is_first``, ``is_last``, ``is_terminal``. Row 0 starts from the initial state (official ``replay.py:286``
-        sets ``is_first`` there). Returns the metrics (``loss/<key>`` for every loss, gradient norm, returns)."""
+        ``is_first``, ``is_last``, ``is_terminal``; returns the metrics (``loss/<key>`` for every loss, gradient
+        norm, returns).
+
+        Without replay context row 0 starts from the initial state (official ``replay.py:286`` sets ``is_first``
+        there). With it the batch has ``T + 1`` rows and the latent keys: row 0 is the context (its stored
+        posterior is the state before row 1; none: the initial state), rows ``1..T`` are trained and their
+        posteriors kept for :meth:`replay_writes` (official ``_apply_replay_context``, ``agent.py:312-340``).
+
+        Raises:
+            ValueError: replay context is on but the batch lacks the latent keys (sample a replay built with
+                :meth:`replay_latent_spec`).
+        """
         data = self._update_inputs(batch)
         data["is_last"] = torch.as_tensor(np.asarray(batch["is_last"]), device=self.device)
-        data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
+        state = None
+        if self.replay_context:
+            missing = [k for k in LATENT_KEYS if k not in batch]
+            if missing:
+                raise ValueError(f"DreamerV3_2025 with replay_context=1 needs the stored latents {missing} in the "
+                                 f"batch (a replay built with agent.replay_latent_spec(), sampled with "
+                                 f"batch_length + 1 rows); set agent.module.replay_context=0 to train without them")
+            deter, stoch, flag = LATENT_KEYS
+            param = next(self.wm.parameters())
+            state = {"deter": torch.as_tensor(np.asarray(batch[deter][0]), device=self.device).to(param.dtype),
+                     "stoch": torch.as_tensor(np.asarray(batch[stoch][0]), device=self.device).to(param.dtype)}
+            has = torch.as_tensor(np.asarray(batch[flag][0]), device=self.device)  # (B,)
+            data = {k: v[1:] for k, v in data.items()}  # (T+1, B, ...) -> (T, B, ...): the trained rows
+            data["is_first"] = torch.cat([data["is_first"][:1] | ~has[None], data["is_first"][1:]])
+        else:
+            data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         with autocast(self.device, self.compute_dtype):
-            metrics = self._update(data)
+            metrics, post = self._update(data, state)
+        if self.replay_context:  # non-finite posteriors are not kept: those rows get no latent (zeros)
+            deter, stoch, flag = LATENT_KEYS
+            d, z = post["deter"].detach().float(), post["stoch"].detach().float()  # (T, B, D), (T, B, S, K)
+            finite = torch.isfinite(d).all(-1) & torch.isfinite(z).flatten(2).all(-1)  # (T, B)
+            self._writes = {deter: (d * finite[..., None]).nan_to_num().cpu().numpy(),
+                            stoch: (z * finite[..., None, None]).nan_to_num().cpu().numpy(),
+                            flag: finite.cpu().numpy()}
         return self._metric_floats(metrics)
 
     def _update(self, data: dict[str, torch.Tensor], state: dict[str, torch.Tensor] | None = None):
@@ -202,7 +285,7 @@ class DreamerV3_2025(WorldModelAgent):
         norm, skipped = self._optimize(total, bool(torch.isfinite(imag["ret"]).all()), retnorm)
         metrics |= {"grad_norm/total": norm, "guard/nonfinite": torch.tensor(float(skipped))}
         metrics |= info | imag["metrics"]
-        return metrics
+        return metrics, post
 
     def _scale(self, key: str) -> float:
         return self.loss_scales["rec" if key in self.wm.obs_shapes else key]

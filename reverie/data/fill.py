@@ -51,6 +51,8 @@ def fill_replay(replay, episodes: Sequence[Episode]) -> dict[str, int]:
     used = per_column * n
     block = {}
     for key in replay.spec:
+        if key in replay.optional and not all(key in e.rows for e in episodes):
+            continue  # e.g. the replay context's latents: a dataset's rows have none (zeros, Replay.extend)
         stream = np.concatenate([e.rows[key] for e in episodes])[:used]  # (steps, ...) -> (N*K, ...)
         block[key] = stream.reshape(n, per_column, *stream.shape[1:]).swapaxes(0, 1)  # (N*K, ...) -> (K, N, ...)
     block["is_first"][0] = True  # every column starts a stream

@@ -28,7 +28,7 @@ def read_run(path: str | Path) -> list[Episode]:
     Raises:
         DatasetError: the checkpoint has no replay snapshot.
     """
-    from reverie.replay import Replay
+    from reverie.replay import LATENT_KEYS, Replay
 
     path = Path(path)
     payload = load_checkpoint(path)
@@ -37,7 +37,9 @@ def read_run(path: str | Path) -> list[Episode]:
                            f"a run directory written by `reverie train` or `reverie pretrain`")
     folder = Path(payload["replay_dir"])
     meta = Replay.verify(folder)
-    arrays = {key: np.load(folder / f"{key}.npy", mmap_mode="r") for key in meta["keys"]}  # (L, N, ...)
+    # the replay context's stored latents are training state, not data: a dataset's rows have none
+    arrays = {key: np.load(folder / f"{key}.npy", mmap_mode="r") for key in meta["keys"]
+              if key not in LATENT_KEYS}  # (L, N, ...)
     fill, length = int(meta["fill"]), int(meta["length"])
     order = (np.arange(fill) + (int(meta["cursor"]) if meta["wrapped"] else 0)) % length  # oldest row first
     episodes = []

@@ -100,7 +100,7 @@ class Collector:
         ratio_steps: of those, the steps already counted towards the train_ratio (``ratio.env_steps``).
         steps: stop collecting at this many env steps (``train.steps``).
         prefill: env steps of the random policy (``train.prefill``).
-        batch_length: ``T`` of a replay sample (``agent.batch_length``).
+        batch_length: ``T`` of a replay sample (``agent.batch_length``, plus the replay context's row).
         random_action: ``() -> (N, A)`` float32 uniform random actions (prefill).
         late_tolerance: a step starting more than this fraction of a period after its deadline is late.
         history: how many recent step start times (``time.monotonic`` seconds) to keep in :attr:`step_starts`.
@@ -217,14 +217,16 @@ class Collector:
                 self._state.notify_all()
 
     def _step(self, start: float, late: bool) -> None:
-        row, state = self.row, self.state
+        row, state, latent = self.row, self.state, {}
         if self.env_steps < self.prefill:
             action = self.random_action()
         else:
             with self.policy_lock:
                 action, state = self.policy.act(row, state, "explore")
+                if hasattr(self.policy, "replay_latent"):  # the replay context's stored latent of this row
+                    latent = self.policy.replay_latent(state)
         with self.replay_lock:
-            self.replay.add({**row, "action": action})
+            self.replay.add({**row, "action": action, **latent})
             rows = self.replay.num_rows
         new_row, finished = self.stepper.step(action)
         with self._state:
@@ -304,9 +306,10 @@ def run_with_collector(run: Any) -> None:
     tc, loop, clocks = run.cfg.train, run.loop, run.loop.clocks
     collector = Collector(run.stepper, run.replay, make_policy_copy(run.agent), tc.control_hz, row=run.row,
                           state=run.act_state, env_steps=loop.env_steps, ratio_steps=loop.schedule.env_steps,
-                          steps=run.steps, prefill=run.prefill, batch_length=run.batch[1],
+                          steps=run.steps, prefill=run.prefill, batch_length=run.batch[1] + run.context,  # + context
                           random_action=run.random_action)
     owed, since_sync, sync_every = 0, 0, max(1, int(tc.get("policy_sync_every", 1)))
+    run.replay_lock = collector.replay_lock  # the write-back after each update (replay context)
 
     def catch_up() -> int:  # read the collector's counters and episodes; returns late steps
         nonlocal owed

@@ -114,6 +114,7 @@ class Session:
         self._update = self._update_path()
         self.heldout = None  # offline: the held-out data's replay (pretrain.heldout)
         self.row, self.act_state, self._step = None, None, None
+        self.row_latent: dict[str, np.ndarray] = {}  # what act() computed for the row add_and_step adds
         self.diverged = self.interrupted = False
         self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
         self.progress: Progress | None = None
@@ -189,6 +190,11 @@ class Session:
         collectives.broadcast_module(self.agent)  # replicas start equal: rank 0's initial weights
         replay_dir = str(rank_path(cfg.replay.directory or self.run_dir / "replay", info))  # this rank's shard
         spec = Replay.spec_for(self.obs_space, self.spec.dim)
+        # the replay context (agent=dreamerv3_2025): each row's stored latent, absent (zeros) unless given
+        latents = self.agent.replay_latent_spec() if hasattr(self.agent, "replay_latent_spec") else {}
+        spec |= latents
+        self.context = int(getattr(self.agent, "replay_context", 0) or 0)  # rows before the trained ones
+        self.online = bool(cfg.agent.get("replay_online", False))  # the online queue (official replay.online)
         if cfg.replay.get("preflight", True):
             # a dataset (offline, or kept by init_from) may fill the replay beyond the env steps: count all of it
             dataset = bool(self.offline or cfg.get("init_from"))
@@ -199,8 +205,11 @@ class Session:
             if info.is_main:
                 print(f"[reverie] disk: {describe(fits, bound)} under {self.run_dir / 'checkpoints'}; "
                       f"{fits['disk_free'] / GIB:.1f} GiB free")
+        window = self.batch[1] + self.context  # official replay length: consec * batch_length + replay_context
         self.replay = Replay(int(cfg.replay.capacity), self.n, spec, storage=cfg.replay.storage,
-                             directory=replay_dir, seed=self.seed)
+                             directory=replay_dir, seed=self.seed, optional=tuple(latents),
+                             online_window=window if self.online else 0)
+        self.replay_lock: Any = contextlib.nullcontext()  # train.control_hz: the collector's lock (write-back)
 
     def _build_logger(self) -> None:
         cfg, info, saved = self.cfg, self.info, self.saved
@@ -264,16 +273,20 @@ class Session:
 
     def act(self) -> np.ndarray:
         """The action for the current row ``(N, A)``: random during prefill, then the agent's exploration policy."""
+        self.row_latent = {}  # the row's stored latent (replay context): none for random actions
         if self.loop.env_steps < self.prefill:
             return self.random_action()
         action, self.act_state = self.agent.act(self.row, self.act_state, "explore")
+        if self.context:
+            self.row_latent = self.agent.replay_latent(self.act_state)
         return action
 
     def add_and_step(self, action: np.ndarray) -> None:
         """Add row ``t`` = (obs_t, reward_t, flags_t, action_t) to replay and step the envs with ``action``. With
         ``train.async_collect`` the envs step in their processes until :meth:`collected`; the updates between read
         only rows up to ``t``, already in replay, so the run is the same with the switch on or off."""
-        self.replay.add({**self.row, "action": action})
+        self.replay.add({**self.row, "action": action, **self.row_latent})
+        self.row_latent = {}
         if self.overlap:
             self.stepper.step_async(action)
         else:
@@ -299,7 +312,7 @@ class Session:
 
     def learning(self) -> bool:
         """True once the prefill is done and replay holds more than one sequence of ``batch_length`` rows."""
-        return self.loop.env_steps >= self.prefill and self.replay.num_rows > self.batch[1]
+        return self.loop.env_steps >= self.prefill and self.replay.num_rows > self.batch[1] + self.context
 
     def owed(self) -> int:
         """The updates the schedule owes for the env steps (and episodes) just collected: rank 0's count on every
@@ -308,8 +321,11 @@ class Session:
         return collectives.broadcast_int(self.loop.schedule(self.n, finished), self.info)
 
     def sample(self) -> dict[str, np.ndarray]:
-        """A replay batch ``(T, B, ...)``."""
-        return self.replay.sample(*self.batch)
+        """A training batch ``(T + context, B, ...)``: fresh windows of the online queue first
+        (``agent.replay_online``), with each window's column and start (``replay_column``, ``replay_start``) when the
+        agent has replay context."""
+        B, T = self.batch
+        return self.replay.sample(B, T + self.context, online=self.online, index=bool(self.context))
 
     def update(self, batch: dict[str, np.ndarray] | None = None) -> bool:
         """:meth:`update_once`; in one process a Ctrl-C / SIGTERM that arrives during the update waits for its end
@@ -329,7 +345,9 @@ class Session:
         first = self._first_update and self.progress is not None
         if first:  # this process's first update compiles and allocates: say so while it runs
             self.progress.status("first update (compiling/allocating)...")
-        metrics = self._update(self.sample() if batch is None else batch)
+        batch = self.sample() if batch is None else batch
+        metrics = self._update(batch)
+        self.write_back(batch)
         if first:
             self.progress.status(None)  # the estimate counts from here
         self._first_update = False
@@ -346,6 +364,15 @@ class Session:
             print(f"[reverie] stopping: {self.bad_in_row} updates in a row had non-finite losses or gradients "
                   f"(train.max_nonfinite_updates={self.max_bad}); the checkpoint holds the last finite model")
         return self.diverged
+
+    def write_back(self, batch: dict[str, np.ndarray]) -> None:
+        """After an update with replay context: write the posteriors of the window's trained rows into the rows they
+        came from (official ``replay.update(outs['replay'])``, ``embodied/run/train.py:79-80``); rows overwritten
+        since the sample are skipped."""
+        writes = self.agent.replay_writes() if self.context else None
+        if writes is not None and "replay_start" in batch:
+            with self.replay_lock:
+                self.replay.write(batch["replay_column"], batch["replay_start"] + self.context, writes)
 
     def report(self) -> None:
         """The open-loop report (``reverie.viz``) when its clock (updates) fires, and once more at the end of a run

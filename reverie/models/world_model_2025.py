@@ -89,7 +89,9 @@ class WorldModel2025(nn.Module):
             self.image_decoder = SimpleConvDecoder(deter, feat - deter, self.image_shape, depth=cnn_depth, units=units,
                                                    **cnn, **dec_cnn)
         if self.vector_keys:
-            self.decoder = RMSMLP(feat, vector_dim, units, dec_layers)
+            # one output layer per vector key (the official DictHead, rssm.py:297-305)
+            self.decoder = RMSMLP(feat, vector_dim, units, dec_layers,
+                                  out_split=[self.obs_shapes[k][0] for k in self.vector_keys])
         self.reward_head = RMSMLP(feat, reward_bins, units, reward_layers, outscale=0.0)
         self.cont_head = RMSMLP(feat, 1, units, cont_layers, outscale=1.0)
 

@@ -16,6 +16,21 @@ Windows may cross episode boundaries; ``is_first`` marks every crossing (:mod:`r
 
 Snapshots (:meth:`Replay.save`, :meth:`Replay.load`; a checkpoint's ``ckpt_<step>.replay/``) hold only the filled
 rows, ``(fill, N, ...)`` per key, so they cost what the buffer holds, not its capacity.
+
+Absolute positions: ``added`` counts the rows ever written per column; the row at absolute position ``a`` lives in
+physical row ``a % L`` and is still stored while ``a >= added - fill``. Two features of the current official replay
+(danijar/dreamerv3 e3f0224, ``embodied/core/replay.py``) use them:
+
+- the online queue (``online_window > 0``, official ``replay.online: True``): every ``online_window`` rows each
+  column queues the window that ends at its newest row (official ``replay.py:108-118``), and a training sample
+  (``sample(..., online=True)``) takes queued windows first, uniform ones for the rest of the batch (official
+  ``_sample``, ``replay.py:151-168``); windows overwritten before they are drawn are dropped;
+- the write-back (:meth:`Replay.write`, official ``Replay.update``, ``replay.py:130-149``): values computed on a
+  sampled window (the replay context's posterior latents) are written into the rows it came from, skipping rows
+  overwritten since the sample.
+
+Both the counter and the queue are part of the state and of every snapshot, so a resumed run samples exactly as the
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -23,7 +38,8 @@ from __future__ import annotations
 import json
 import mmap
 import os
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -34,6 +50,10 @@ Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
 REQUIRED_KEYS = ("action", "reward", *FLAG_KEYS)
 STORAGES = ("memory", "memmap")
 MIN_ROWS = 2
+#: the replay context's stored latents (agent=dreamerv3_2025, ``replay_context: 1``): a row's posterior ``deter``
+#: ``(D,)``, ``stoch`` ``(S, K)`` and whether it has one; optional keys (zeros, ``has_posterior`` false, when a row
+#: is added without them). They are training state, not data: a run's replay read as a dataset leaves them out.
+LATENT_KEYS = ("posterior_deter", "posterior_stoch", "has_posterior")
 META_FILE = "replay.json"
 RELEASE_BYTES = 128 << 20  # memmap: unmap touched pages after about this many bytes written or read
 
@@ -57,10 +77,14 @@ class Replay:
         directory: where memmap files live (created if missing); required for ``"memmap"``.
         seed: seeds the sampler's ``np.random.Generator`` (``np.random.default_rng(seed)``); its state is
             part of :meth:`state_dict`.
+        optional: spec keys a row may lack in :meth:`add` and :meth:`extend`: written as zeros (the replay
+            context's latents, :data:`reverie.replay.LATENT_KEYS`, of rows nobody filtered yet).
+        online_window: ``W > 0`` turns the online queue on (module docstring): each column queues the window of
+            ``W`` rows ending at its newest row every ``W`` rows; 0: off.
 
     Raises:
         ValueError: too small a capacity, a missing required key, ``prev_action`` in the spec, an unknown
-            storage, or memmap without a directory.
+            storage, memmap without a directory, an optional key not in the spec or a negative ``online_window``.
     """
 
     def __init__(
@@ -71,6 +95,8 @@ class Replay:
         storage: str = "memory",
         directory: str | os.PathLike | None = None,
         seed: int = 0,
+        optional: Iterable[str] = (),
+        online_window: int = 0,
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -89,6 +115,16 @@ class Replay:
             raise ValueError(f"replay.storage must be one of {STORAGES}, got {storage!r}")
         if storage == "memmap" and directory is None:
             raise ValueError("replay.storage='memmap' needs a directory: set replay.directory=/path/to/replay")
+        optional = tuple(optional)
+        unknown = [key for key in optional if key not in spec]
+        if unknown:
+            raise ValueError(f"replay optional keys {unknown} are not in the spec {sorted(spec)}")
+        if int(online_window) < 0:
+            raise ValueError(f"online_window must be >= 0 (0: no online queue), got {online_window}")
+        self.optional = optional
+        self.online_window = int(online_window)
+        self.queue: deque[tuple[int, int]] = deque()  # (column, absolute start) of fresh windows, oldest first
+        self.added = 0  # rows ever written per column (absolute position of the next row)
         self.spec: Spec = {key: (tuple(int(d) for d in shape), np.dtype(dtype)) for key, (shape, dtype) in spec.items()}
         self.num_envs = int(num_envs)
         self.length = rows  # L
@@ -157,13 +193,15 @@ class Replay:
         """Write one row for all ``N`` envs at the cursor (the oldest row is overwritten once full).
 
         Args:
-            step: every spec key -> ``(N, *shape)`` array; extra keys are ignored.
+            step: every spec key -> ``(N, *shape)`` array (optional keys may be missing: zeros); extra keys are
+                ignored.
 
         Raises:
             KeyError: a spec key is missing.
             ValueError: a value has the wrong shape, or a dtype that does not cast ``same_kind`` to the spec's
                 (e.g. float images for a uint8 key).
         """
+        step = self._with_optional(step, (self.num_envs,))
         missing = [key for key in self.spec if key not in step]
         if missing:
             raise KeyError(f"Replay.add: step lacks keys {missing}; every row needs {sorted(self.spec)}")
@@ -179,6 +217,16 @@ class Replay:
         for key, value in values.items():
             self.arrays[key][self.cursor] = value
         self._advance(1)
+        W = self.online_window
+        if W and self.added >= W and (self.added - 1) % W == 0:  # official replay.py:108-118
+            self.queue.extend((col, self.added - W) for col in range(self.num_envs))
+
+    def _with_optional(self, step: Mapping[str, np.ndarray], lead: tuple[int, ...]) -> Mapping[str, np.ndarray]:
+        """``step`` with zeros ``(*lead, *shape)`` for the optional keys it lacks."""
+        absent = [key for key in self.optional if key not in step]
+        if not absent:
+            return step
+        return {**step, **{key: np.zeros((*lead, *self.spec[key][0]), self.spec[key][1]) for key in absent}}
 
     def _advance(self, count: int) -> None:
         """Bookkeeping after ``count`` rows were written from the cursor on (wrapping): cursor, fill, wrapped, the
@@ -187,6 +235,7 @@ class Replay:
         self._wrapped = self._wrapped or self.cursor + count >= self.length
         self.cursor = (self.cursor + count) % self.length
         self.fill = min(self.fill + count, self.length)
+        self.added += count
         self._touch(self.row_bytes * count)
 
     def extend(self, steps: Mapping[str, np.ndarray]) -> None:
@@ -200,6 +249,8 @@ class Replay:
             KeyError: a spec key is missing.
             ValueError: a wrong shape, a dtype that does not cast ``same_kind``, or ``K`` outside ``1..L``.
         """
+        if "reward" in steps:
+            steps = self._with_optional(steps, (len(np.asarray(steps["reward"])), self.num_envs))
         missing = [key for key in self.spec if key not in steps]
         if missing:
             raise KeyError(f"Replay.extend: steps lack keys {missing}; every row needs {sorted(self.spec)}")
@@ -218,7 +269,7 @@ class Replay:
             self.arrays[key][rows] = steps[key]
         self._advance(count)
 
-    def sample(self, batch: int, length: int) -> dict[str, np.ndarray]:
+    def sample(self, batch: int, length: int, online: bool = False, index: bool = False) -> dict[str, np.ndarray]:
         """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
 
         Cost is ``O(batch * length)`` per key whatever the capacity or fill: one fancy-index per key.
@@ -226,6 +277,11 @@ class Replay:
         Args:
             batch: ``B`` >= 1.
             length: ``T`` >= 1.
+            online: a training sample: windows of the online queue first (oldest first, each drawn once), uniform
+                ones for the rest (official ``Replay._sample`` with ``mode='train'``); False (reports, evaluation
+                data) leaves the queue alone.
+            index: also return ``replay_column`` ``(B,)`` and ``replay_start`` ``(B,)`` (int64: each window's
+                column and the absolute position of its first row), what :meth:`write` takes.
 
         Returns:
             Every spec key as ``(T, B, *shape)`` (images uint8), plus ``prev_action`` ``(T, B, A)`` float32:
@@ -245,9 +301,19 @@ class Replay:
                 f"{' (one more for the previous action once wrapped)' if offset else ''}: collect more steps first"
                 f"{'' if within_capacity else f' or raise replay.capacity (rows per env: {self.length})'}"
             )
+        base = self.added - self.fill  # absolute position of time-order position 0
+        queued_cols, queued_pos = [], []
+        while online and self.queue and len(queued_cols) < batch:
+            col, start = self.queue.popleft()
+            if offset <= start - base and start + length <= self.added:  # still stored (else dropped, as official)
+                queued_cols.append(col)
+                queued_pos.append(start - base)
+        rest = batch - len(queued_cols)
+        cols = np.concatenate([np.asarray(queued_cols, np.int64),
+                               self.rng.integers(0, self.num_envs, size=rest)])  # (B,)
+        pos = np.concatenate([np.asarray(queued_pos, np.int64),
+                              offset + self.rng.integers(0, starts, size=rest)])  # (B,) time-order start positions
         oldest = self.cursor if self._wrapped else 0
-        cols = self.rng.integers(0, self.num_envs, size=batch)  # (B,)
-        pos = offset + self.rng.integers(0, starts, size=batch)  # (B,) time-order start positions
         tpos = pos[None, :] + np.arange(length)[:, None]  # (T, B) time-order positions
         rows = (oldest + tpos) % self.length  # (T, B) physical rows
         out = {key: array[rows, cols[None, :]] for key, array in self.arrays.items()}
@@ -257,7 +323,47 @@ class Replay:
         prev = self.arrays["action"][(rows - 1) % self.length, cols[None, :]]  # (T, B, A)
         keep = ~out["is_first"] & (tpos > 0)  # (T, B); tpos 0 only exists before wrapping
         out["prev_action"] = (prev * keep[..., None]).astype(np.float32)
+        if index:
+            out["replay_column"], out["replay_start"] = cols.astype(np.int64), (base + pos).astype(np.int64)
         return out
+
+    def write(self, column: np.ndarray, start: np.ndarray, values: Mapping[str, np.ndarray]) -> int:
+        """Write ``values`` into the rows of sampled windows (official ``Replay.update``, ``replay.py:130-149``).
+
+        Args:
+            column: ``(B,)`` each window's column (``replay_column`` of :meth:`sample` with ``index=True``).
+            start: ``(B,)`` the absolute position of the first row of ``values`` in each window (``replay_start``,
+                plus the rows of the window that ``values`` skips).
+            values: spec keys -> ``(T, B, *shape)``.
+
+        Rows overwritten since the sample (absolute position ``< added - fill``) are skipped, as the official
+        update skips removed chunks.
+
+        Returns:
+            The number of rows written (``<= T * B``).
+
+        Raises:
+            KeyError: a key is not in the spec.
+            ValueError: a value's shape is not ``(T, B, *shape)``.
+        """
+        column, start = np.asarray(column, np.int64), np.asarray(start, np.int64)
+        unknown = [key for key in values if key not in self.spec]
+        if unknown:
+            raise KeyError(f"Replay.write: keys {unknown} are not stored; the spec has {sorted(self.spec)}")
+        if not values:
+            return 0
+        T = len(next(iter(values.values())))
+        for key, value in values.items():
+            want = (T, len(column), *self.spec[key][0])
+            if np.shape(value) != want:
+                raise ValueError(f"Replay.write: {key!r} has shape {np.shape(value)}, expected (T, B, ...) = {want}")
+        apos = start[None, :] + np.arange(T)[:, None]  # (T, B) absolute positions
+        keep = (apos >= self.added - self.fill) & (apos < self.added)  # (T, B) rows still stored
+        rows, cols = apos[keep] % self.length, np.broadcast_to(column[None, :], apos.shape)[keep]
+        for key, value in values.items():
+            self.arrays[key][rows, cols] = np.asarray(value)[keep]
+        self._touch(int(keep.sum()) * sum(int(np.asarray(v[0, 0]).nbytes) for v in values.values()))
+        return int(keep.sum())
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: cursor, fill, RNG state, and the data.
@@ -274,6 +380,8 @@ class Replay:
             "num_envs": self.num_envs,
             "length": self.length,
             "spec": {key: (list(shape), dtype.str) for key, (shape, dtype) in self.spec.items()},
+            "added": self.added,
+            "queue": [[int(col), int(start)] for col, start in self.queue],
         }
         if self.storage == "memmap":
             for array in self.arrays.values():
@@ -321,6 +429,9 @@ class Replay:
             if self._high > fill:  # rows this buffer wrote itself: zero again, as in the buffer that was saved
                 array[fill:self._high] = 0
         self.cursor, self.fill, self._wrapped = int(state["cursor"]), fill, bool(state["wrapped"])
+        # snapshots written before the counter existed: any count that agrees with the cursor (no queue then)
+        self.added = int(state.get("added", self.length + self.cursor if self._wrapped else fill))
+        self.queue = deque((int(col), int(start)) for col, start in state.get("queue", []))
         self.rng.bit_generator.state = state["rng"]
         self._high = self.length if own else fill
 

@@ -275,3 +275,51 @@ def test_reverie_train_runs_the_current_agent(tmp_path, env):
     obs, _ = envs.reset()
     action, _ = run.act(obs)
     assert envs.action_space.contains(action)
+
+
+def test_policy_mean_and_std_and_each_decoded_key_have_their_own_output_tensors():
+    """AGC clips every tensor by its own norm (official opt.py clip_by_agc), so the tensors are the official ones:
+    bounded_normal's `mean` and `stddev` layers (heads.py:146-148) and one `pred` layer per vector key in the
+    decoder's DictHead (rssm.py:297-305); a discrete policy has one `logits` layer (heads.py:101-110)."""
+    from reverie.agents.optim import agc_clip_
+    from reverie.models.rms_mlp import Dense, SplitDense
+
+    torch.manual_seed(0)
+    agent = DreamerV3_2025({"a": (3,), "b": (2,)}, ActionSpec(False, 2), **TINY)
+    actor_out, dec_out = agent.actor.net.out, agent.wm.decoder.out
+    assert isinstance(actor_out, SplitDense) and actor_out.widths == (2, 2)  # mean, std
+    assert isinstance(dec_out, SplitDense) and dec_out.widths == (3, 2)  # keys a, b (sorted)
+    names = {n for n, _ in agent.named_parameters()}
+    assert {"actor.net.out.parts.0.weight", "actor.net.out.parts.1.weight", "wm.decoder.out.parts.0.weight",
+            "wm.decoder.out.parts.1.weight"} <= names
+    ids = {id(p) for g in agent.opt.param_groups for p in g["params"]}
+    assert all(id(p) in ids for p in actor_out.parameters()) and all(id(p) in ids for p in dec_out.parameters())
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(actor_out(x), torch.cat([actor_out.parts[0](x), actor_out.parts[1](x)], -1))
+    discrete = DreamerV3_2025({"a": (3,)}, ActionSpec(True, 2), **TINY)
+    assert isinstance(discrete.actor.net.out, Dense) and not isinstance(discrete.actor.net.out, SplitDense)
+    # per tensor: a large gradient on the std layer is clipped, the mean layer's small one is not
+    params = [p.detach().clone() for p in (actor_out.parts[0].weight, actor_out.parts[1].weight)]
+    for p in params:
+        p.fill_(1.0)  # ||p|| = 4 (2 x 8 ones)
+    grads = [torch.full_like(params[0], 0.01), torch.full_like(params[1], 10.0)]
+    agc_clip_(params, grads, 0.3)
+    torch.testing.assert_close(grads[0], torch.full_like(params[0], 0.01))  # ||g|| 0.04 <= 0.3 * 4
+    torch.testing.assert_close(grads[1].norm(), torch.tensor(0.3 * 4.0))  # ||g|| 40 -> 1.2
+
+
+def test_official_dmc_proprio_preset_has_the_official_values():
+    """exp=official_dmc_proprio: dreamerv3/configs.yaml:178-182 of e3f0224 (size1m, train_ratio 1024, 1.1e6 steps)
+    with the defaults it keeps (16 envs, batch 16 x 64, replay 5e6, DMC action repeat 1, replay_context 1, online
+    queue on)."""
+    from reverie.cli import load_config
+
+    cfg = load_config(["agent=dreamerv3_2025", "exp=official_dmc_proprio", "env=dmc_proprio"])
+    size = cfg.size
+    assert (size.deter, size.hidden, size.classes, size.units, size.cnn_depth) == (512, 64, 4, 64, 4)
+    assert (cfg.agent.train_ratio, cfg.agent.batch_size, cfg.agent.batch_length) == (1024, 16, 64)
+    assert cfg.agent.module.replay_context == 1 and cfg.agent.replay_online is True
+    assert (cfg.env.suite, cfg.env.task, cfg.env.action_repeat, cfg.env.num_envs, cfg.env.image) == \
+        ("dmc", "walker_walk", 1, 16, False)
+    assert (cfg.replay.capacity, cfg.train.steps, cfg.train.prefill) == (5_000_000, 1_100_000, 0)
+    assert cfg.agent.module.dynamics.deter == 512 and cfg.agent.module.units == 64

@@ -220,3 +220,30 @@ def test_init_from_names_the_model_settings_that_differ(wide, tmp_path, capsys):
             "agent=planet") in capsys.readouterr().err
     assert main(["train", "exp=debug", f"init_from={tmp_path / 'nowhere'}"]) == 2
     assert f"init_from={tmp_path / 'nowhere'}: no such file or folder" in capsys.readouterr().err
+
+
+def test_current_agent_pretrains_from_rows_without_latents_and_init_from_leaves_them_out(data, tmp_path):
+    """agent=dreamerv3_2025 (replay context): a dataset's rows have no stored latent (their windows start from the
+    initial state) until the updates write the trained rows' posteriors back; a run's replay read as a dataset
+    (init_from with init.keep_data) leaves the latents out, so the new run's rows start without them too."""
+    from reverie.data.runs import read_run
+    from reverie.replay import LATENT_KEYS
+
+    pre = tmp_path / "pre"
+    current = ["agent=dreamerv3_2025", "agent.module.warmup=2"]
+    assert main(["pretrain", str(data), "exp=debug", *current, f"run_dir={pre}", "pretrain.behavior=true",
+                 "pretrain.updates=6", "pretrain.eval_episodes=0"]) == 0
+    snapshot = list_checkpoints(pre / "checkpoints")[-1].with_suffix(".replay")
+    has = np.load(snapshot / "has_posterior.npy")
+    assert has.any() and not has.all()  # written back into trained rows only
+    episodes = read_run(pre)
+    assert episodes and all(not set(LATENT_KEYS) & set(e.rows) for e in episodes)
+    online = tmp_path / "online"
+    assert main(["train", "exp=debug", *current, f"run_dir={online}", f"init_from={pre}", "seed=1",
+                 "train.steps=8", "train.eval_every=0", "train.eval_episodes=1"]) == 0
+    saved = list_checkpoints(online / "checkpoints")[-1].with_suffix(".replay")
+    meta = json.loads((saved / "replay.json").read_text())
+    has = np.load(saved / "has_posterior.npy")
+    acted = 8 // meta["num_envs"]  # rows per column the agent acted on (init.prefill 0), after the dataset's
+    assert meta["fill"] > acted and has[-acted:].all()  # acted rows have the acting posterior
+    assert not has[0].any()  # the dataset's first rows: no latent (a context row, never written back)

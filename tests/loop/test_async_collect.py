@@ -119,10 +119,12 @@ def rows(path, drop=()):
     return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in path.read_text().splitlines()]
 
 
-def test_async_collect_gives_the_same_run_and_updates_while_the_envs_step(tmp_path, monkeypatch):
+@pytest.mark.parametrize("agent", [[], ["agent=dreamerv3_2025"]], ids=["dreamerv3", "dreamerv3_2025"])
+def test_async_collect_gives_the_same_run_and_updates_while_the_envs_step(tmp_path, monkeypatch, agent):
     """Same seed, vector_mode=async, async_collect true vs false: identical losses and metrics, scores, replay,
     parameters, optimisers, train_ratio clock, counters and last row; and with the switch on every update
-    samples while a step is in flight (off: none does)."""
+    samples while a step is in flight (off: none does). The 2025 agent: its replay's stored latents, written by
+    acting and by the updates, and its online queue too."""
     flight = {"now": False, "during": []}
     real_async, real_wait, real_sample = VectorStepper.step_async, VectorStepper.step_wait, Replay.sample
 
@@ -134,9 +136,9 @@ def test_async_collect_gives_the_same_run_and_updates_while_the_envs_step(tmp_pa
         flight["now"] = False
         return real_wait(self)
 
-    def sample(self, batch, length):
+    def sample(self, batch, length, **kw):
         flight["during"].append(flight["now"])
-        return real_sample(self, batch, length)
+        return real_sample(self, batch, length, **kw)
 
     monkeypatch.setattr(VectorStepper, "step_async", step_async)
     monkeypatch.setattr(VectorStepper, "step_wait", step_wait)
@@ -144,7 +146,7 @@ def test_async_collect_gives_the_same_run_and_updates_while_the_envs_step(tmp_pa
     seen = {}
     for on in (False, True):
         flight["during"] = []
-        assert main(["train", *ASYNC, f"train.async_collect={on}", f"run_dir={tmp_path / str(on)}"]) == 0
+        assert main(["train", *ASYNC, *agent, f"train.async_collect={on}", f"run_dir={tmp_path / str(on)}"]) == 0
         seen[on] = flight["during"]
     assert len(seen[True]) == len(seen[False]) > 0
     assert all(seen[True]) and not any(seen[False])
@@ -162,6 +164,8 @@ def test_async_collect_gives_the_same_run_and_updates_while_the_envs_step(tmp_pa
     assert_same({k: v for k, v in pa["counters"].items() if k != "wall_s"},
                 {k: v for k, v in pb["counters"].items() if k != "wall_s"}, "counters")
     assert_same(ra, rb, "replay")
+    if agent:
+        assert ra["has_posterior"].any()
 
 
 def test_async_collect_with_envs_in_this_process_is_refused():
@@ -181,11 +185,11 @@ def test_interrupt_during_overlapped_updates_checkpoints_after_the_step_and_resu
     a step in flight would raise). The run resumes with async_collect switched off (a safe change)."""
     real_sample, calls = Replay.sample, {"n": 0}
 
-    def sample_then_interrupt(self, batch, length):
+    def sample_then_interrupt(self, batch, length, **kw):
         calls["n"] += 1
         if calls["n"] == 5:
             raise KeyboardInterrupt
-        return real_sample(self, batch, length)
+        return real_sample(self, batch, length, **kw)
 
     monkeypatch.setattr(Replay, "sample", sample_then_interrupt)
     run_dir = tmp_path / "r"

@@ -119,11 +119,11 @@ def test_interrupt_stops_the_collector_checkpoints_and_the_resume_finishes_the_r
                                                                                      monkeypatch):
     real_sample, calls = Replay.sample, {"n": 0}
 
-    def sample_then_interrupt(self, batch, length):
+    def sample_then_interrupt(self, batch, length, **kw):
         calls["n"] += 1
         if calls["n"] == 6:  # SIGTERM while the collector runs (the run turns it into a KeyboardInterrupt, as Ctrl-C)
             os.kill(os.getpid(), signal.SIGTERM)
-        return real_sample(self, batch, length)
+        return real_sample(self, batch, length, **kw)
 
     monkeypatch.setattr(Replay, "sample", sample_then_interrupt)
     run_dir = tmp_path / "r"
@@ -252,3 +252,19 @@ def test_control_hz_with_data_parallel_ranks_is_refused_before_a_run_dir(tmp_pat
     assert main(["train", "exp=debug", f"run_dir={run_dir}", "train.control_hz=50", "trainer.nproc=2"]) == 2
     assert "trainer.nproc=1" in capsys.readouterr().err
     assert not run_dir.exists()
+
+
+def test_fixed_rate_run_of_the_current_agent_stores_and_writes_back_latents(tmp_path):
+    """agent=dreamerv3_2025 (replay context, online queue) under train.control_hz: the collector thread stores the
+    policy copy's posterior with every row it acted on, the learner writes the trained rows' posteriors back under
+    the replay lock; the ratio is honoured exactly (the context row makes windows one row longer, so the counting
+    starts one row later)."""
+    run_dir = tmp_path / "r"
+    assert main(["train", *RUN, "agent=dreamerv3_2025", f"run_dir={run_dir}"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 80 and summary["updates"] == owed_updates(length=9)
+    snapshot = list_checkpoints(run_dir / "checkpoints")[-1].with_suffix(".replay")
+    has = np.load(snapshot / "has_posterior.npy")  # (40, 2)
+    assert has[8:].all()  # rows the policy acted on (after the 16-step prefill: 8 rows per env)
+    assert has[1:8].any() and not has[0].any()  # prefill rows get a latent only by the write-back; row 0 never
+    assert_counting_integrity(replay_columns(snapshot)[0])

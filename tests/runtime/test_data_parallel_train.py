@@ -47,6 +47,24 @@ def agent_digest(run_dir):
 
 
 @pytest.mark.timeout(300)
+def test_two_ranks_of_the_current_agent_keep_their_own_latents(tmp_path):
+    """agent=dreamerv3_2025 with replay context and the online queue: each rank stores and writes back the latents
+    of its own replay shard; the agents stay bit-identical."""
+    run_dir = tmp_path / "ddp"
+    code, out = launch(run_dir, "train.steps=64", "agent=dreamerv3_2025")
+    assert code == 0, out[-3000:]
+    payload0, payload1 = rank_payloads(run_dir)
+    assert payload0["counters"]["updates"] == payload1["counters"]["updates"] > 0
+    assert agent_digest(run_dir) == payload1["agent_digest"]
+    snaps = [list_checkpoints(d)[-1].with_suffix(".replay") for d in (run_dir / "checkpoints",
+                                                                      run_dir / "rank1" / "checkpoints")]
+    has = [np.load(s / "has_posterior.npy") for s in snaps]
+    deter = [np.load(s / "posterior_deter.npy") for s in snaps]
+    assert all(h[1:].any() for h in has)  # written by acting and by the write-back on both ranks
+    assert deter[0].shape == deter[1].shape and not np.array_equal(deter[0], deter[1])  # each its own data
+
+
+@pytest.mark.timeout(300)
 def test_two_ranks_train_one_run_with_identical_agents(tmp_path):
     run_dir = tmp_path / "ddp"
     code, out = launch(run_dir, "train.steps=64")

@@ -28,7 +28,7 @@ def compare_runs(straight, resumed):
     assert_same(pa["agent"], pb["agent"], "agent")  # parameters, slow critic, normaliser, three optimisers
     assert_same(pa["ratio"], pb["ratio"], "ratio")
     assert_same(ra, rb, "replay")
-    keys = ("cursor", "fill", "wrapped", "rng")
+    keys = ("cursor", "fill", "wrapped", "rng", "added", "queue")  # the online queue and its row counter too
     assert {k: ma[k] for k in keys} == {k: mb[k] for k in keys}
     assert_same(pa["row"], pb["row"], "row")
     assert_same(pa["act_state"], pb["act_state"], "act_state")
@@ -48,21 +48,28 @@ def test_2n_equals_n_then_resume_n(tmp_path):
 
 
 def test_current_dreamerv3_resumes_exactly(tmp_path):
-    """agent=dreamerv3_2025: its one LaProp state (steps, moments), slow value and normaliser resume exactly."""
+    """agent=dreamerv3_2025: its one LaProp state (steps, moments), slow value and normaliser resume exactly, and so
+    do the replay context's stored latents (written by acting and by the updates) and the online queue."""
     current = ["agent=dreamerv3_2025", "agent.module.warmup=2"]
     run(tmp_path / "straight", f"train.steps={2 * N}", *current)
     run(tmp_path / "resumed", f"train.steps={N}", *current)
     run(tmp_path / "resumed", f"train.steps={2 * N}", *current)
     compare_runs(tmp_path / "straight", tmp_path / "resumed")
     assert load_checkpoint(tmp_path / "resumed")["agent"]["opt"]["state"]  # the optimiser state was saved
+    _, replay, meta, _ = final_state(tmp_path / "resumed")
+    assert {"posterior_deter", "posterior_stoch", "has_posterior"} <= set(replay)
+    assert replay["has_posterior"].any() and not replay["has_posterior"].all()  # acted rows have one, prefill not
+    assert meta["added"] == 2 * N // 4 and "queue" in meta
 
 
 class Killed(BaseException):
     """Stands in for kill -9: nothing after it runs (no checkpoint, no summary)."""
 
 
-def test_kill_after_collecting_past_the_checkpoint_drops_that_data(tmp_path, monkeypatch):
-    mm = ["replay.storage=memmap", "replay.capacity=64", "train.checkpoint_every=" + str(N)]  # 16 rows: wraps
+@pytest.mark.parametrize("agent", [[], ["agent=dreamerv3_2025", "agent.module.warmup=2"]],
+                         ids=["dreamerv3", "dreamerv3_2025"])  # 2025: stored latents written back into the memmap
+def test_kill_after_collecting_past_the_checkpoint_drops_that_data(tmp_path, monkeypatch, agent):
+    mm = ["replay.storage=memmap", "replay.capacity=64", "train.checkpoint_every=" + str(N), *agent]  # 16 rows: wraps
     run(tmp_path / "straight", f"train.steps={2 * N}", *mm)
     real_step, calls = VectorStepper.step, {"n": 0}
 
