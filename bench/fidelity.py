@@ -157,6 +157,10 @@ SETTINGS: dict[str, list[Setting]] = {
                 ("agent.module.precision",)),
         Setting("imag_last", "imagine from the last K rows (configs.yaml agent.imag_last)", ("--agent.imag_last",),
                 ("agent.module.imag_last",)),
+        Setting("replay_context", "context rows per window, started from stored latents (configs.yaml:15)",
+                ("--replay_context",), ("agent.module.replay_context",)),
+        Setting("online", "fresh windows trained on before uniform samples (configs.yaml:41 replay.online)",
+                ("--replay.online",), ("agent.replay_online",)),
     ],
 }
 FIXED_OFFICIAL = {
@@ -182,7 +186,8 @@ PRESETS = {
                  "critic_lr": 1e-4, "prefill": 1000, "precision": "float32", "imag_last": 0},
         "2025": {"frames": 100_000, "action_repeat": 2, "envs": 4, "batch_size": 16, "batch_length": 32,
                  "train_ratio": 64, "deter": 512, "hidden": 64, "units": 64, "stoch": 32, "classes": 4, "blocks": 8,
-                 "horizon": 15, "lr": 4e-5, "precision": "float32", "imag_last": 0},
+                 "horizon": 15, "lr": 4e-5, "precision": "float32", "imag_last": 0, "replay_context": 1,
+                 "online": True},
     },
 }
 

@@ -53,7 +53,8 @@ def test_one_value_sets_both_sides_2025():
     assert cfg.agent.name == "dreamerv3_2025" and cfg.train.steps == 50_000
     m = cfg.agent.module
     assert (m.dynamics.deter, m.dynamics.hidden, m.dynamics.classes, m.dynamics.blocks) == (512, 64, 4, 8)
-    assert (m.units, m.lr, m.imag_last) == (64, 4e-5, 0)
+    assert (m.units, m.lr, m.imag_last, m.replay_context) == (64, 4e-5, 0, 1) and cfg.agent.replay_online is True
+    assert official["--replay_context"] == "1" and official["--replay.online"] == "True"
 
 
 def test_every_setting_has_a_value_and_distinct_names():
