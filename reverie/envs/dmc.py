@@ -257,7 +257,8 @@ class DMCEnv(gym.Env):
         """The env as exact resume needs it, without the simulator (module docstring).
 
         Returns:
-            this object's attributes without ``_env`` and ``observation_space`` (made again), plus ``"_dmc"``: ``{"versions"`` (dm_control, mujoco),
+            this object's attributes without ``_env`` and ``observation_space`` (made again), plus ``"_dmc"``:
+            ``{"versions"`` (dm_control, mujoco),
             ``"sizes"`` (nq, nv, na, state size), ``"physics"`` (float64 ``mj_getState(mjSTATE_INTEGRATION)``: time,
             qpos, qvel, act, warm start, controls, applied forces, mocap, user data, plugin state),
             ``"model"`` (``{field: array}``, the model fields that differ from the freshly loaded model, e.g. a

@@ -136,7 +136,8 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
     same_fs = _device(replay_dir) == _device(checkpoint_dir)
     disk_free = (free_disk(checkpoint_dir) if disk is None else int(disk))
     report = {"replay_bytes": replay, "held_bytes": held, "held_steps": held_n, "model_bytes": model,
-              "saved_model_bytes": saved_model, "env_bytes": env_bytes, "checkpoint_bytes": checkpoint, "keep": int(keep), "ram_needed": ram_needed,
+              "saved_model_bytes": saved_model, "env_bytes": env_bytes, "checkpoint_bytes": checkpoint,
+              "keep": int(keep), "ram_needed": ram_needed,
               "ram_available": ram_available, "disk_needed": disk_needed, "disk_free": disk_free}
     what = (f"replay {replay / GIB:.2f} GiB ({capacity:,} steps x {per_step:,} bytes) + model ~{model / GIB:.2f} "
             f"GiB (parameters, gradients, Adam moments)")
