@@ -239,3 +239,41 @@ def test_play_stops_quietly_on_ctrl_c_and_sigterm(tmp_path_factory, stop):
     finally:
         play.close()
     assert play.lines[-1].strip() == "[reverie] play: stopped" and "Traceback" not in play.output()
+
+
+def test_play_on_a_dmc_pixel_run_exits_without_an_egl_traceback(tmp_path_factory):
+    """Issue 27: dm_control's EGL context is made current on the play session's own thread; left to dm_control's
+    exit handler it was freed from the main thread and the process printed an ``EGL_BAD_ACCESS`` traceback after
+    ``[reverie] play: stopped``. The server now closes the env on the session's thread when it stops."""
+    import json
+    import signal
+    import urllib.request
+
+    pytest.importorskip("dm_control", reason="needs dm_control and mujoco<4: pip install -e '.[dmc]'")
+    from helpers.play_process import PlayProcess
+
+    from reverie.cli import main
+    from reverie.envs import dmc
+
+    try:
+        dmc.select_gl(required=True)
+    except dmc.GLUnavailableError as err:
+        pytest.skip(f"no headless OpenGL for DMC pixels here: {err}")
+    run_dir = tmp_path_factory.getbasetemp() / "play_dmc_run"
+    if not run_dir.exists():
+        assert main(["train", "exp=debug", "env=dmc_vision", "env.num_envs=1", "env.time_limit=8", f"run_dir={run_dir}",
+                     "train.steps=16", "train.prefill=8", "train.eval_episodes=1", "train.eval_every=0"]) == 0
+    play = PlayProcess(run_dir)
+    try:
+        address = play.address(180)
+        assert address is not None, play.output()
+        step = urllib.request.Request(address + "api/step", data=json.dumps({"policy": True}).encode(),
+                                      headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(step, timeout=60) as answer:  # renders: the GL context exists now
+            assert answer.status == 200 and json.load(answer)["real"]["step"] == 1
+        play.process.send_signal(signal.SIGINT)
+        assert play.process.wait(60) == 0, play.output()
+    finally:
+        play.close()
+    assert play.lines[-1].strip() == "[reverie] play: stopped", play.output()
+    assert "Traceback" not in play.output() and "EGL" not in play.output(), play.output()

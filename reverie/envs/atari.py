@@ -171,6 +171,21 @@ class AtariFrames(AtariPreprocessing):
             obs = self._get_obs()
         return obs, reward, terminated, truncated, info
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the two frame buffers (``(2, 210, 160, 3)`` uint8, 200 KB): every step and reset writes
+        the frames it returns before reading them (the step's last two frames, or the final screen with the other
+        buffer zeroed, see :meth:`step`; a reset reads the screen and zeroes the other), so the saved contents never
+        reach an observation. They come back as zeros."""
+        state = dict(self.__dict__)
+        state["obs_buffer"] = [(buffer.shape, buffer.dtype.str) for buffer in self.obs_buffer]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        if state.get("obs_buffer") and isinstance(state["obs_buffer"][0], tuple):
+            state["obs_buffer"] = [np.zeros(shape, dtype) for shape, dtype in state["obs_buffer"]]
+        self.__dict__.update(state)
+
 
 class LifeLossTerminal(gym.Wrapper):
     """``life_loss=terminal``: a lost life is reported as ``info["is_terminal"] = True`` and the episode goes on.
@@ -186,6 +201,41 @@ class LifeLossTerminal(gym.Wrapper):
         lost_life = bool(terminated) and not self.env.unwrapped.ale.game_over(with_truncation=False)
         info["is_terminal"] = lost_life
         return obs, reward, terminated and not lost_life, truncated, info
+
+
+def reduce_atari_env(env: Any) -> tuple:
+    """How a checkpoint pickles ale-py's ``AtariEnv`` (:func:`reverie.envs.stepper.dumps_envs`): its constructor
+    arguments, its attributes but the emulator (``np_random``, which the no-op resets draw from, among them) and the
+    emulator's state with its random generator (``ale.cloneState(include_rng=True)``: RAM, CPU, frame counters,
+    sticky-action generator), a few KiB; :func:`restore_atari_env` builds it again.
+
+    ale-py's own pickling (Gymnasium's ``EzPickle``) keeps the constructor arguments only: the game restarts from
+    a fresh, randomly seeded emulator while the wrappers above believe the episode goes on.
+
+    Raises:
+        NotImplementedError: sticky actions are on (``repeat_action_probability > 0``, ``env=atari``): the
+            emulator's state leaves out the action a sticky frame repeats, so the game cannot continue exactly;
+            the checkpoint then holds no envs and the episodes in flight restart
+            (:meth:`reverie.envs.stepper.VectorStepper.state_dict`).
+    """
+    sticky = env.ale.getFloat("repeat_action_probability")
+    if sticky > 0:
+        raise NotImplementedError(f"Atari with sticky actions (repeat_action_probability={sticky:g}) cannot resume "
+                                  "exactly: ale-py's saved state leaves out the action a sticky frame repeats")
+    attrs = {key: value for key, value in env.__dict__.items() if key != "ale"}
+    return restore_atari_env, (env._ezpickle_args, env._ezpickle_kwargs, attrs, env.ale.cloneState(include_rng=True))
+
+
+def restore_atari_env(args: tuple, kwargs: dict, attrs: dict, ale_state: Any) -> gym.Env:
+    """Unpickle :func:`reduce_atari_env`: a new ``AtariEnv(*args, **kwargs)`` with the saved attributes and emulator
+    state (the game continues exactly where it was saved)."""
+    _require_ale()
+    from ale_py.env import AtariEnv
+
+    env = AtariEnv(*args, **kwargs)
+    env.__dict__.update(attrs)
+    env.ale.restoreState(ale_state)
+    return env
 
 
 def make_atari(cfg: Mapping, kwargs: dict) -> gym.Env:

@@ -2,16 +2,88 @@
 
 from __future__ import annotations
 
+import io
+import pickle
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 from reverie.envs.factory import action_spec, to_env_action
 from reverie.types import ActionSpec
+
+
+class _Filled(NamedTuple):
+    """An array whose elements are all ``value``: pickled as this, filled again on load."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    value: Any
+
+    @classmethod
+    def of(cls, array: Any) -> Any:
+        """``array`` as a :class:`_Filled` when it is an ndarray of more than one element, all equal and not NaN;
+        else ``array`` itself."""
+        if not isinstance(array, np.ndarray) or array.size < 2:
+            return array
+        flat = array.reshape(-1)
+        if flat.dtype.kind == "f" and np.isnan(flat[0]) or not np.all(flat == flat[0]):
+            return array
+        return cls(array.dtype, array.shape, flat[0].item())
+
+
+def _full_box(state: dict[str, Any]) -> spaces.Box:
+    """Unpickle a ``Box`` written by :class:`_EnvPickler`: its attributes, the uniform arrays filled again."""
+    box = spaces.Box.__new__(spaces.Box)
+    box.__dict__.update({key: np.full(value.shape, value.value, value.dtype) if isinstance(value, _Filled) else value
+                         for key, value in state.items()})
+    return box
+
+
+def _reduce_atari(env: Any) -> tuple:
+    from reverie.envs.atari import reduce_atari_env
+
+    return reduce_atari_env(env)
+
+
+COMPACT_REDUCERS: dict[str, Callable[[Any], tuple]] = {"ale_py.env.AtariEnv": _reduce_atari}
+"""``"module.Class"`` -> ``reduce(obj)`` (a ``__reduce__`` tuple) for simulators whose own pickling is too large or
+loses state; :class:`_EnvPickler` uses it for objects of exactly that class. (DMC's env pickles compactly by
+itself: :meth:`reverie.envs.dmc.DMCEnv.__getstate__`.)"""
+
+
+class _EnvPickler(cloudpickle.Pickler):
+    """cloudpickle, with two changes for checkpoints:
+
+    - each ``gymnasium.spaces.Box`` whose bound arrays hold one value (an image's 0 and 255) is written as that
+      value and the shape: a 64x64x3 image space is 49 KB pickled as it is, under 1 KB so;
+    - a simulator class in :data:`COMPACT_REDUCERS` (ale-py's ``AtariEnv``) is written as its compact state.
+    """
+
+    def reducer_override(self, obj):
+        kind = type(obj)
+        if kind is spaces.Box:
+            return _full_box, ({key: _Filled.of(value) for key, value in obj.__dict__.items()},)
+        reduce = COMPACT_REDUCERS.get(f"{kind.__module__}.{kind.__qualname__}")
+        if reduce is not None:
+            return reduce(obj)
+        return super().reducer_override(obj)
+
+
+def dumps_envs(env: Any) -> bytes:
+    """``env`` pickled with cloudpickle, uniform ``Box`` bounds written once (:class:`_EnvPickler`); read it
+    back with ``cloudpickle.loads`` (or ``pickle.loads``).
+
+    Raises:
+        whatever pickling ``env`` raises (e.g. ``TypeError`` for a simulator handle that does not pickle).
+    """
+    buffer = io.BytesIO()
+    _EnvPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(env)
+    return buffer.getvalue()
 
 
 class VectorStepper:
@@ -262,10 +334,12 @@ class VectorStepper:
     def state_dict(self) -> dict[str, Any]:
         """Episode bookkeeping plus, where possible, the envs themselves.
 
-        ``"env"`` holds the whole vector env pickled with cloudpickle when it is a ``SyncVectorEnv`` whose
-        copies pickle (classic control, the test envs); then :meth:`load_state_dict` continues every episode
-        exactly. Otherwise (async envs, simulators that do not pickle) it is None, ``"np_random"`` holds each
-        copy's ``np_random`` generator where readable, and the caller restarts the episodes.
+        ``"env"`` holds the whole vector env pickled (:func:`dumps_envs`) when it is a ``SyncVectorEnv`` whose
+        copies pickle (classic control, the test envs, DMC and Atari: their simulators pickle as the compact state
+        exact resume needs, :meth:`reverie.envs.dmc.DMCEnv.__getstate__` and
+        :meth:`reverie.envs.atari.AtariFrames.__getstate__`); then :meth:`load_state_dict` continues every
+        episode exactly. Otherwise (async envs, simulators that do not pickle) it is None, ``"np_random"`` holds
+        each copy's ``np_random`` generator where readable, and the caller restarts the episodes.
 
         Raises:
             RuntimeError: a step is in flight (:meth:`step_async` without :meth:`step_wait`).
@@ -277,7 +351,7 @@ class VectorStepper:
         }
         if isinstance(self.env, gym.vector.SyncVectorEnv):
             try:
-                state["env"] = cloudpickle.dumps(self.env)
+                state["env"] = dumps_envs(self.env)
             except Exception as err:  # noqa: BLE001 - not every simulator pickles; fall back to a restart
                 state["env_error"] = f"{type(err).__name__}: {err}"
         if state["env"] is None:

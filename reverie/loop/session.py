@@ -17,6 +17,7 @@ checkpoint with the agent (ranks > 0 keep their own state and the agent's digest
 from __future__ import annotations
 
 import contextlib
+import pickle
 import signal
 import sys
 import warnings
@@ -201,7 +202,8 @@ class Session:
             held = int(cfg.replay.capacity) if dataset else self.steps
             bound = "replay.capacity (a dataset may fill it)" if dataset else STEPS_BOUND
             fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
-                             self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n, bound=bound)
+                             self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n, bound=bound,
+                             env_bytes=self._checkpoint_extra_bytes())
             if info.is_main:
                 print(f"[reverie] disk: {describe(fits, bound)} under {self.run_dir / 'checkpoints'}; "
                       f"{fits['disk_free'] / GIB:.1f} GiB free")
@@ -210,6 +212,25 @@ class Session:
                              directory=replay_dir, seed=self.seed, optional=tuple(latents),
                              online_window=window if self.online else 0)
         self.replay_lock: Any = contextlib.nullcontext()  # train.control_hz: the collector's lock (write-back)
+
+    CHECKPOINT_REST_BYTES = 32 << 10
+    """Bytes of a checkpoint's small parts, counted once in the estimate: random states (about 12 KB), config,
+    counters, clocks, evaluation history, the policy's recurrent state."""
+
+    def _checkpoint_extra_bytes(self) -> int:
+        """What a checkpoint holds besides the replay and the agent, for the start-up estimate (issue 27): the
+        stepper's state pickled now (the envs' compact state; measured, not guessed), plus three observation rows
+        of ``N`` envs that are not filled yet before the first reset (the row not yet in replay, the stepper's last
+        observation, the vector env's per-copy observations) and :attr:`CHECKPOINT_REST_BYTES`."""
+        if isinstance(self.stepper, NoEnvs):
+            return self.CHECKPOINT_REST_BYTES
+        try:
+            envs = len(pickle.dumps(self.stepper.state_dict(), protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:  # noqa: BLE001 - an estimate: a state that does not pickle is saved without the envs
+            envs = 0
+        row = sum(int(np.prod(space.shape, dtype=np.int64)) * space.dtype.itemsize
+                  for space in self.obs_space.spaces.values()) * self.n
+        return envs + 3 * row + self.CHECKPOINT_REST_BYTES
 
     def _build_logger(self) -> None:
         cfg, info, saved = self.cfg, self.info, self.saved
@@ -262,9 +283,11 @@ class Session:
         if self.stepper.load_state_dict(saved["stepper"]):  # envs restored exactly: continue the episodes in flight
             self.row, self.act_state = saved["row"], saved["act_state"]
         self.loop.load_state_dict(saved)
+        why = saved["stepper"].get("env_error")  # e.g. Atari with sticky actions
         print(f"[reverie] resumed {self.run_dir} from {Path(saved['checkpoint_path']).name}: env step "
               f"{self.loop.env_steps}, {self.loop.updates} updates, replay {len(self.replay)} steps"
-              f"{'' if self.row is not None or self.offline else '; episodes in flight restart'}")
+              f"{'' if self.row is not None or self.offline else '; episodes in flight restart'}"
+              f"{'' if self.row is not None or not why else f' (the envs were not saved: {why})'}")
 
     # ------------------------------------------------------------------------------------------- loop steps
     def random_action(self) -> np.ndarray:

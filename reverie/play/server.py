@@ -13,12 +13,14 @@ A step the session refuses (the real episode is over) answers 409; bad input 422
 The session is built and used on one thread of its own, which serves the requests one at a time (the session is
 one env and one model state): a simulator that renders through OpenGL binds its context to the thread that made
 it (dm_control's EGL context: rendering from another thread raises), and FastAPI runs plain routes on a pool of
-worker threads.
+worker threads. When the server stops (Ctrl-C, SIGTERM) the session's env is closed on that thread too, which frees
+such a context where it is current.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import sys
@@ -55,7 +57,16 @@ def create_app(make_session: Callable[[], PlaySession], title: str = "reverie pl
     """
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reverie-play")
     session = thread.submit(make_session).result()
-    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        # the server is stopping: close the env on the session's thread, where its GL context is current
+        # (dm_control's own exit handler would free it from the main thread: EGL_BAD_ACCESS, a traceback at exit)
+        await asyncio.wrap_future(thread.submit(session.close))
+        thread.shutdown()
+
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     static = resources.files("reverie.play") / "static"
     page = (static / "index.html").read_text(encoding="utf-8").replace("{{title}}", title)
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

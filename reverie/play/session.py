@@ -186,6 +186,11 @@ class PlaySession:
                            ("dream_obs", {k: self.dream_out["obs"][k].tolist() for k in self.wm.vector_keys})):
             h[key] = (h[key] + [value])[-HISTORY:]
 
+    def close(self) -> None:
+        """Close the env. Call it on the thread the session was built and used on: a DMC env frees its EGL context
+        there (from another thread, or left to dm_control's exit handler, that fails with ``EGL_BAD_ACCESS``)."""
+        self.env.close()
+
     # ------------------------------------------------------------------------------------------------ view
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, JSON-ready: both panes' step counts, images (data URIs), rewards, the

@@ -6,9 +6,12 @@ The estimate, in bytes:
   12,288 bytes), held in RAM for ``replay.storage=memory`` and on disk for ``memmap``;
 - model = parameters and buffers x 4 (the values, their gradients and Adam's two moments); activations are
   not counted, so this is a lower bound;
-- checkpoints on disk = ``train.checkpoint_keep`` x (replay snapshot + model), plus the live memmap files. A
-  snapshot holds the filled rows only (issue 20), at most ``min(capacity, train.steps)`` steps
-  (:func:`held_steps`), so a short run with a large capacity is not refused for disk it will never use.
+- checkpoints on disk = ``train.checkpoint_keep`` x (replay snapshot + saved model + envs), plus the live memmap
+  files. A snapshot holds the filled rows only (issue 20), at most ``min(capacity, train.steps)`` steps
+  (:func:`held_steps`), so a short run with a large capacity is not refused for disk it will never use. The saved
+  model is what ``agent.state_dict()`` holds (:func:`saved_model_bytes`: values and Adam's two moments, no
+  gradients); the envs are the bytes the caller measured by pickling the stepper's state at start-up
+  (``env_bytes``: the simulators' compact state, issue 27) plus the observation rows a checkpoint keeps.
 
 A run whose RAM estimate exceeds the available memory (``MemAvailable``), or whose disk estimate exceeds the
 free space where the replay and checkpoints go, is refused with the numbers and the fix.
@@ -44,6 +47,18 @@ def model_bytes(agent: Any) -> int:
     total = sum(p.numel() * p.element_size() for p in agent.parameters())
     total += sum(b.numel() * b.element_size() for b in agent.buffers())
     return 4 * total
+
+
+def saved_model_bytes(agent: Any) -> int:
+    """Bytes ``agent.state_dict()`` holds once it has trained: every parameter and buffer once, plus two optimiser
+    moments (Adam's, LaProp's) for every trainable parameter (``requires_grad``). The slow critic's copies count once.
+    """
+    params = getattr(agent, "parameters", None)
+    if params is None:
+        return 0
+    values = sum(p.numel() * p.element_size() for p in agent.parameters())
+    values += sum(b.numel() * b.element_size() for b in agent.buffers())
+    return values + 2 * sum(p.numel() * p.element_size() for p in agent.parameters() if p.requires_grad)
 
 
 def available_ram() -> int:
@@ -83,7 +98,7 @@ STEPS_BOUND = "min(replay.capacity, train.steps)"
 def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, agent: Any, storage: str,
               replay_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, keep: int,
               ram: int | None = None, disk: int | None = None, steps: int | None = None,
-              num_envs: int = 1, bound: str = STEPS_BOUND) -> dict[str, int]:
+              num_envs: int = 1, bound: str = STEPS_BOUND, env_bytes: int = 0) -> dict[str, int]:
     """Estimate the run's memory and disk needs and refuse a run that cannot fit.
 
     Args:
@@ -94,10 +109,13 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
         steps, num_envs: ``train.steps`` and ``N``: a checkpoint holds the filled replay rows only, at most
             :func:`held_steps` (None: the whole capacity). bound: where those steps come from, in the messages
             (:func:`describe`).
+        env_bytes: what a checkpoint holds besides the replay and the agent: the envs' state, the observation
+            rows, random states, config (the caller measures it, e.g. ``Session._checkpoint_extra_bytes``).
 
     Returns:
         ``{"replay_bytes"`` (the capacity), ``"held_bytes"`` (the most the replay holds in this run),
-        ``"model_bytes", "checkpoint_bytes"`` (one checkpoint at its largest: held replay + model),
+        ``"model_bytes"`` (RAM: x 4), ``"saved_model_bytes"`` (:func:`saved_model_bytes`), ``"env_bytes"``,
+        ``"checkpoint_bytes"`` (one checkpoint at its largest: held replay + saved model + env_bytes),
         ``"ram_needed", "ram_available", "disk_needed", "disk_free"}``.
 
     Raises:
@@ -109,14 +127,17 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
     held_n = held_steps(capacity, num_envs, steps)
     held = held_n * per_step
     model = model_bytes(agent)
+    saved_model = saved_model_bytes(agent)
+    env_bytes = int(env_bytes)
     ram_needed = model + (replay if storage == "memory" else 0)
     ram_available = available_ram() if ram is None else int(ram)
-    checkpoint = held + model
+    checkpoint = held + saved_model + env_bytes
     disk_needed = checkpoint * int(keep) + (held if storage == "memmap" else 0)
     same_fs = _device(replay_dir) == _device(checkpoint_dir)
     disk_free = (free_disk(checkpoint_dir) if disk is None else int(disk))
     report = {"replay_bytes": replay, "held_bytes": held, "held_steps": held_n, "model_bytes": model,
-              "checkpoint_bytes": checkpoint, "keep": int(keep), "ram_needed": ram_needed,
+              "saved_model_bytes": saved_model, "env_bytes": env_bytes, "checkpoint_bytes": checkpoint,
+              "keep": int(keep), "ram_needed": ram_needed,
               "ram_available": ram_available, "disk_needed": disk_needed, "disk_free": disk_free}
     what = (f"replay {replay / GIB:.2f} GiB ({capacity:,} steps x {per_step:,} bytes) + model ~{model / GIB:.2f} "
             f"GiB (parameters, gradients, Adam moments)")
@@ -129,7 +150,7 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
     if disk_needed > disk_free:
         where = checkpoint_dir if same_fs else f"{checkpoint_dir} (checkpoints) and {replay_dir} (replay)"
         per_held = per_step * (int(keep) + (storage == "memmap"))
-        fits = max(0, (disk_free - model * int(keep)) // max(per_held, 1))
+        fits = max(0, (disk_free - (saved_model + env_bytes) * int(keep)) // max(per_held, 1))
         raise PreflightError(
             f"preflight: this run needs about {disk_needed / GIB:.2f} GiB of disk under {where}: "
             f"{describe(report, bound)}"
@@ -150,7 +171,8 @@ def describe(report: Mapping[str, int], bound: str = STEPS_BOUND) -> str:
     per_step = report["held_bytes"] // max(report["held_steps"], 1)
     return (f"checkpoints up to {size_text(report['checkpoint_bytes'])} each (replay of at most "
             f"{report['held_steps']:,} steps = {bound} x {per_step:,} bytes, "
-            f"{size_text(report['held_bytes'])}; model ~{size_text(report['model_bytes'])}), x "
+            f"{size_text(report['held_bytes'])}; model {size_text(report['saved_model_bytes'])}; envs and the "
+            f"rest {size_text(report['env_bytes'])}), x "
             f"train.checkpoint_keep={report['keep']}: {size_text(report['keep'] * report['checkpoint_bytes'])}")
 
 

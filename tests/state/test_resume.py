@@ -161,10 +161,10 @@ def test_preflight_numbers():
 
     spec = {"image": ((3, 64, 64), np.uint8), "action": ((6,), np.float32), "reward": ((), np.float32),
             "is_first": ((), bool), "is_last": ((), bool), "is_terminal": ((), bool)}
-    agent = torch.nn.Linear(10, 10)  # 110 parameters -> 4 x 440 bytes
+    agent = torch.nn.Linear(10, 10)  # 110 parameters -> RAM 4 x 440 bytes; saved 3 x 440 (values, Adam's moments)
     report = preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**9, disk=10**9)
     assert report["replay_bytes"] == 1000 * (12_288 + 24 + 4 + 3) and report["model_bytes"] == 1760
-    assert report["disk_needed"] == 2 * (report["replay_bytes"] + 1760)  # no train.steps: the full capacity
+    assert report["disk_needed"] == 2 * (report["replay_bytes"] + 1320)  # no train.steps: the full capacity
     with pytest.raises(PreflightError, match="replay.storage=memmap"):
         preflight(spec, 1000, agent, "memory", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)
     assert preflight(spec, 1000, agent, "memmap", "/tmp", "/tmp", keep=2, ram=10**6, disk=10**9)["ram_needed"] == 1760
@@ -172,7 +172,10 @@ def test_preflight_numbers():
     assert (held_steps(1000, 4, 300), held_steps(1000, 4, 301), held_steps(1000, 4, 10**6)) == (300, 304, 1000)
     short = preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**8, steps=1000,
                       num_envs=4)
-    assert short["checkpoint_bytes"] == 1000 * 12_319 + 1760 and short["disk_needed"] == 4 * 1000 * 12_319 + 3 * 1760
+    assert short["checkpoint_bytes"] == 1000 * 12_319 + 1320 and short["disk_needed"] == 4 * 1000 * 12_319 + 3 * 1320
+    frozen = torch.nn.Linear(10, 10).requires_grad_(False)  # a slow copy: its values only
+    assert preflight(spec, 10, frozen, "memory", "/tmp", "/tmp", keep=1, ram=10**9, disk=10**9,
+                     env_bytes=5000)["checkpoint_bytes"] == 10 * 12_319 + 440 + 5000
     with pytest.raises(PreflightError, match=r"checkpoints up to 11.7 MiB each .* x train.checkpoint_keep=3: 35.2 MiB"):
         preflight(spec, 10**6, agent, "memmap", "/tmp", "/tmp", keep=3, ram=10**9, disk=10**7, steps=1000, num_envs=4)
 
