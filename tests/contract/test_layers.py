@@ -281,7 +281,7 @@ def layer_problems(root: Path, package: str = "reverie", forbidden=None, env_lib
         if top in env_libraries and not _within(imp.source, env_layer) and imp.source not in env_exceptions:
             problems.append(f"{imp.where()}: only {env_layer} imports {top} (the env layer holds every simulator "
                             f"library; add a function there)")
-    return problems
+    return list(dict.fromkeys(problems))  # `from a import x, y`: one message
 
 
 def test_reverie_has_no_import_cycle():
