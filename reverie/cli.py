@@ -1,5 +1,9 @@
 """``reverie train|eval|imagine|play``: turns Hydra configs into objects and calls ``train``; never names an algorithm.
 
+Config loading, the setup checks and run-folder creation are :mod:`reverie.configs.compose` (below every command;
+``from reverie.cli import load_config`` still works, as this module imports it). Nothing in reverie but
+``__main__`` imports this module (tests/contract/test_layers.py).
+
 Examples::
 
     reverie train                                   # DreamerV3 xs on CartPole-v1
