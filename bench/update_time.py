@@ -43,7 +43,7 @@ def build(agent_name: str | None, size: str, precision: str, kernels: str):
     if agent_name is None:
         return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, kernels=kernels, precision=precision))
     from reverie.agents.build import build_agent
-    from reverie.cli import load_config
+    from reverie.configs.compose import load_config
 
     cfg = load_config([f"agent={agent_name}", f"size={size}", f"agent.module.precision={precision}",
                        f"agent.module.kernels={kernels}"])

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from reverie.agents.build import build_agent
-from reverie.cli import load_config
+from reverie.configs.compose import load_config
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.types import ActionSpec
 

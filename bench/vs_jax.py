@@ -135,7 +135,7 @@ def cartpole_swingup_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarra
 def time_reverie(args: argparse.Namespace) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds per ``DreamerV3_2025.update`` at the matched widths (after ``--skip``)."""
     from reverie.agents.build import build_agent
-    from reverie.cli import load_config
+    from reverie.configs.compose import load_config
 
     torch.manual_seed(0)
     cfg = load_config(REVERIE_OVERRIDES)

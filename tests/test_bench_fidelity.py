@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fidelity import (SETTINGS, MappingError, add_wall, convert_official, main, official_flags,  # noqa: E402
                             resolve_values, reverie_overrides)
-from reverie.cli import load_config  # noqa: E402
+from reverie.configs.compose import load_config  # noqa: E402
 from reverie.scores.readers import read_run  # noqa: E402
 from reverie.scores.suites import infer_suite  # noqa: E402
 

@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from reverie.cli import config_diff, load_config, main
+from reverie.cli import main
+from reverie.configs.compose import config_diff, load_config
 
 
 def test_diff_lists_only_the_keys_a_preset_changes():
@@ -49,7 +50,7 @@ def test_cfg_diff_prints_it_and_diff_alone_is_refused(capsys):
     (["env=gym", "env.id=ALE/Pong-v5"], "classic_dreamerv3_ALE-Pong-v5"),  # no folder separator in the name
 ])
 def test_run_folders_name_the_preset_agent_and_env(overrides, name, tmp_path):
-    from reverie.cli import make_run_dir
+    from reverie.configs.compose import make_run_dir
 
     run_dir = make_run_dir(load_config(overrides), root=tmp_path)
     assert run_dir.parent == tmp_path and run_dir.name[len("2026-12-02_041500_"):] == name

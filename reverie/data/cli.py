@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from reverie.cli import (ConfigError, _resume_target, check_setup, exit_code, load_config, make_run_dir,
-                         resume_finished)
+from reverie.configs.compose import (ConfigError, check_setup, exit_code, load_config, make_run_dir, resume_finished,
+                                     resume_target)
 
 PRETRAIN_HELP = """usage: reverie pretrain DATA [OVERRIDE ...]
        reverie pretrain --resume RUN [OVERRIDE ...]
@@ -52,7 +52,7 @@ def cmd_pretrain(argv: list[str]) -> int:
     from reverie.runtime.process_group import trainer_settings
     from reverie.state.resume import merge_overrides, save_overrides, saved_overrides
 
-    args, resume_dir = _resume_target(argv, command="pretrain")
+    args, resume_dir = resume_target(argv, command="pretrain")
     positional = [a for a in args if "=" not in a and not a.startswith("-")]
     if len(positional) > 1:
         raise ConfigError(f"pretrain takes one DATA argument, got {positional}; overrides are key=value")

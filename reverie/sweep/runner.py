@@ -41,7 +41,7 @@ def check_configs(spec: SweepSpec, configs: list[dict[str, Any]]) -> int:
     Raises:
         SweepSpecError: a configuration does not compose (the message names the key and the fix).
     """
-    from reverie.cli import ConfigError, load_config
+    from reverie.configs.compose import ConfigError, load_config
     from reverie.sweep.space import overrides
 
     steps = 0

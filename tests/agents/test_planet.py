@@ -95,7 +95,7 @@ def test_smoke_debug_planet(tmp_path, env):
 
 
 def test_presets_resolve_per_agent_and_agent_planet_builds_under_the_default_preset():
-    from reverie.cli import check_setup, load_config
+    from reverie.configs.compose import check_setup, load_config
 
     repeats = {task: load_config(["exp=planet_dmc", f"env.task={task}"]).env.action_repeat
                for task in ("cartpole_swingup", "cheetah_run", "walker_walk", "hopper_hop")}
@@ -115,7 +115,7 @@ def test_presets_resolve_per_agent_and_agent_planet_builds_under_the_default_pre
 
 def reference_agent(overrides=(), obs_shapes=None):
     """The agent that `agent=planet exp=reference` builds (the reference's values, no CPU preset)."""
-    from reverie.cli import load_config
+    from reverie.configs.compose import load_config
     from reverie.agents.build import build_agent
 
     cfg = load_config(["agent=planet", "exp=reference", "device=cpu", *overrides])

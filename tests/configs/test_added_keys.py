@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reverie.cli import ConfigError, load_config, main
+from reverie.cli import main
+from reverie.configs.compose import ConfigError, load_config
 
 
 @pytest.mark.parametrize("override, key, hint", [

@@ -2,7 +2,8 @@
 
 import pytest
 
-from reverie.cli import load_config, main
+from reverie.cli import main
+from reverie.configs.compose import load_config
 from reverie.configs.ranges import range_errors
 
 

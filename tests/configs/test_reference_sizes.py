@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from reverie.agents.build import build_agent
-from reverie.cli import load_config
+from reverie.configs.compose import load_config
 from reverie.models.networks import MLP, NormLinear
 from reverie.types import ActionSpec
 

@@ -6,7 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from reverie.cli import ConfigError, load_config, main
+from reverie.cli import main
+from reverie.configs.compose import ConfigError, load_config
 from reverie import load_run, make_env
 
 from helpers.runs import read_jsonl, train

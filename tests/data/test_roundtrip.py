@@ -4,7 +4,8 @@ rows."""
 import numpy as np
 import pytest
 
-from reverie.cli import load_config, main
+from reverie.cli import main
+from reverie.configs.compose import load_config
 from reverie.data import load_dataset
 from reverie.data.fill import fill_replay
 from reverie.data.npz import read_npz, write_npz

@@ -4,7 +4,8 @@ import re
 import numpy as np
 import pytest
 
-from reverie.cli import load_config, main
+from reverie.cli import main
+from reverie.configs.compose import load_config
 from reverie.data import DatasetError, load_dataset
 from reverie.data.npz import write_npz
 from reverie.data.record import record

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 pytest.importorskip("ale_py", reason="Atari tests need ale-py: pip install -e '.[atari]'")
 cv2 = pytest.importorskip("cv2", reason="Atari tests need OpenCV: pip install -e '.[atari]'")
 
-from reverie.cli import load_config  # noqa: E402
+from reverie.configs.compose import load_config  # noqa: E402
 from reverie.envs import VectorStepper, make_env, make_vector_env  # noqa: E402
 from reverie.envs.atari import ale_id  # noqa: E402
 

@@ -3,7 +3,7 @@
 import numpy as np
 from gymnasium import spaces
 
-from reverie.cli import load_config
+from reverie.configs.compose import load_config
 from reverie.envs import make_env
 from reverie.envs.convert import SpaceConverter
 

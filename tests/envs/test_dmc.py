@@ -70,7 +70,7 @@ def test_time_limit_is_a_truncation_after_500_agent_steps():
 
 
 def test_presets_compose():
-    from reverie.cli import load_config
+    from reverie.configs.compose import load_config
 
     cfg = load_config(["env=dmc_vision"])
     assert (cfg.env.suite, cfg.env.task, cfg.env.action_repeat, cfg.env.image, cfg.env.proprio, cfg.env.size) == (

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from reverie.state.checkpoint import list_checkpoints, load_checkpoint
-from reverie.cli import load_config, main
+from reverie.cli import main
+from reverie.configs.compose import load_config
 from reverie.loop.collector import check_async_collect
 from reverie.envs import VectorStepper, make_env
 from reverie.envs.testing import FlakyEnv

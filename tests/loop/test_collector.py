@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from reverie.state.checkpoint import list_checkpoints, load_checkpoint
-from reverie.cli import load_config, main
+from reverie.cli import main
+from reverie.configs.compose import load_config
 from reverie.loop.collector import Collector, make_policy_copy, sync_policy
 from reverie.envs import VectorStepper, make_vector_env
 from reverie.envs.testing import CODE_BASE

@@ -99,7 +99,7 @@ def test_bad_trainer_values_fail_before_any_run_directory(tmp_path, capsys):
 
 
 def test_train_without_torchrun_refuses_several_processes(tmp_path, monkeypatch):
-    from reverie.cli import load_config
+    from reverie.configs.compose import load_config
     from reverie.train import train
 
     for var in process_group.TORCHRUN_VARS:

@@ -110,8 +110,9 @@ def test_resume_rejects_unsafe_changes_and_applies_safe_ones(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "r"), "train.steps=32", "train.log_every=8"]) == 0
     assert "train.log_every 16 -> 8" in capsys.readouterr().out
     assert load_checkpoint(tmp_path / "r")["config"]["train"]["log_every"] == 8
+    (tmp_path / "nothing").mkdir()  # a folder without checkpoints (a missing one: tests/test_cli.py)
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
-    assert "no checkpoint" in capsys.readouterr().err
+    assert "no checkpoint under" in capsys.readouterr().err
 
 
 def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, capsys):

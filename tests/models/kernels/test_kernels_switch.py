@@ -10,7 +10,7 @@ import torch
 
 from reverie.agents.build import build_agent
 from reverie.agents.dreamer import ActorPasses, DreamerV3
-from reverie.cli import load_config
+from reverie.configs.compose import load_config
 from reverie.envs.testing import random_batch
 from reverie.models.dynamics import CategoricalRSSM
 from reverie.models.kernels import resolve
