@@ -312,7 +312,7 @@ def test_official_dmc_proprio_preset_has_the_official_values():
     """exp=official_dmc_proprio: dreamerv3/configs.yaml:178-182 of e3f0224 (size1m, train_ratio 1024, 1.1e6 steps)
     with the defaults it keeps (16 envs, batch 16 x 64, replay 5e6, DMC action repeat 1, replay_context 1, online
     queue on)."""
-    from reverie.cli import load_config
+    from reverie.configs.compose import load_config
 
     cfg = load_config(["agent=dreamerv3_2025", "exp=official_dmc_proprio", "env=dmc_proprio"])
     size = cfg.size
