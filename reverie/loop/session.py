@@ -283,7 +283,7 @@ class Session:
         if self.stepper.load_state_dict(saved["stepper"]):  # envs restored exactly: continue the episodes in flight
             self.row, self.act_state = saved["row"], saved["act_state"]
         self.loop.load_state_dict(saved)
-        why = saved["stepper"].get("env_error")  # e.g. Atari with sticky actions
+        why = (saved["stepper"] or {}).get("env_error")  # e.g. Atari with sticky actions (pretrain: no envs)
         print(f"[reverie] resumed {self.run_dir} from {Path(saved['checkpoint_path']).name}: env step "
               f"{self.loop.env_steps}, {self.loop.updates} updates, replay {len(self.replay)} steps"
               f"{'' if self.row is not None or self.offline else '; episodes in flight restart'}"
