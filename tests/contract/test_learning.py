@@ -11,10 +11,11 @@ previous 2-action check took 42 s here against its documented 28 s), mean of the
 / 2 (the test runs seed 0); "untrained" is the first evaluation (step 50, before the first update):
 
 - dreamerv3-discrete (4 actions, 450 steps, threshold 6.0; random 2.5, untrained 2.7): seed 0 8.40 (evaluations
-  8.3 / 8.4 / 8.5), seeds 1 / 2 not measured to the end; 53 CPU s. Actor learning rate 0 (``actor_lr=0``): seed 0 2.47.
+  8.3 / 8.4 / 8.5), seeds 1 / 2 not measured to the end; 53 CPU s. Actor learning rate 0 (``actor_lr=0``):
+  seed 0 2.47.
 - dreamerv3-continuous (400 steps, threshold 8.3; random 6.67, an action of 0 7.5, untrained 7.71 / 7.06 / 7.14):
-  8.65 / 8.87 / seed 2 not measured at 400; 52-59 CPU s (seed 2 learns at 300 steps: 5.15 at 250, 8.6 at 300 and 350, so a
-  350-step run fails there with 7.46; hence 400 steps). Reward head cut off from the world-model loss
+  8.65 / 8.87 / seed 2 not measured at 400; 52-59 CPU s (seed 2 learns at 300 steps: 5.15 at 250, 8.6 at 300
+  and 350, so a 350-step run fails there with 7.46; hence 400 steps). Reward head cut off from the world-model loss
   (``loss_scales.reward=0``): 350-step runs 5.62 / 6.35 (seeds 0 / 1, falling).
 - dreamerv3_2025-discrete (4 actions, 450 steps, threshold 6.0; random 2.5, untrained 2.8): seed 0 9.17 (8.9 at
   350, 9.5, 9.1; 2.3 at 300); 71 CPU s. Policy loss cut off (``loss_scales.policy=0``): seed 0 2.80. Seeds 1 and 2
@@ -165,8 +166,8 @@ def test_dreamerv3_dmc_cpu_cartpole_swingup(tmp_path):
     75 / 123 / 139 / 186 / 178 / 208 (seed 0: last 2 -> 193.0), 76 / 130 / 130 / 142 / 133 / 140 (seed 1: 136.5).
     The first evaluation (75-76, before learning shows) stays 54 below. The preset does half the reference's updates
     per frame, each with a sixteenth of its imagination, at a smaller size (docs/dreamerv3.md), so the official
-    curve itself (260.6; seed 0 reached 208 at 30k, seed 1 140) is not reachable on this machine. Not rerun for this threshold (a
-    30k-frame run takes ~18 min of a core): the numbers are the documented runs'."""
+    curve itself (260.6; seed 0 reached 208 at 30k, seed 1 140) is not reachable on this machine. Not rerun for
+    this threshold (a 30k-frame run takes ~18 min of a core): the numbers are the documented runs'."""
     pytest.importorskip("dm_control")
     run_dir = tmp_path / "swingup"
     assert main(["train", "exp=dmc_cpu", "env.task=cartpole_swingup", "seed=0", "train.steps=15000",
