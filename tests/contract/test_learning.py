@@ -10,16 +10,16 @@ Measured on this project's 2-core CPU shared with other runs (load 10-20, so CPU
 previous 2-action check took 42 s here against its documented 28 s), mean of the last 3 evaluations, seeds 0 / 1
 / 2 (the test runs seed 0); "untrained" is the first evaluation (step 50, before the first update):
 
-- dreamerv3-discrete (4 actions, 450 steps, threshold 6.0; random 2.5, untrained 2.7): seed 0 8.40 (evaluations
-  8.3 / 8.4 / 8.5), seeds 1 / 2 not measured to the end; 53 CPU s. Actor learning rate 0 (``actor_lr=0``):
-  seed 0 2.47.
+- dreamerv3-discrete (4 actions, 450 steps, threshold 6.0; random 2.5, untrained 2.7 / 1.1 / 3.2): 8.40 / 6.90 /
+  8.97 (seed 1 learns at 400 steps: 2.9, 8.6, 9.2); 49-53 CPU s. Actor learning rate 0 (``actor_lr=0``): 2.47 /
+  2.93 / 2.43.
 - dreamerv3-continuous (400 steps, threshold 8.3; random 6.67, an action of 0 7.5, untrained 7.71 / 7.06 / 7.14):
-  8.65 / 8.87 / seed 2 not measured at 400; 52-59 CPU s (seed 2 learns at 300 steps: 5.15 at 250, 8.6 at 300
-  and 350, so a 350-step run fails there with 7.46; hence 400 steps). Reward head cut off from the world-model loss
-  (``loss_scales.reward=0``): 350-step runs 5.62 / 6.35 (seeds 0 / 1, falling).
-- dreamerv3_2025-discrete (4 actions, 450 steps, threshold 6.0; random 2.5, untrained 2.8): seed 0 9.17 (8.9 at
-  350, 9.5, 9.1; 2.3 at 300); 71 CPU s. Policy loss cut off (``loss_scales.policy=0``): seed 0 2.80. Seeds 1 and 2
-  not measured to the end (stopped at 200 steps for want of CPU, at 2.5-2.6 like seed 0 there).
+  8.65 / 8.87 / 8.52; 48-59 CPU s (seed 2 learns at 300 steps: 5.15 at 250, 8.6 at 300 and 350, so a 350-step
+  run fails there with 7.46; hence 400 steps). Reward head cut off from the world-model loss
+  (``loss_scales.reward=0``): 5.47 / 6.38 / 6.39 (falling from the untrained values).
+- dreamerv3_2025-discrete (4 actions, 450 steps, threshold 6.0; random 2.5, untrained 2.8 / 2.6 / 2.5): 9.17 /
+  8.87 / 8.77 (learning shows at 350 / 300 / 250 steps); 71-73 CPU s. Policy loss cut off
+  (``loss_scales.policy=0``): 2.80 / 2.77 / 2.80.
 - planet-discrete (4 actions, 400 steps, threshold 7.0; random 2.5, untrained 2.8 / 2.2 / 2.5): 9.23 / 9.27 / 8.87;
   21-22 CPU s. Reward loss at 0 (``reward_scale=0``): 2.87 / 2.77 / 2.67.
 
