@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import pytest
 
 from reverie.cli import main
-from tests.helpers.runs import read_jsonl
+from helpers.runs import read_jsonl
 
 LAST = 3  # evaluations averaged by the judgement: the last 100 env steps of the run
 
