@@ -1,7 +1,7 @@
 # reverie: `make train` and `make test` are all you need; both build the virtual environment first.
 #
 #   make train ARGS="env=pendulum size=s"    # Hydra overrides go in ARGS
-#   make test  PYTEST_ARGS="-x tests/test_logging.py"
+#   make test  PYTEST_ARGS="-x tests/test_logging.py"   # in 2 processes (pytest-xdist); PYTEST_WORKERS=0: one
 #   make test-slow                           # learning checks marked @pytest.mark.slow
 #   make bench ARGS="..."                    # speed/memory scripts in bench/ (print numbers)
 #   make sysdeps                             # Debian packages: headless OpenGL for DMC pixels, Chromium for the
@@ -19,6 +19,8 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (one per core of the 2-core machines the suite is sized for; 0: one process)
+PYTEST_WORKERS ?= 2
 # Debian packages for headless EGL rendering (MuJoCo/dm_control pixels). libosmesa6 is the software fallback
 # (MUJOCO_GL=osmesa) if EGL cannot create a context: `make sysdeps GL_PACKAGES=libosmesa6`.
 GL_PACKAGES ?= libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri
@@ -63,7 +65,7 @@ train: venv sysdeps
 	REVERIE_MAKE_TRAIN=1 $(BIN)/reverie train $(ARGS) || { status=$$?; [ $$status -eq 130 ] || exit $$status; }
 
 test: venv sysdeps
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: venv sysdeps
 	$(BIN)/pytest -q -m slow $(PYTEST_ARGS)
