@@ -181,11 +181,11 @@ PRESETS = {
     # state (the 2023 code has no other choice), 100k frames.
     "cpu": {
         "2023": {"frames": 100_000, "action_repeat": 2, "envs": 4, "batch_size": 16, "batch_length": 32,
-                 "train_ratio": 64, "deter": 128, "units": 128, "layers": 1, "stoch": 16, "classes": 16,
+                 "train_ratio": 32, "deter": 128, "units": 128, "layers": 1, "stoch": 16, "classes": 16,
                  "mlp_units": 128, "mlp_layers": 1, "horizon": 15, "model_lr": 3e-4, "actor_lr": 1e-4,
                  "critic_lr": 1e-4, "prefill": 1000, "precision": "float32", "imag_last": 0},
         "2025": {"frames": 100_000, "action_repeat": 2, "envs": 4, "batch_size": 16, "batch_length": 32,
-                 "train_ratio": 64, "deter": 512, "hidden": 64, "units": 64, "stoch": 32, "classes": 4, "blocks": 8,
+                 "train_ratio": 32, "deter": 512, "hidden": 64, "units": 64, "stoch": 32, "classes": 4, "blocks": 8,
                  "horizon": 15, "lr": 4e-5, "precision": "float32", "imag_last": 0, "replay_context": 1,
                  "online": True},
     },
@@ -328,9 +328,10 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
                      allow_empty: bool = False) -> int:
     """The official run's episodes -> a reverie-format run folder; returns the number of episodes.
 
-    Reads ``<logdir>/scores.jsonl`` (the official logger's ``episode/score`` rows; their ``step`` is env frames: the
-    official logger multiplies its agent-step counter by the env's ``repeat``) and the episode lengths from
-    ``metrics.jsonl`` (``episode/length`` at the same step, agent steps). Writes ``scores.jsonl`` (``step`` agent
+    Reads ``<logdir>/episodes.jsonl`` (every episode, written by bench/fidelity_launcher.py), else the official
+    ``scores.jsonl`` (which keeps one episode per step when several envs end at once), with the lengths from
+    ``metrics.jsonl`` (``episode/length`` at the same step, agent steps). ``step`` is env frames in both: the official
+    logger multiplies its agent-step counter by the env's ``repeat``. Writes ``scores.jsonl`` (``step`` agent
     steps, ``frames``, ``return``, ``length``, ``mode: train``), ``config.yaml`` (seed, env task and action repeat,
     the official commit and flags) and ``env_metadata.json`` (suite ``dmc``, vector observations), so that
     ``reverie compare`` reads it as a ``dmc_proprio`` run. ``allow_empty``: no ``scores.jsonl`` yet gives an empty
@@ -341,7 +342,9 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
         FileNotFoundError: no ``scores.jsonl`` in ``logdir`` (the official run wrote no episode yet).
         ValueError: a line that is not an official score record.
     """
-    scores = logdir / "scores.jsonl"
+    scores = logdir / "episodes.jsonl"  # written by bench/fidelity_launcher.py: every episode, lengths included
+    if not scores.is_file():
+        scores = logdir / "scores.jsonl"  # the official file: one episode per step when several end at once
     if not scores.is_file() and not allow_empty:
         raise FileNotFoundError(f"{scores} does not exist: the official run has not finished an episode yet")
     repeat = int(values["action_repeat"])
@@ -363,8 +366,8 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
             raise ValueError(f"{scores} line {number} is not an official score record "
                              f'{{"step": frames, "episode/score": return}}: {line[:80]!r}') from err
         pending = lengths.get(frames, [])
-        rows.append({"step": frames // repeat, "frames": frames, "return": ret,
-                     "length": pending.pop(0) if pending else None, "mode": "train"})
+        length = rec["episode/length"] if "episode/length" in rec else (pending.pop(0) if pending else None)
+        rows.append({"step": frames // repeat, "frames": frames, "return": ret, "length": length, "mode": "train"})
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {"suite": "dmc", "task": values["task"], "action_repeat": repeat, "image": False, "proprio": True,

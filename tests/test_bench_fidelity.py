@@ -117,6 +117,20 @@ def test_official_scores_become_a_reverie_run(tmp_path):
     assert set(table["task"]) == {"dmc_cartpole_swingup"} and set(table["seed"]) == {2}
 
 
+def test_every_episode_comes_from_the_launchers_file(tmp_path):
+    """The official scores.jsonl keeps one value per step: of 2 envs that end at frame 1000 it holds the last one.
+    The launcher's episodes.jsonl holds both, and the conversion reads it when it is there."""
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    (logdir / "scores.jsonl").write_text('{"step": 1000, "episode/score": 7.0}\n')
+    (logdir / "episodes.jsonl").write_text('{"step": 1000, "episode/score": 5.0, "episode/length": 500}\n'
+                                           '{"step": 1000, "episode/score": 7.0, "episode/length": 500}\n')
+    values = resolve_values("2023", "cpu", [], "cartpole_swingup", 0)
+    assert convert_official(logdir, tmp_path / "run", "2023", values, []) == 2
+    rows = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert [(r["frames"], r["return"], r["length"]) for r in rows] == [(1000, 5.0, 500), (1000, 7.0, 500)]
+
+
 def test_conversion_refuses_a_foreign_log(tmp_path):
     (tmp_path / "scores.jsonl").write_text('{"step": 10, "return": 1.0}\n')
     values = resolve_values("2023", "cpu", [], "cartpole_swingup", 0)
