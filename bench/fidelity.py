@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.peer_venv import outside_repo, run_steps
+from bench.vs_jax import JAX_PACKAGES
 
 COMMITS = {"2023": "8fa35f8", "2025": "e3f0224"}
 AGENTS = {"2023": "dreamerv3", "2025": "dreamerv3_2025"}
@@ -59,9 +60,7 @@ SCRIPTS = {"2023": "dreamerv3/train.py", "2025": "dreamerv3/main.py"}
 PACKAGES = {
     "2023": ["jax==0.4.13", "jaxlib==0.4.13", "optax==0.1.5", "chex<0.1.82", "tensorflow-probability==0.21.0",
              "numpy<1.25", "scipy<1.12", "ruamel.yaml<0.18", "rich", "cloudpickle", "dm_control==1.0.14", "mujoco==2.3.7"],
-    "2025": ["jax==0.4.33", "jaxlib==0.4.33", "chex==0.1.87", "optax==0.2.4", "numpy<2", "elements==3.22.4",
-             "ninjax==3.6.3", "portal==3.8.3", "granular==0.24.2", "scope==0.8.1", "einops", "jaxtyping", "av",
-             "tqdm", "colored_traceback", "mujoco<4", "dm_control==1.0.50", "gym==0.22.0"],
+    "2025": JAX_PACKAGES,
 }
 PROBES = {"2023": "import jax, optax, tensorflow_probability.substrates.jax, dm_control, ruamel.yaml",
           "2025": "import jax, elements, ninjax, dm_control"}
