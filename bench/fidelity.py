@@ -307,7 +307,12 @@ def ensure_source(version: str, source: Path, origin: str) -> Path:
     clone = source.with_name(source.name + ".git")
     if not clone.exists():
         run_steps([["git", "clone", "--bare", "-q", origin, str(clone)]], "fidelity")
-    archive = subprocess.run(["git", "--git-dir", str(clone), "archive", COMMITS[version]], capture_output=True)
+    # the code only: the official score files (scores/, large blobs that a partial mirror may lack) are not needed
+    # to train; `reverie scores fetch` gets them
+    tree = subprocess.run(["git", "--git-dir", str(clone), "ls-tree", "--name-only", COMMITS[version]],
+                          capture_output=True, text=True)
+    paths = [p for p in tree.stdout.split() if p != "scores"]
+    archive = subprocess.run(["git", "--git-dir", str(clone), "archive", COMMITS[version], *paths], capture_output=True)
     if archive.returncode:
         raise RuntimeError(f"git archive {COMMITS[version]} failed: {archive.stderr.decode()[-500:]}")
     subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
@@ -381,16 +386,34 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
     return len(rows)
 
 
-def add_wall(run_dir: Path, seconds: float, info: dict) -> float:
-    """Adds one attempt's wall seconds to ``<run_dir>/fidelity.json``; returns the total."""
+def add_wall(run_dir: Path, seconds: float, info: dict, cpu_seconds: float | None = None) -> float:
+    """Adds one attempt's wall seconds (and, where measured, the CPU seconds of the run's process: user + system,
+    from ``getrusage(RUSAGE_CHILDREN)``) to ``<run_dir>/fidelity.json``; returns the total wall minutes.
+    ``cpu_minutes`` sums the attempts that measured it: on a shared machine wall time moves with the load, the CPU
+    time of a single-threaded run much less."""
     path = run_dir / "fidelity.json"
     data = json.loads(path.read_text()) if path.is_file() else {"attempts": []}
     data.update(info)
-    data["attempts"].append({"wall_s": round(seconds, 1), "ended": time.strftime("%Y-%m-%d %H:%M:%S")})
+    attempt = {"wall_s": round(seconds, 1), "ended": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if cpu_seconds is not None:
+        attempt["cpu_s"] = round(cpu_seconds, 1)
+    data["attempts"].append(attempt)
     data["wall_minutes"] = round(sum(a["wall_s"] for a in data["attempts"]) / 60.0, 1)
+    measured = [a["cpu_s"] for a in data["attempts"] if "cpu_s" in a]
+    if measured:
+        data["cpu_minutes"] = round(sum(measured) / 60.0, 1)
+        data["cpu_measured_attempts"] = f"{len(measured)} of {len(data['attempts'])}"
     run_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
     return data["wall_minutes"]
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of the waited-for child processes so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def pinned(command: list[str], core: int | None) -> list[str]:
@@ -413,11 +436,12 @@ def run_official(args, values: dict) -> None:
     convert_official(logdir, run_dir, args.version, values, flags, allow_empty=True)  # a run folder from the start
     env = os.environ | {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "JAX_PLATFORMS": "cpu"}
     run_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu()
     with open(run_dir / "run.log", "a") as log:
         done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     minutes = add_wall(run_dir, time.perf_counter() - start, {"side": "official", "version": args.version,
-                                                               "commit": COMMITS[args.version], "values": values})
+                                                               "commit": COMMITS[args.version], "values": values},
+                       children_cpu() - cpu)
     if done.returncode and not (logdir / "scores.jsonl").is_file():
         raise RuntimeError(f"the official run failed (exit code {done.returncode}) before its first episode; its "
                            f"output is in {run_dir / 'run.log'}")
@@ -438,11 +462,12 @@ def run_reverie(args, values: dict) -> None:
     env = os.environ | {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": _ROOT}
     run_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu()
     with open(run_dir / "run.log", "a") as log:
         done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=_ROOT)
     minutes = add_wall(run_dir, time.perf_counter() - start, {"side": "reverie", "version": args.version,
-                                                               "overrides": overrides, "values": values})
+                                                               "overrides": overrides, "values": values},
+                       children_cpu() - cpu)
     print(f"[fidelity] reverie run exit {done.returncode}; {run_dir}; {minutes} wall minutes so far")
 
 

@@ -148,3 +148,45 @@ def test_wall_minutes_add_up_over_attempts(tmp_path):
     assert add_wall(tmp_path, 30.0, {"side": "reverie"}) == 2.0
     data = json.loads((tmp_path / "fidelity.json").read_text())
     assert [a["wall_s"] for a in data["attempts"]] == [90.0, 30.0] and data["side"] == "reverie"
+
+
+def test_cpu_minutes_add_up_over_the_attempts_that_measured_them(tmp_path):
+    add_wall(tmp_path, 120.0, {"side": "official"})  # an attempt of an older harness: wall time only
+    add_wall(tmp_path, 60.0, {"side": "official"}, cpu_seconds=54.0)
+    add_wall(tmp_path, 60.0, {"side": "official"}, cpu_seconds=30.0)
+    data = json.loads((tmp_path / "fidelity.json").read_text())
+    assert data["wall_minutes"] == 4.0 and data["cpu_minutes"] == 1.4
+    assert data["cpu_measured_attempts"] == "2 of 3" and "cpu_s" not in data["attempts"][0]
+
+
+def test_children_cpu_counts_a_waited_for_child():
+    import subprocess
+
+    from bench.fidelity import children_cpu
+
+    before = children_cpu()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"],
+                   check=True)
+    assert children_cpu() - before >= 0.25
+
+
+def test_install_exports_the_code_of_the_commit_without_the_score_files(tmp_path, monkeypatch):
+    import subprocess
+
+    import bench.fidelity as fidelity
+
+    repo = tmp_path / "origin"
+    (repo / "dreamerv3").mkdir(parents=True)
+    (repo / "scores").mkdir()
+    (repo / "dreamerv3" / "train.py").write_text("print('train')\n")
+    (repo / "scores" / "big.json.gz").write_bytes(b"\x00" * 10)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setitem(fidelity.COMMITS, "2023", commit)
+    source = fidelity.ensure_source("2023", tmp_path / "src", str(repo))
+    assert (source / "dreamerv3" / "train.py").read_text() == "print('train')\n"
+    assert not (source / "scores").exists() and (source / ".fidelity_commit").read_text().strip() == commit
+    assert fidelity.ensure_source("2023", source, "/nonexistent") == source  # already exported: nothing to fetch
