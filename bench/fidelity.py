@@ -160,6 +160,9 @@ SETTINGS: dict[str, list[Setting]] = {
                 ("--replay_context",), ("agent.module.replay_context",)),
         Setting("online", "fresh windows trained on before uniform samples (configs.yaml:41 replay.online)",
                 ("--replay.online",), ("agent.replay_online",)),
+        Setting("prefill", "env steps of a random policy before training (the current code has none: its agent acts "
+                "from the first step and trains once replay holds batch_size x batch_length steps, "
+                "embodied/run/train.py:71-72)", (), ("train.prefill",), only=0),
     ],
 }
 FIXED_OFFICIAL = {
@@ -186,7 +189,7 @@ PRESETS = {
         "2025": {"frames": 100_000, "action_repeat": 2, "envs": 4, "batch_size": 16, "batch_length": 32,
                  "train_ratio": 32, "deter": 512, "hidden": 64, "units": 64, "stoch": 32, "classes": 4, "blocks": 8,
                  "horizon": 15, "lr": 4e-5, "precision": "float32", "imag_last": 0, "replay_context": 1,
-                 "online": True},
+                 "online": True, "prefill": 0},
     },
 }
 

@@ -55,6 +55,11 @@ def test_one_value_sets_both_sides_2025():
     assert (m.dynamics.deter, m.dynamics.hidden, m.dynamics.classes, m.dynamics.blocks) == (512, 64, 4, 8)
     assert (m.units, m.lr, m.imag_last, m.replay_context) == (64, 4e-5, 0, 1) and cfg.agent.replay_online is True
     assert official["--replay_context"] == "1" and official["--replay.online"] == "True"
+    # the current official code has no random prefill (its agent acts from the first step): reverie's is 0 too, and
+    # no official flag is set for it
+    assert cfg.train.prefill == 0 and not any("fill" in flag for flag in official)
+    with pytest.raises(MappingError, match="prefill=1000 cannot be mapped onto the official 2025 code"):
+        resolve_values("2025", "cpu", ["prefill=1000"], "cartpole_swingup", 0)
 
 
 def test_every_setting_has_a_value_and_distinct_names():
