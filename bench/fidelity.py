@@ -374,7 +374,10 @@ def convert_official(logdir: Path, run_dir: Path, version: str, values: dict, fl
                              f'{{"step": frames, "episode/score": return}}: {line[:80]!r}') from err
         pending = lengths.get(frames, [])
         length = rec["episode/length"] if "episode/length" in rec else (pending.pop(0) if pending else None)
-        rows.append({"step": frames // repeat, "frames": frames, "return": ret, "length": length, "mode": "train"})
+        row = {"step": frames // repeat, "frames": frames, "return": ret, "length": length, "mode": "train"}
+        if "time" in rec:  # unix seconds of the episode's end (bench/fidelity_launcher.py), for wall-time readings
+            row["time"] = float(rec["time"])
+        rows.append(row)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {"suite": "dmc", "task": values["task"], "action_repeat": repeat, "image": False, "proprio": True,
@@ -474,9 +477,136 @@ def run_reverie(args, values: dict) -> None:
     print(f"[fidelity] reverie run exit {done.returncode}; {run_dir}; {minutes} wall minutes so far")
 
 
+# ------------------------------------------------------------------------------------------------------ report
+WINDOW = (90_000, 110_000)  # the dmc_proprio score window of reverie compare (env frames, episodes ending inside)
+OFFICIAL_LOG_EVERY = 120.0  # FIXED_OFFICIAL --run.log_every: seconds between the official metrics.jsonl lines
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def attempt_starts(fidelity: dict) -> list[tuple[float, float, float]]:
+    """``(start, end, wall before)`` unix seconds of each attempt of ``fidelity.json`` (an attempt ends at its
+    ``ended`` time, local, and lasted ``wall_s``)."""
+    out, before = [], 0.0
+    for attempt in fidelity.get("attempts", []):
+        end = time.mktime(time.strptime(attempt["ended"], "%Y-%m-%d %H:%M:%S"))
+        out.append((end - attempt["wall_s"], end, before))
+        before += attempt["wall_s"]
+    return out
+
+
+def wall_curve(run_dir: Path) -> list[tuple[float, float]]:
+    """``(frames, wall seconds)`` points of a run, increasing in frames, from which the wall time at which the run
+    reached a frame count is interpolated.
+
+    reverie: its ``metrics.jsonl`` rows (``frames``, ``wall_s``: the run's wall time, summed over resumes). Official:
+    each episode's ``time`` (unix seconds, written by the launcher) placed in its attempt of ``fidelity.json``; a run
+    without them (an older launcher): the ``step`` (frames) of its ``metrics.jsonl`` lines, one every
+    ``--run.log_every`` seconds (:data:`OFFICIAL_LOG_EVERY`), an approximation to about one interval.
+    """
+    points = [(0.0, 0.0)]
+    if (run_dir / "logdir").is_dir():  # official
+        rows = [r for r in _jsonl(run_dir / "scores.jsonl") if "time" in r]
+        attempts = attempt_starts(json.loads((run_dir / "fidelity.json").read_text())) \
+            if (run_dir / "fidelity.json").is_file() else []
+        if rows and attempts:
+            for r in rows:
+                start, _, before = next((a for a in attempts if a[0] - 1 <= r["time"] <= a[1] + 1), attempts[-1])
+                points.append((float(r["frames"]), before + r["time"] - start))
+        else:
+            lines = [r for r in _jsonl(run_dir / "logdir" / "metrics.jsonl") if "step" in r]
+            points += [(float(r["step"]), OFFICIAL_LOG_EVERY * (k + 1)) for k, r in enumerate(lines)]
+    else:
+        points += [(float(r["frames"]), float(r["wall_s"])) for r in _jsonl(run_dir / "metrics.jsonl")
+                   if "frames" in r and "wall_s" in r]
+    points.sort()
+    return points
+
+
+def frames_at(points: list[tuple[float, float]], wall_s: float) -> float:
+    """The frames a run had reached after ``wall_s`` seconds (linear between the points of :func:`wall_curve`;
+    its last frames beyond its end)."""
+    for (f0, w0), (f1, w1) in zip(points, points[1:]):
+        if w0 <= wall_s <= w1:
+            return f0 + (f1 - f0) * (wall_s - w0) / max(w1 - w0, 1e-9)
+    return points[-1][0]
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95% confidence interval from the t distribution over ``values`` (seeds); a single value
+    gives an interval of zero width."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(values, float)
+    if len(x) < 2:
+        return float(x.mean()), float(x.mean()), float(x.mean())
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def window_mean(rows: list[dict], lo: float, hi: float) -> float | None:
+    """Mean return of the training episodes ending in ``[lo, hi]`` env frames (None: none there)."""
+    inside = [r["return"] for r in rows if r.get("mode", "train") == "train" and lo <= r["frames"] <= hi]
+    return sum(inside) / len(inside) if inside else None
+
+
+def report(out: Path, version: str) -> str:
+    """The fidelity table of every run folder of ``version`` under ``out``: per run its window mean (training
+    episodes ending in :data:`WINDOW`), last frames, wall and CPU minutes; per task and side the mean over seeds
+    with a 95% t interval; and each official run's return at the median wall time of reverie's runs of that task
+    (the mean over the training episodes ending in the 10k frames before the frame count it had reached then).
+    Returns markdown."""
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for run_dir in sorted(out.glob(f"*_{version}_*_s*")):
+        side, _, rest = run_dir.name.partition(f"_{version}_")
+        task, _, seed = rest.rpartition("_s")
+        rows = _jsonl(run_dir / "scores.jsonl")
+        fid = json.loads((run_dir / "fidelity.json").read_text()) if (run_dir / "fidelity.json").is_file() else {}
+        runs.setdefault((task, side), []).append({
+            "dir": run_dir, "seed": int(seed), "rows": rows, "window": window_mean(rows, *WINDOW),
+            "frames": max((r["frames"] for r in rows), default=0), "wall": fid.get("wall_minutes"),
+            "cpu": fid.get("cpu_minutes"), "curve": wall_curve(run_dir)})
+    lines = ["| task | side | seed | window mean (90k-110k frames) | last frames | wall min | CPU min |",
+             "|---|---|---|---|---|---|---|"]
+    for (task, side), items in sorted(runs.items()):
+        for r in items:
+            window = "-" if r["window"] is None else f"{r['window']:.1f}"
+            lines.append(f"| {task} | {side} | {r['seed']} | {window} | {r['frames']:,} | {r['wall'] or '-'} | "
+                         f"{r['cpu'] or '-'} |")
+    lines += ["", "| task | side | seeds | window mean [95% CI] | median wall min |", "|---|---|---|---|---|"]
+    for (task, side), items in sorted(runs.items()):
+        done = [r["window"] for r in items if r["window"] is not None]
+        walls = sorted(r["wall"] for r in items if r["wall"])
+        wall = f"{walls[len(walls) // 2]:.1f}" if walls else "-"
+        if done:
+            m, lo, hi = mean_ci(done)
+            lines.append(f"| {task} | {side} | {len(done)} | {m:.1f} [{lo:.1f}, {hi:.1f}] | {wall} |")
+    equal = []
+    for (task, side), items in sorted(runs.items()):
+        ours = [r["wall"] for r in runs.get((task, "reverie"), []) if r["wall"] and r["window"] is not None]
+        if side != "official" or not ours:
+            continue
+        at = sorted(ours)[len(ours) // 2] * 60.0
+        for r in items:
+            reached = frames_at(r["curve"], at)
+            value = window_mean(r["rows"], reached - 10_000, reached)
+            if value is not None:
+                equal.append(f"| {task} | {r['seed']} | {at / 60:.1f} | {reached:,.0f} | {value:.1f} |")
+    if equal:
+        lines += ["", "| task | official seed | at reverie's median wall min | official frames then | "
+                      "official return then (last 10k frames) |", "|---|---|---|---|---|", *equal]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("report", help="the table of the run folders under --out (markdown)")
+    p.add_argument("--version", required=True, choices=sorted(SETTINGS))
+    p.add_argument("--out", type=Path, required=True)
     for name in ("table", "install", "run"):
         p = sub.add_parser(name)
         p.add_argument("--version", required=True, choices=sorted(SETTINGS))
@@ -495,6 +625,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--out", type=Path, required=True, help="folder of the run folders (outside the repository)")
             p.add_argument("--core", type=int, default=None, help="CPU core to pin the run to (taskset -c)")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report(args.out, args.version), end="")
+        return 0
     try:
         values = resolve_values(args.version, args.preset, args.set, args.task, args.seed,
                                 complete=args.command == "run")

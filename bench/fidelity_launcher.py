@@ -9,9 +9,9 @@ TensorFlow and prints no per-step report:
   episode returns (``scores.jsonl``, ``metrics.jsonl``) are untouched.
 
 and one output is added to the official logger: ``episodes.jsonl`` in the logdir, one line per finished episode
-(``{"step": frames, "episode/score", "episode/length"}``). The official JSONL output keeps one value per name and
-step, so of several envs that end an episode at the same step (DMC's fixed 500-step episodes: every env at once) its
-``scores.jsonl`` keeps only the last one; ``episodes.jsonl`` keeps them all.
+(``{"step": frames, "episode/score", "episode/length", "time": unix seconds}``). The official JSONL output keeps one
+value per name and step, so of several envs that end an episode at the same step (DMC's fixed 500-step episodes:
+every env at once) its ``scores.jsonl`` keeps only the last one; ``episodes.jsonl`` keeps them all.
 
 Then it calls the official entry point with the flags after ``--``:
 
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 
 class _NoOutput:
@@ -56,7 +57,8 @@ class _EpisodeLines:
             if name == "episode/length":
                 length = int(value)
             elif name == "episode/score":
-                lines.append(json.dumps({"step": int(step), "episode/score": float(value), "episode/length": length}))
+                lines.append(json.dumps({"step": int(step), "episode/score": float(value), "episode/length": length,
+                                         "time": round(time.time(), 1)}))
                 length = None
         if lines:
             with open(self._path, "a") as f:

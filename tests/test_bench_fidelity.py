@@ -129,11 +129,13 @@ def test_every_episode_comes_from_the_launchers_file(tmp_path):
     logdir.mkdir()
     (logdir / "scores.jsonl").write_text('{"step": 1000, "episode/score": 7.0}\n')
     (logdir / "episodes.jsonl").write_text('{"step": 1000, "episode/score": 5.0, "episode/length": 500}\n'
-                                           '{"step": 1000, "episode/score": 7.0, "episode/length": 500}\n')
+                                           '{"step": 1000, "episode/score": 7.0, "episode/length": 500, '
+                                           '"time": 1764756000.5}\n')
     values = resolve_values("2023", "cpu", [], "cartpole_swingup", 0)
     assert convert_official(logdir, tmp_path / "run", "2023", values, []) == 2
     rows = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
     assert [(r["frames"], r["return"], r["length"]) for r in rows] == [(1000, 5.0, 500), (1000, 7.0, 500)]
+    assert "time" not in rows[0] and rows[1]["time"] == 1764756000.5  # the launcher's end time, where it wrote one
 
 
 def test_conversion_refuses_a_foreign_log(tmp_path):
@@ -195,3 +197,60 @@ def test_install_exports_the_code_of_the_commit_without_the_score_files(tmp_path
     assert (source / "dreamerv3" / "train.py").read_text() == "print('train')\n"
     assert not (source / "scores").exists() and (source / ".fidelity_commit").read_text().strip() == commit
     assert fidelity.ensure_source("2023", source, "/nonexistent") == source  # already exported: nothing to fetch
+
+
+def _fake_run(folder, rows, fidelity, metrics=None, official=False):
+    folder.mkdir(parents=True)
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "fidelity.json").write_text(json.dumps(fidelity))
+    if official:
+        (folder / "logdir").mkdir()
+    if metrics is not None:
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+
+
+def test_report_window_means_intervals_and_the_return_at_equal_wall_time(tmp_path):
+    from bench.fidelity import report
+
+    import time as _time
+
+    start = _time.mktime(_time.strptime("2026-12-03 10:00:00", "%Y-%m-%d %H:%M:%S"))
+    ended = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(start + 3000))
+    for seed, (a, b) in enumerate([(100.0, 200.0), (300.0, 400.0)]):
+        # official: episodes at 50k frames (1000 s into its one 3000 s attempt) and at 100k frames (3000 s)
+        rows = [{"frames": 50_000, "return": a, "mode": "train", "time": start + 1000},
+                {"frames": 100_000, "return": b, "mode": "train", "time": start + 3000}]
+        _fake_run(tmp_path / f"official_2023_cartpole_swingup_s{seed}", rows,
+                  {"attempts": [{"wall_s": 3000.0, "ended": ended}], "wall_minutes": 50.0}, official=True)
+    for seed, ret in enumerate([250.0, 350.0, 150.0]):
+        rows = [{"frames": 80_000, "return": 0.0, "mode": "train"}, {"frames": 95_000, "return": ret, "mode": "train"},
+                {"frames": 100_000, "return": 999.0, "mode": "eval"}]
+        _fake_run(tmp_path / f"reverie_2023_cartpole_swingup_s{seed}", rows,
+                  {"attempts": [], "wall_minutes": 16.0 + seed, "cpu_minutes": 15.0 + seed},
+                  metrics=[{"frames": 100_000, "wall_s": 960.0 + 60 * seed}])
+    text = report(tmp_path, "2023")
+    # per run: the training episodes ending in [90k, 110k] frames (eval episodes and earlier ones left out)
+    assert "| cartpole_swingup | reverie | 1 | 350.0 | 100,000 | 17.0 | 16.0 |" in text
+    assert "| cartpole_swingup | official | 0 | 200.0 | 100,000 | 50.0 | - |" in text
+    # per side: mean over seeds with a 95% t interval: reverie 250 +- t(0.975, 2) * 100 / sqrt(3)
+    half = 4.302652729911275 * 100.0 / 3 ** 0.5
+    assert f"| cartpole_swingup | reverie | 3 | 250.0 [{250 - half:.1f}, {250 + half:.1f}] | 17.0 |" in text
+    half = 12.706204736174698 * 2 ** 0.5 * 100.0 / 2 ** 0.5  # windows 200 and 400: std 100 * sqrt(2)
+    assert f"| cartpole_swingup | official | 2 | 300.0 [{300 - half:.1f}, {300 + half:.1f}] | 50.0 |" in text
+    # at reverie's median wall time (17 min = 1020 s) the official runs had 50k + 50k * 20/2000 = 50,500 frames:
+    # their return then is the episode at 50k frames (the one ending in the 10k frames before)
+    assert "| cartpole_swingup | 0 | 17.0 | 50,500 | 100.0 |" in text
+    assert "| cartpole_swingup | 1 | 17.0 | 50,500 | 300.0 |" in text
+
+
+def test_the_launchers_episode_lines_carry_length_and_end_time(tmp_path):
+    import time as _time
+
+    from bench.fidelity_launcher import _EpisodeLines
+
+    out = _EpisodeLines(str(tmp_path))
+    before = _time.time()
+    out([(1000, "episode/length", 500), (1000, "episode/score", 5.0), (1000, "episode/score", 7.0)])
+    lines = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["episode/score"], r["episode/length"]) for r in lines] == [(1000, 5.0, 500), (1000, 7.0, None)]
+    assert all(before - 1 <= r["time"] <= _time.time() + 1 for r in lines)
