@@ -33,7 +33,7 @@ EXEMPT = ("reverie/models/dynamics/", "reverie/models/kernels/")
 #: module (or folder, ending in /) -> the entry names it uses as something else, and what for
 STATISTICS: dict[str, tuple[frozenset[str], str]] = {
     "reverie/loop/evaluate.py": (frozenset({"mean", "std"}), "the evaluation's return statistics"),
-    "reverie/loop/session.py": (frozenset({"mean", "std"}), "evaluate()'s result {'mean', 'std', ...}"),
+    "reverie/loop/session_report.py": (frozenset({"mean", "std"}), "evaluate()'s result {'mean', 'std', ...}"),
     "reverie/scores/": (frozenset({"mean"}), "aggregate score metrics (mean, median, IQM)"),
     "reverie/sweep/summary.py": (frozenset({"mean"}), "the sweep table's mean column"),
 }
