@@ -46,10 +46,10 @@ from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.agents.optim import LaProp
 from reverie.models.distributions import TwoHotSymexp
+from reverie.models.dynamics import check_dynamics
 from reverie.models.kernels import install
 from reverie.models.rms_mlp import RMSMLP
 from reverie.models.world_model_2025 import WorldModel2025
-from reverie.models.dynamics import check_dynamics
 from reverie.replay.buffer import LATENT_FLAG, latent_key
 from reverie.runtime.collectives import all_gather_cat
 from reverie.runtime.precision import autocast
@@ -160,8 +160,9 @@ class DreamerV3_2025(WorldModelAgent):
                                  cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
                                  kernels=kernels)
         check_dynamics(self.wm.dynamics)
-        # the replay context's entries: {name in the dynamics' context_spec: its replay key posterior_<name>}
-        self._context = {name: latent_key(name) for name in self.wm.dynamics.context_spec()}
+        # the replay context's entries (the dynamics' context_spec, read once) and their replay keys posterior_<name>
+        self._context_spec = dict(self.wm.dynamics.context_spec())
+        self._context = {name: latent_key(name) for name in self._context_spec}
         if self.replay_context and not self._context:
             raise ValueError(f"DreamerV3_2025: replay_context={self.replay_context} needs a dynamics that can start "
                              f"a window from a stored row, but {type(self.wm.dynamics).__name__}.context_spec() is "
@@ -208,7 +209,7 @@ class DreamerV3_2025(WorldModelAgent):
         float32) and ``has_posterior ()`` bool; empty without replay context."""
         if not self.replay_context:
             return {}
-        spec = self.wm.dynamics.context_spec()
+        spec = self._context_spec
         return {key: spec[name] for name, key in self._context.items()} | {LATENT_FLAG: ((), np.dtype(bool))}
 
     def replay_latent(self, state: Any) -> dict[str, np.ndarray]:
@@ -219,7 +220,7 @@ class DreamerV3_2025(WorldModelAgent):
             return {}
         carry = state[0]
         rows = self.wm.dynamics.context_rows({k: v[None] for k, v in carry.items()})  # (N, ...) -> (1, N, ...)
-        spec = self.wm.dynamics.context_spec()
+        spec = self._context_spec
         out = {key: rows[name][0].cpu().numpy().astype(spec[name][1], copy=False)
                for name, key in self._context.items()}  # (1, N, ...) -> (N, ...)
         n = next(iter(out.values())).shape[0]
@@ -284,7 +285,7 @@ class DreamerV3_2025(WorldModelAgent):
         finite = torch.ones(T, B, dtype=torch.bool, device=self.device)
         for value in rows.values():
             finite &= torch.isfinite(value).reshape(T, B, -1).all(-1)  # (T, B, ...) -> (T, B, X) -> (T, B)
-        spec, writes = dynamics.context_spec(), {}
+        spec, writes = self._context_spec, {}
         for name, key in self._context.items():
             value = rows[name]
             keep = finite.reshape(T, B, *[1] * (value.dim() - 2)).to(value.dtype)  # (T, B) -> (T, B, 1, ...)

@@ -1,6 +1,7 @@
 """Building a run for :class:`reverie.loop.session.Session`: the envs (offline: the spaces only), the agent and its
 replay (the replay context's latents, the disk preflight), the logger, and which update the run calls.
-:class:`SessionBuild` holds the methods; the session's constructor calls them in this order."""
+:class:`SessionBuild` holds the methods; the session's constructor calls them: envs, agent and replay, logger, then
+the update path."""
 
 from __future__ import annotations
 
