@@ -19,7 +19,7 @@ from reverie.agents.base import WorldModelAgent, adam
 from reverie.agents.dreamer_planning import make_dreamer_planner
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical, unimix_sample
-from reverie.models.dynamics import CategoricalRSSM, Dynamics
+from reverie.models.dynamics import CategoricalRSSM, Dynamics, check_dynamics
 from reverie.models.kernels import install
 from reverie.models.switch import resolve
 from reverie.models.networks import MLP
@@ -133,6 +133,7 @@ class DreamerV3(WorldModelAgent):
     Raises:
         ValueError: ``loss_scales`` keys that are not losses of the world model; an unknown ``kernels``,
             ``planner`` or ``plan`` setting.
+        TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
     optimizers = ("model_opt", "actor_opt", "critic_opt")  # saved with the module state (WorldModelAgent)
@@ -161,6 +162,7 @@ class DreamerV3(WorldModelAgent):
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels)
+        check_dynamics(self.wm.dynamics)
         feat = self.wm.dynamics.feat_dim
         self.actor = Actor(feat, action_spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
@@ -276,8 +278,9 @@ class DreamerV3(WorldModelAgent):
     def _update(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         metrics, post, skipped = self._model_step(data)
         # --- imagination from every posterior state (section 4), or from the last imag_last rows ---
-        rows = slice(-self.imag_last, None) if self.imag_last else slice(None)
-        start = {k: v.detach()[rows].flatten(0, 1) for k, v in post.items()}  # (K, B, ...) -> (K*B, ...)
+        last = min(self.imag_last, data["is_first"].shape[0])  # K rows (0: all T)
+        start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}  # (K*B, ...), time-major
+        rows = slice(-last, None) if last else slice(None)
         start_cont = 1.0 - data["is_terminal"][rows].flatten(0, 1).to(data["reward"].dtype)  # (K, B) -> (K*B,)
         behavior = self._behavior(start, start_cont)
         metrics["guard/nonfinite"] = torch.tensor(float(skipped + behavior.pop("guard/nonfinite")))

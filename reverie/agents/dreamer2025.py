@@ -21,13 +21,15 @@ One update (``dreamerv3/agent.py`` ``Agent.loss``, ``imag_loss``, ``repl_loss``)
   AGC (:class:`reverie.agents.optim.LaProp`) over all parameters; the slow value moves 2% towards the value after it.
 
 Replay context (``replay_context: 1``, official ``configs.yaml:15``, ``agent.py:312-340``): every replay row stores a
-posterior latent (:data:`reverie.replay.LATENT_KEYS`): the acting posterior when the agent acted on the row (the
-official driver stores the policy's outputs with each step, ``driver.py:70-77``), none (``has_posterior`` false) for
-prefill rows and rows from a dataset. A training window has ``batch_length + 1`` rows: row 0 is the context, whose
-stored latent is the state before row 1, and rows ``1..T`` are trained (row 1 ``is_first`` only where its data says
-so); a context row without a latent starts row 1 from the initial state instead, as a window without context does.
-After the update the posteriors of rows ``1..T`` are written back into the replay (:meth:`replay_writes`, official
-``train`` returns them as ``outs['replay']``, ``agent.py:144-150``).
+posterior latent, the entries of the dynamics' ``context_spec()`` as ``posterior_<name>`` (the block RSSM's
+``posterior_deter``, ``posterior_stoch``; :func:`reverie.replay.latent_key`) with ``has_posterior``: the acting
+posterior when the agent acted on the row (the official driver stores the policy's outputs with each step,
+``driver.py:70-77``), none (``has_posterior`` false) for prefill rows and rows from a dataset. A training window
+has ``batch_length + 1`` rows: row 0 is the context, whose stored latent is the state before row 1 (the dynamics'
+``context_state``), and rows ``1..T`` are trained (row 1 ``is_first`` only where its data says so); a context row
+without a latent starts row 1 from the initial state instead, as a window without context does. After the update the
+posteriors of rows ``1..T`` are written back into the replay (:meth:`replay_writes`, official ``train`` returns them
+as ``outs['replay']``, ``agent.py:144-150``).
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.agents.optim import LaProp
 from reverie.models.distributions import TwoHotSymexp
+from reverie.models.dynamics import check_dynamics
 from reverie.models.kernels import install
 from reverie.models.rms_mlp import RMSMLP
 from reverie.models.world_model_2025 import WorldModel2025
-from reverie.replay.buffer import LATENT_KEYS
+from reverie.replay.buffer import LATENT_FLAG, latent_key
 from reverie.runtime.collectives import all_gather_cat
 from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
@@ -106,7 +109,8 @@ class DreamerV3_2025(WorldModelAgent):
             limit 1.0, 5th and 95th percentiles; ``retnorm`` in ``configs.yaml:111``).
         lr, agc, eps, beta1, beta2, warmup: :class:`reverie.agents.optim.LaProp` (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000).
         replay_context: 1: windows start from the stored posterior of their first row (module docstring; the
-            official default); 0: every window starts from the initial state at row 0.
+            official default; the dynamics' ``context_spec``, ``context_rows`` and ``context_state``); 0: every
+            window starts from the initial state at row 0.
         kernels: ``"auto"`` or ``"off"`` (``agent.module.kernels``): the two-hot kernel in the reward, value and
             replay value losses and the sampling kernel in the policy's draw (:mod:`reverie.models.kernels`; the
             dynamics read the key through their own config block).
@@ -114,7 +118,9 @@ class DreamerV3_2025(WorldModelAgent):
 
     Raises:
         ValueError: ``imag_last`` negative or 1 with the replay value loss on (its returns need two rows),
-            unknown ``loss_scales`` keys, ``replay_context`` other than 0 or 1.
+            unknown ``loss_scales`` keys, ``replay_context`` other than 0 or 1, or 1 with a dynamics whose
+            ``context_spec()`` is empty (it cannot start a window from a stored row).
+        TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
     optimizers = ("opt",)
@@ -153,6 +159,14 @@ class DreamerV3_2025(WorldModelAgent):
                                  dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
                                  cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
                                  kernels=kernels)
+        check_dynamics(self.wm.dynamics)
+        # the replay context's entries (the dynamics' context_spec, read once) and their replay keys posterior_<name>
+        self._context_spec = dict(self.wm.dynamics.context_spec())
+        self._context = {name: latent_key(name) for name in self._context_spec}
+        if self.replay_context and not self._context:
+            raise ValueError(f"DreamerV3_2025: replay_context={self.replay_context} needs a dynamics that can start "
+                             f"a window from a stored row, but {type(self.wm.dynamics).__name__}.context_spec() is "
+                             f"empty; set agent.module.replay_context=0")
         feat = self.wm.dynamics.feat_dim
         out = action_spec.dim if action_spec.discrete else 2 * action_spec.dim
         split = None if action_spec.discrete else (action_spec.dim, action_spec.dim)  # mean, std: heads.py:146-148
@@ -190,32 +204,33 @@ class DreamerV3_2025(WorldModelAgent):
 
     # -------------------------------------------------------------------------------------------- replay context
     def replay_latent_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """The replay keys of the stored latents (:data:`reverie.replay.LATENT_KEYS`) with their per-row shapes:
-        ``posterior_deter (D,)``, ``posterior_stoch (S, K)`` float32 and ``has_posterior ()`` bool; empty without
-        replay context."""
+        """The replay keys of the stored latents with their per-row shapes: ``posterior_<name>`` for every entry of
+        the dynamics' ``context_spec()`` (the block RSSM's ``posterior_deter (D,)``, ``posterior_stoch (S, K)``
+        float32) and ``has_posterior ()`` bool; empty without replay context."""
         if not self.replay_context:
             return {}
-        dyn = self.wm.dynamics
-        deter, stoch, flag = LATENT_KEYS
-        return {deter: ((dyn.deter,), np.dtype(np.float32)), stoch: ((dyn.stoch, dyn.classes), np.dtype(np.float32)),
-                flag: ((), np.dtype(bool))}
+        spec = self._context_spec
+        return {key: spec[name] for name, key in self._context.items()} | {LATENT_FLAG: ((), np.dtype(bool))}
 
     def replay_latent(self, state: Any) -> dict[str, np.ndarray]:
-        """The latents to store with the row the agent just acted on: the acting posterior of ``state`` (what
-        :meth:`act` returned for that row) as ``(N, ...)`` arrays, ``has_posterior`` true; empty without replay
-        context or without a state (the row gets no latent)."""
+        """The latents to store with the row the agent just acted on: the dynamics' ``context_rows`` of the acting
+        carry in ``state`` (what :meth:`act` returned for that row) as ``(N, ...)`` arrays, ``has_posterior`` true;
+        empty without replay context or without a state (the row gets no latent)."""
         if not self.replay_context or state is None:
             return {}
-        post = state[0]
-        deter, stoch, flag = LATENT_KEYS
-        n = post["deter"].shape[0]
-        return {deter: post["deter"].float().cpu().numpy(), stoch: post["stoch"].float().cpu().numpy(),
-                flag: np.ones(n, bool)}
+        carry = state[0]
+        rows = self.wm.dynamics.context_rows({k: v[None] for k, v in carry.items()})  # (N, ...) -> (1, N, ...)
+        spec = self._context_spec
+        out = {key: rows[name][0].cpu().numpy().astype(spec[name][1], copy=False)
+               for name, key in self._context.items()}  # (1, N, ...) -> (N, ...)
+        n = next(iter(out.values())).shape[0]
+        return out | {LATENT_FLAG: np.ones(n, bool)}
 
     def replay_writes(self) -> dict[str, np.ndarray] | None:
-        """What the last :meth:`update` computed for its trained rows ``1..T`` of the window: the posteriors
-        ``posterior_deter (T, B, D)``, ``posterior_stoch (T, B, S, K)`` and ``has_posterior (T, B)`` (false, with
-        zeros, where a posterior is not finite: a diverging update stores no latent), for
+        """What the last :meth:`update` computed for its trained rows ``1..T`` of the window: the dynamics'
+        ``context_rows`` of their posteriors as ``posterior_<name> (T, B, ...)`` (the block RSSM's
+        ``posterior_deter (T, B, D)``, ``posterior_stoch (T, B, S, K)``) and ``has_posterior (T, B)`` (false, with
+        zeros, where a row's entries are not all finite: a diverging update stores no latent), for
         :meth:`reverie.replay.Replay.write` at ``replay_start + 1``; None without replay context. Cleared by the
         call."""
         writes, self._writes = self._writes, None
@@ -240,37 +255,49 @@ class DreamerV3_2025(WorldModelAgent):
         data["is_last"] = torch.as_tensor(np.asarray(batch["is_last"]), device=self.device)
         state = None
         if self.replay_context:
-            missing = [k for k in LATENT_KEYS if k not in batch]
+            missing = [k for k in (*self._context.values(), LATENT_FLAG) if k not in batch]
             if missing:
                 raise ValueError(f"DreamerV3_2025 with replay_context=1 needs the stored latents {missing} in the "
                                  f"batch (a replay built with agent.replay_latent_spec(), sampled with "
                                  f"batch_length + 1 rows); set agent.module.replay_context=0 to train without them")
-            deter, stoch, flag = LATENT_KEYS
-            param = next(self.wm.parameters())
-            state = {"deter": torch.as_tensor(np.asarray(batch[deter][0]), device=self.device).to(param.dtype),
-                     "stoch": torch.as_tensor(np.asarray(batch[stoch][0]), device=self.device).to(param.dtype)}
-            has = torch.as_tensor(np.asarray(batch[flag][0]), device=self.device)  # (B,)
+            dtype = next(self.wm.parameters()).dtype
+            rows = {name: torch.as_tensor(np.asarray(batch[key][0]), device=self.device)
+                    for name, key in self._context.items()}  # the context row's stored latent, (B, ...)
+            state = self.wm.dynamics.context_state({k: v.to(dtype) if v.is_floating_point() else v
+                                                    for k, v in rows.items()})
+            has = torch.as_tensor(np.asarray(batch[LATENT_FLAG][0]), device=self.device)  # (B,)
             data = {k: v[1:] for k, v in data.items()}  # (T+1, B, ...) -> (T, B, ...): the trained rows
             data["is_first"] = torch.cat([data["is_first"][:1] | ~has[None], data["is_first"][1:]])
         else:
             data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         with autocast(self.device, self.compute_dtype):
             metrics, post = self._update(data, state)
-        if self.replay_context:  # non-finite posteriors are not kept: those rows get no latent (zeros)
-            deter, stoch, flag = LATENT_KEYS
-            d, z = post["deter"].detach().float(), post["stoch"].detach().float()  # (T, B, D), (T, B, S, K)
-            finite = torch.isfinite(d).all(-1) & torch.isfinite(z).flatten(2).all(-1)  # (T, B)
-            self._writes = {deter: (d * finite[..., None]).nan_to_num().cpu().numpy(),
-                            stoch: (z * finite[..., None, None]).nan_to_num().cpu().numpy(),
-                            flag: finite.cpu().numpy()}
+        if self.replay_context:
+            self._writes = self._context_writes(post)
         return self._metric_floats(metrics)
+
+    def _context_writes(self, post: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        """:meth:`replay_writes` of the trained rows' posteriors ``(T, B, ...)``: a row whose entries are not all
+        finite is not kept (zeros, ``has_posterior`` false)."""
+        dynamics = self.wm.dynamics
+        rows = dynamics.context_rows({k: v.detach() for k, v in post.items()})  # {name: (T, B, ...)}
+        T, B = next(iter(rows.values())).shape[:2]
+        finite = torch.ones(T, B, dtype=torch.bool, device=self.device)
+        for value in rows.values():
+            finite &= torch.isfinite(value).reshape(T, B, -1).all(-1)  # (T, B, ...) -> (T, B, X) -> (T, B)
+        spec, writes = self._context_spec, {}
+        for name, key in self._context.items():
+            value = rows[name]
+            keep = finite.reshape(T, B, *[1] * (value.dim() - 2)).to(value.dtype)  # (T, B) -> (T, B, 1, ...)
+            writes[key] = (value * keep).nan_to_num().cpu().numpy().astype(spec[name][1], copy=False)
+        return writes | {LATENT_FLAG: finite.cpu().numpy()}
 
     def _update(self, data: dict[str, torch.Tensor], state: dict[str, torch.Tensor] | None = None):
         wm, T, B = self.wm, *data["is_first"].shape
         losses, post, feat, info = wm.loss(data, state)
         K = min(self.imag_last or T, T)
         retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the step is skipped
-        start = {k: post[k][-K:].detach().flatten(0, 1) for k in ("deter", "stoch")}  # (K, B, ...) -> (K*B, ...)
+        start = {k: v.detach() for k, v in wm.dynamics.starts(post, K).items()}  # (K*B, ...): rows T-K..T-1
         imag = self._imagine(start)
         losses |= self._imagination_losses(imag)
         if self.loss_scales["repval"]:

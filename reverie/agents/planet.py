@@ -20,7 +20,7 @@ import torch
 from reverie.agents.base import WorldModelAgent, adam
 from reverie.agents.dreamer_planning import PLANNERS
 from reverie.agents.planning import WorldModelPlanning, make_planner
-from reverie.models.dynamics import Dynamics, GaussianRSSM
+from reverie.models.dynamics import Dynamics, GaussianRSSM, check_dynamics
 from reverie.models.kernels import install
 from reverie.models.world_model import WorldModel
 from reverie.runtime.precision import autocast
@@ -68,6 +68,7 @@ class PlaNet(WorldModelAgent):
             :func:`make_planner`), ``planner`` ``"cem"``/``"mppi"``/``"actor"`` (DreamerV3's choices, named so),
             or DreamerV3-only settings (``actor_lr``/``critic_lr``) from an ``exp``
             preset written for DreamerV3.
+        TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *,
@@ -89,6 +90,7 @@ class PlaNet(WorldModelAgent):
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              nets="dreamer" if planet_dreamer_nets else "planet", head_units=head_units,
                              head_layers=head_layers, act=act)
+        check_dynamics(self.wm.dynamics)
         if planner in PLANNERS:  # DreamerV3's choice, same key: docs/planning.md's `agent.module.planner=cem`
             raise ValueError(f"PlaNet always plans with CEM; its agent.module.planner picks the CEM's distribution: "
                              f"auto, gaussian or categorical, got {planner!r} ({', '.join(PLANNERS)} are DreamerV3's "

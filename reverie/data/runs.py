@@ -28,7 +28,7 @@ def read_run(path: str | Path) -> list[Episode]:
     Raises:
         DatasetError: the checkpoint has no replay snapshot.
     """
-    from reverie.replay import LATENT_KEYS, Replay
+    from reverie.replay import Replay, is_latent_key
 
     path = Path(path)
     payload = load_checkpoint(path)
@@ -39,7 +39,7 @@ def read_run(path: str | Path) -> list[Episode]:
     meta = Replay.verify(folder)
     # the replay context's stored latents are training state, not data: a dataset's rows have none
     arrays = {key: np.load(folder / f"{key}.npy", mmap_mode="r") for key in meta["keys"]
-              if key not in LATENT_KEYS}  # (L, N, ...)
+              if not is_latent_key(key)}  # (L, N, ...)
     fill, length = int(meta["fill"]), int(meta["length"])
     order = (np.arange(fill) + (int(meta["cursor"]) if meta["wrapped"] else 0)) % length  # oldest row first
     episodes = []

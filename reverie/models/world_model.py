@@ -194,10 +194,11 @@ class WorldModel(nn.Module):
 
     def posterior_step(self, data: dict[str, torch.Tensor], prev_action: torch.Tensor, state: State) -> State:
         """One filtering step for acting: observations ``(N, ...)`` with ``is_first (N,)``, the previous action
-        ``(N, A)`` and the previous state ``(N, ...)`` -> the posterior state ``(N, ...)`` (``observe`` with T = 1)."""
+        ``(N, A)`` and the previous state ``(N, ...)`` -> the state ``(N, ...)`` after it (``observe`` with T = 1, then
+        the dynamics' ``truncate``: for an RSSM the posterior row)."""
         embed = self.encode({k: data[k][None] for k in self.obs_shapes})  # (N, ...) -> (1, N, E)
         post, _ = self.dynamics.observe(embed, prev_action[None], data["is_first"][None], state)
-        return {k: v[0] for k, v in post.items()}  # (1, N, ...) -> (N, ...)
+        return self.dynamics.truncate(post)  # (1, N, ...) -> (N, ...)
 
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Observations -> embedding ``(..., E)``, ``E = cnn out + mlp units``.

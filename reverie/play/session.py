@@ -82,14 +82,15 @@ class PlaySession:
         return self.wm.tensors({k: np.asarray(obs[k])[None, None] for k in self.wm.obs_shapes})  # (1, 1, ...)
 
     def _filter(self, obs: dict[str, np.ndarray], action: np.ndarray | None) -> dict[str, torch.Tensor]:
-        """Posterior ``(1, ...)`` after ``obs`` (``action`` None: the episode's first observation)."""
+        """The state ``(1, ...)`` after ``obs`` (``action`` None: the episode's first observation): the dynamics'
+        ``truncate`` of the one-step posterior."""
         first = action is None
         prev = torch.zeros(1, 1, self.spec.dim, device=self.device) if first else \
             torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, 1, -1)
         post, _ = self.wm.dynamics.observe(self.wm.encode(self._tensor_obs(obs)), prev,
                                            torch.tensor([[first]], device=self.device), None if first else self.post,
                                            sample=False)
-        return {k: v[0] for k, v in post.items()}  # (1, 1, ...) -> (1, ...)
+        return self.wm.dynamics.truncate(post)  # (1, 1, ...) -> (1, ...)
 
     def _decode(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Decoded observation, predicted reward and continue probability of a state ``(1, ...)``."""

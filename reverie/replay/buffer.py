@@ -50,12 +50,27 @@ Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
 REQUIRED_KEYS = ("action", "reward", *FLAG_KEYS)
 STORAGES = ("memory", "memmap")
 MIN_ROWS = 2
-#: the replay context's stored latents (agent=dreamerv3_2025, ``replay_context: 1``): a row's posterior ``deter``
-#: ``(D,)``, ``stoch`` ``(S, K)`` and whether it has one; optional keys (zeros, ``has_posterior`` false, when a row
-#: is added without them). They are training state, not data: a run's replay read as a dataset leaves them out.
-LATENT_KEYS = ("posterior_deter", "posterior_stoch", "has_posterior")
+#: the replay context's stored latents (agent=dreamerv3_2025, ``replay_context: 1``): each entry ``name`` of the
+#: dynamics' ``context_spec()`` as the key ``posterior_<name>`` (:func:`latent_key`; the shipped RSSMs:
+#: ``posterior_deter`` ``(D,)``, ``posterior_stoch``), and ``has_posterior``, whether the row has one; optional keys
+#: (zeros, ``has_posterior`` false, when a row is added without them). They are training state, not data: a run's
+#: replay read as a dataset leaves them out (:func:`is_latent_key`).
+LATENT_PREFIX = "posterior_"
+LATENT_FLAG = "has_posterior"
 META_FILE = "replay.json"
 RELEASE_BYTES = 128 << 20  # memmap: unmap touched pages after about this many bytes written or read
+
+
+def latent_key(name: str) -> str:
+    """The replay key of the replay context's entry ``name`` (a name of the dynamics' ``context_spec()``):
+    ``posterior_<name>``."""
+    return LATENT_PREFIX + name
+
+
+def is_latent_key(key: str) -> bool:
+    """Whether a replay key is one of the replay context's stored latents (``posterior_...`` or
+    ``has_posterior``)."""
+    return key == LATENT_FLAG or key.startswith(LATENT_PREFIX)
 
 
 def _file_name(key: str) -> str:
@@ -78,7 +93,7 @@ class Replay:
         seed: seeds the sampler's ``np.random.Generator`` (``np.random.default_rng(seed)``); its state is
             part of :meth:`state_dict`.
         optional: spec keys a row may lack in :meth:`add` and :meth:`extend`: written as zeros (the replay
-            context's latents, :data:`reverie.replay.LATENT_KEYS`, of rows nobody filtered yet).
+            context's latents, :func:`reverie.replay.buffer.is_latent_key`, of rows nobody filtered yet).
         online_window: ``W > 0`` turns the online queue on (module docstring): each column queues the window of
             ``W`` rows ending at its newest row every ``W`` rows; 0: off.
 

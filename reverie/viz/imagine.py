@@ -134,7 +134,7 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
     post, _ = dynamics.observe(wm.encode({k: data[k] for k in keys}), data["prev_action"], data["is_first"],
                                None, sample=False)
     source = action_source(agent, spec, actions, horizon, seed)
-    state = {k: v[-1] for k, v in post.items()}  # (1, ...): the last context posterior
+    state = dynamics.truncate(post)  # (1, ...): after the last context row
     action = source(0, dynamics.features(state)).float()  # a_{C-1}, (1, A): the first action of the imagination
     states, acts = [], []
     for i in range(horizon):
@@ -144,7 +144,8 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
         action = source(i + 1, dynamics.features(state)).float()
     acts.append(action)
     # (C, 1, ...) + (H, 1, ...) -> (C + H, ...): the context posteriors, then the imagined states
-    trajectory = {k: torch.cat([post[k], torch.stack([s[k] for s in states])])[:, 0] for k in states[0]}
+    trajectory = {k: torch.cat([post[k], torch.stack([s[k] for s in states])])[:, 0]
+                  for k in dynamics.feature_keys}  # what features reads
     feat = dynamics.features(trajectory)  # (C + H, F)
     all_actions = np.concatenate([np.stack(taken[:-1]), torch.cat(acts).cpu().numpy()])  # (C - 1 + H + 1, A)
     cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)

@@ -10,9 +10,11 @@ and decodes every state into observations, reward and continue probability. The 
 closed-loop paths: the posterior reconstruction of every step (0-step) and the one-step prior prediction
 (the prior at t from the posterior at t-1), so the three can be compared frame by frame.
 
-Only the world model's public API is used (``encode``, ``dynamics.observe``, ``dynamics.img_step``,
-``dynamics.initial``, ``dynamics.features``, ``decode``, ``reward``, optional ``cont``), so any agent exposing
-``agent.wm`` with that API works (DreamerV3's categorical RSSM, PlaNet's Gaussian one).
+Only the world model's public API is used (``encode``, ``dynamics.observe``, ``dynamics.truncate``,
+``dynamics.img_step``, ``dynamics.initial``, ``dynamics.features`` and ``feature_keys``, ``decode``, ``reward``,
+optional ``cont``), so any agent exposing ``agent.wm`` with that API works (DreamerV3's categorical RSSM, PlaNet's
+Gaussian one). The reset at ``is_first`` inside the open-loop part replaces each state entry by the initial state's,
+so it takes a dynamics whose state entries are shaped as ``dynamics.initial``'s (a recurrent one).
 """
 
 from __future__ import annotations
@@ -95,8 +97,8 @@ def decode_mode(wm: Any, feat: torch.Tensor) -> dict[str, np.ndarray]:
     return out
 
 
-def _stack(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    return {k: torch.stack([s[k] for s in states]) for k in states[0]}  # T x (B, ...) -> (T, B, ...)
+def _stack(states: list[dict[str, torch.Tensor]], keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    return {k: torch.stack([s[k] for s in states]) for k in keys}  # T x (B, ...) -> (T, B, ...)
 
 
 @torch.inference_mode()
@@ -141,7 +143,7 @@ def open_loop(agent_or_wm: Any, batch: Mapping[str, Any], context: int = 5, samp
         post, prior = dynamics.observe(embed, data["prev_action"], data["is_first"], None, sample=sample)
         # --- open loop from the last context posterior: prior steps with the replayed actions ---
         init = dynamics.initial(B)
-        state = {k: v[context - 1] for k, v in post.items()}  # (B, ...)
+        state = dynamics.truncate({k: v[:context] for k, v in post.items()})  # (B, ...): after row C - 1
         imagined = []
         for t in range(context, T):
             first = data["is_first"][t].to(embed.dtype)  # (B,)
@@ -149,7 +151,7 @@ def open_loop(agent_or_wm: Any, batch: Mapping[str, Any], context: int = 5, samp
             action = data["prev_action"][t] * (1.0 - first)[:, None]  # (B, A), zero where is_first
             state = dynamics.img_step(state, action, sample=sample)
             imagined.append(state)
-        imagined = _stack(imagined)  # (T - C, B, ...)
+        imagined = _stack(imagined, dynamics.feature_keys)  # (T - C, B, ...): what features reads
         # (C, B, ...) + (T - C, B, ...) -> (T, B, ...): the context posteriors, then the open loop
         open_states = {k: torch.cat([post[k][:context], imagined[k]]) for k in imagined}
         feat_post, feat_open = dynamics.features(post), dynamics.features(open_states)  # (T, B, F)

@@ -9,12 +9,15 @@ import pytest
 import torch
 
 from reverie.agents import DreamerV3_2025
-from reverie.replay import LATENT_KEYS, Replay
+from reverie.replay import Replay
 from reverie.types import ActionSpec
 
 TINY = dict(dynamics=dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4), units=8, horizon=3, precision="float32",
             warmup=0)
 T, B, A = 5, 3, 2
+#: the block RSSM's replay context keys: posterior_<name> for its context_spec() (deter, stoch), and the flag; the
+#: names checkpoints of before hold
+LATENT_KEYS = ("posterior_deter", "posterior_stoch", "has_posterior")
 
 
 def agent(context=1, seed=0):

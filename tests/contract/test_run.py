@@ -191,7 +191,7 @@ def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, mo
         mean = next(means)
         return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
 
-    monkeypatch.setattr(sys.modules["reverie.loop.session"], "evaluate", fake_evaluate)
+    monkeypatch.setattr(sys.modules["reverie.loop.session_report"], "evaluate", fake_evaluate)
     run_dir = train(tmp_path, "best", "train.eval_every=50", "train.checkpoint_keep=3")
     best = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)
     assert best["counters"]["env_steps"] == 100 and best["eval_return"] == 9.0

@@ -4,7 +4,7 @@ latent keys, the write-back into sampled rows, the online queue, and both in sna
 import numpy as np
 import pytest
 
-from reverie.replay import LATENT_KEYS, Replay
+from reverie.replay import Replay, is_latent_key, latent_key
 
 N, D = 2, 3
 
@@ -41,7 +41,8 @@ def test_rows_without_latents_get_zeros_flagged_absent():
                 "has_posterior": np.ones(N, bool)})
     assert not replay.arrays["has_posterior"][:3].any() and not replay.arrays["posterior_deter"][:3].any()
     assert replay.arrays["has_posterior"][3].all() and (replay.arrays["posterior_deter"][3] == 1).all()
-    assert set(LATENT_KEYS) >= {"posterior_deter", "has_posterior"}
+    assert latent_key("deter") == "posterior_deter" and is_latent_key("posterior_deter")  # the names of before
+    assert is_latent_key("has_posterior") and is_latent_key("posterior_history") and not is_latent_key("vector")
     with pytest.raises(ValueError, match="optional keys"):
         Replay(8, 1, {**make().spec}, optional=("nope",))
 

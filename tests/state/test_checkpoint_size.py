@@ -23,7 +23,7 @@ def checkpoint_bytes(run_dir: Path) -> int:
 def test_estimate_is_within_15_percent_of_the_dmc_checkpoint(tmp_path, monkeypatch, env):
     pytest.importorskip("dm_control", reason="DMC tests need dm_control and mujoco<4: pip install -e '.[dmc]'")
     from reverie.envs import dmc
-    from reverie.loop import session
+    from reverie.loop import session_build as session
 
     if env == "dmc_vision":
         try:

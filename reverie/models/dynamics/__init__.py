@@ -3,12 +3,13 @@
 DreamerV3 (``block.py``). The world model receives one of them (or any module with the protocol's members), built from
 the config's ``agent.module.dynamics`` block."""
 
-from reverie.models.dynamics.base import Dynamics, State, free_bits, rollout
+from reverie.models.dynamics.base import (ContextSpec, Dynamics, RowState, State, check_dynamics, free_bits, rollout,
+                                          row_starts)
 from reverie.models.dynamics.block import BlockGRU, BlockRSSM
 from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell, kl_losses, scale_action
 from reverie.models.dynamics.gaussian import (GaussianRSSM, free_nats_hinge, gaussian_kl, overshooting_kl,
                                               overshooting_loss)
 
-__all__ = ["Dynamics", "State", "BlockGRU", "BlockRSSM", "CategoricalRSSM", "GaussianRSSM", "GRUCell", "free_bits",
-           "free_nats_hinge", "rollout", "kl_losses", "gaussian_kl", "overshooting_kl", "overshooting_loss",
-           "scale_action"]
+__all__ = ["ContextSpec", "Dynamics", "RowState", "State", "BlockGRU", "BlockRSSM", "CategoricalRSSM", "GaussianRSSM",
+           "GRUCell", "check_dynamics", "free_bits", "free_nats_hinge", "rollout", "row_starts", "kl_losses",
+           "gaussian_kl", "overshooting_kl", "overshooting_loss", "scale_action"]

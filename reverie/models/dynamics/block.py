@@ -32,7 +32,7 @@ from torch import nn
 
 from reverie.models.block_linear import BlockLinear
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
-from reverie.models.dynamics.base import State, rollout
+from reverie.models.dynamics.base import RowState, State, rollout
 from reverie.models.dynamics.categorical import kl_losses, scale_action
 from reverie.models.rms_mlp import NormDense, RMSMLP
 from reverie.models.rmsnorm import RMSNorm
@@ -110,9 +110,11 @@ class BlockGRU(nn.Module):
         return (own.transpose(0, 1).reshape(n, -1) + shared) + layer.bias.to(shared.dtype)  # (G, N, O) -> (N, G*O)
 
 
-class BlockRSSM(nn.Module):
-    """The current official RSSM (module docstring), with the members of reverie's dynamics interface:
-    ``feat_dim``, ``loss_keys``, ``initial``, ``observe``, ``img_step``, ``imagine``, ``features``, ``loss``.
+class BlockRSSM(RowState, nn.Module):
+    """The current official RSSM (module docstring), with the members of reverie's dynamics interface
+    (:class:`reverie.models.dynamics.Dynamics`); starts, truncate and the replay context from
+    :class:`reverie.models.dynamics.base.RowState`, as the official ``starts``, ``truncate`` and ``entry_space``
+    (``rssm.py:40-60``: a row's ``deter`` and ``stoch``).
 
     Args:
         action_dim: ``A``. embed_dim: ``E``, the encoder's output width.
@@ -126,11 +128,14 @@ class BlockRSSM(nn.Module):
             :mod:`reverie.models.kernels.sampling` and :mod:`reverie.models.kernels.straight_through`, the same values
             and gradient; an agent with ``kernels="auto"`` does); ``"off"``: plain autograd, whatever installs.
 
-    State entries: ``deter (..., D)`` float32, ``stoch (..., S, K)``, ``logits (..., S, K)``.
+    State entries: ``deter (..., D)`` float32, ``stoch (..., S, K)``, ``logits (..., S, K)``; features and the
+    carry read ``deter`` and ``stoch``.
     """
 
     loss_keys = ("dyn", "rep")
     state_keys = ("deter", "stoch", "logits")
+    feature_keys = ("deter", "stoch")  # what features() reads (official feat2tensor)
+    carry_keys = ("deter", "stoch")  # what observe(state=) and img_step read (official carry, entry_space)
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 8192, hidden: int = 1024, stoch: int = 32,
                  classes: int = 64, blocks: int = 8, dynlayers: int = 1, imglayers: int = 2, obslayers: int = 1,
@@ -239,11 +244,11 @@ class BlockRSSM(nn.Module):
         (:func:`reverie.models.dynamics.base.rollout`).
 
         Returns:
-            ``(states, actions)``: states ``(H+1, N, ...)`` (``deter``, ``stoch``) with ``start`` at index 0,
-            actions ``(H+1, N, A)``, ``actions[t]`` chosen at ``states[t]`` (the last one is never executed;
-            the official code draws it as ``lastact``).
+            ``(states, actions)``: states ``(H+1, N, ...)`` (:attr:`feature_keys`: ``deter``, ``stoch``) with
+            ``start`` at index 0, actions ``(H+1, N, A)``, ``actions[t]`` chosen at ``states[t]`` (the last one is
+            never executed; the official code draws it as ``lastact``).
         """
-        return rollout(self.img_step, policy, {k: start[k] for k in ("deter", "stoch")}, horizon)
+        return rollout(self.img_step, policy, start, horizon, self.feature_keys)
 
     # -------------------------------------------------------------------------------------------------- loss
     def loss(self, post: State, prior: State, prev_action: torch.Tensor | None = None,

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_logits, unimix_sample
-from reverie.models.dynamics.base import Policy, State, free_bits, reset, rollout
+from reverie.models.dynamics.base import Policy, RowState, State, free_bits, reset, rollout
 from reverie.models.networks import MLP, trunc_normal_init_
 from reverie.models.switch import resolve
 
@@ -63,7 +63,7 @@ class GRUCell(nn.Module):
         return torch.lerp(h.to(dtype), cand.to(dtype), update.to(dtype))
 
 
-class CategoricalRSSM(nn.Module):
+class CategoricalRSSM(RowState, nn.Module):
     """DreamerV3's RSSM, a :class:`reverie.models.dynamics.Dynamics` (module docstring).
 
     Args:
@@ -79,7 +79,9 @@ class CategoricalRSSM(nn.Module):
             :mod:`reverie.models.kernels.rssm` (an agent with ``kernels="auto"`` does, after building it);
             ``"off"``: this file only, whatever installs kernels. Built alone it runs this file until installed.
 
-    State entries: ``deter (..., D)``, ``stoch (..., S, K)``, ``logits (..., S, K)``.
+    State entries: ``deter (..., D)``, ``stoch (..., S, K)``, ``logits (..., S, K)``; features and the carry read
+    ``deter`` and ``stoch`` (:class:`reverie.models.dynamics.base.RowState`: starts are posterior rows, the carry the
+    last row, the replay context stores ``deter (D,)`` and ``stoch (S, K)``).
 
     Raises:
         ValueError: an unknown ``kernels``.
@@ -87,6 +89,8 @@ class CategoricalRSSM(nn.Module):
 
     loss_keys = ("dyn", "rep")
     state_keys = ("deter", "stoch", "logits")
+    feature_keys = ("deter", "stoch")  # what features() reads (kernels: deter and the class index)
+    carry_keys = ("deter", "stoch")  # what observe(state=) and img_step read
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
                  units: int = 512, unimix: float = 0.01, free_nats: float = 1.0, action_clip: float = 1.0,
@@ -211,12 +215,13 @@ class CategoricalRSSM(nn.Module):
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
         """Roll the prior from ``start`` ``(N, ...)`` (DreamerV3 section 4; :meth:`Dynamics.imagine`).
 
-        kernels: the states hold what :meth:`features` reads (``deter`` and the class ``index``; ``stoch`` only
-        where a gradient flows through it) and, without autograd, skip the one-hot latent altogether.
+        The states hold :attr:`feature_keys` (``deter``, ``stoch``). kernels: what :meth:`features` reads there
+        (``deter`` and the class ``index``; ``stoch`` only where a gradient flows through it) and, without autograd,
+        skip the one-hot latent altogether.
         """
         if self.kernels is not None:
             return self.kernels.imagine(policy, start, horizon)
-        return rollout(self.img_step, policy, start, horizon)
+        return rollout(self.img_step, policy, start, horizon, self.feature_keys)
 
     # -------------------------------------------------------------------------------------------------- loss
     def loss(self, post: State, prior: State, prev_action: torch.Tensor,

@@ -25,11 +25,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from reverie.models.conv import ACTIVATIONS
-from reverie.models.dynamics.base import Policy, State, reset, rollout
+from reverie.models.dynamics.base import Policy, RowState, State, reset, rollout
 from reverie.models.planet_nets import BlockGRUCell, glorot_uniform_
 
 
-class GaussianRSSM(nn.Module):
+class GaussianRSSM(RowState, nn.Module):
     """PlaNet's RSSM, a :class:`reverie.models.dynamics.Dynamics` (module docstring).
 
     Args:
@@ -39,7 +39,8 @@ class GaussianRSSM(nn.Module):
         overshooting: latent overshooting distance ``D`` (0: off; else ``D >= 2``, distances ``2..D``; the paper
             uses 50). act: activation of the hidden layers (reference config ``activation: relu``).
 
-    State entries: ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``.
+    State entries: ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``; features and the
+    carry read ``deter`` and ``stoch`` (:class:`reverie.models.dynamics.base.RowState`).
 
     Raises:
         ValueError: ``min_std <= 0``, ``overshooting`` negative or 1 (distance 1 is the one-step ``kl``), or an
@@ -47,6 +48,8 @@ class GaussianRSSM(nn.Module):
     """
 
     state_keys = ("deter", "stoch", "mean", "std")
+    feature_keys = ("deter", "stoch")  # what features() reads
+    carry_keys = ("deter", "stoch")  # what observe(state=) and img_step read
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 200, stoch: int = 30, units: int = 200,
                  min_std: float = 0.1, free_nats: float = 3.0, overshooting: int = 0, act: str = "relu"):
@@ -140,8 +143,9 @@ class GaussianRSSM(nn.Module):
         return self._gaussian(deter, self.prior_net(deter), sample)
 
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
-        """Roll the prior from ``start`` ``(N, ...)`` with the policy's actions (:meth:`Dynamics.imagine`)."""
-        return rollout(self.img_step, policy, start, horizon)
+        """Roll the prior from ``start`` ``(N, ...)`` with the policy's actions (:meth:`Dynamics.imagine`); the
+        states hold :attr:`feature_keys`."""
+        return rollout(self.img_step, policy, start, horizon, self.feature_keys)
 
     # -------------------------------------------------------------------------------------------------- loss
     def loss(self, post: State, prior: State, prev_action: torch.Tensor,

@@ -1,0 +1,63 @@
+"""Evaluating and reporting a run for :class:`reverie.loop.session.Session`: the policy-mode evaluation (and the
+best checkpoint it may keep), the metrics rows, the open-loop report (with the held-out error offline) and the final
+episode video."""
+
+from __future__ import annotations
+
+from reverie.loop.evaluate import evaluate, record_episode
+from reverie.state.checkpoint import save_best
+from reverie.state.rng import preserved_rng
+from reverie.viz import report
+
+
+class SessionReport:
+    """The evaluation and report steps of :class:`reverie.loop.session.Session`."""
+
+    def report(self) -> None:
+        """The open-loop report (``reverie.viz``) when its clock (updates) fires, and once more at the end of a run
+        whose reports are on; rank 0 alone."""
+        clock = self.loop.clocks["report"]
+        if (clock(self.loop.updates) or (self.step >= self.steps and clock.every > 0)) and self.info.is_main:
+            self.write_report()
+
+    def write_report(self) -> None:
+        """Write the open-loop report now (videos/, plots/ and its metrics; :func:`reverie.viz.report`); offline
+        with ``pretrain.heldout``, also the open-loop error on the held-out data (``heldout/...``)."""
+        report(self.agent, self.replay, self.logger, self.step, length=self.batch[1])
+        if self.heldout is not None:
+            from reverie.data.heldout import heldout_errors
+
+            self.logger.scalars(heldout_errors(self.agent, self.heldout, self.batch[1],
+                                               int(self.cfg.pretrain.heldout_sequences)))
+
+    def evaluate(self) -> float:
+        """Evaluate the agent (``train.eval_episodes``, or ``pretrain.eval_episodes`` offline; policy mode) without
+        moving the training random streams; logged at the run's step; returns the mean return."""
+        tc, loop, step = self.cfg.train, self.loop, self.step
+        with preserved_rng():
+            result = evaluate(self.agent, self.cfg.env, self.eval_episodes, self.cfg.seed, mode=tc.eval_mode)
+        for ret, length in zip(result["returns"], result["lengths"]):
+            self.logger.episode(step, loop.env_steps * self.repeat, ret, length, mode="eval")
+        loop.evals.append((step, loop.wall_s(), result["mean"]))
+        self.logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
+        if loop.best_eval() == (step, result["mean"]):  # it beats every earlier evaluation: keep it
+            save_best(self.run_dir / "checkpoints", self.best_payload(result["mean"]))
+        return result["mean"]
+
+    def write_metrics(self) -> None:
+        """One ``metrics.jsonl`` row (interval means) with the loop's counters and rates."""
+        loop, elapsed = self.loop, max(self.loop.wall_s(), 1e-9)
+        self.written = self.step
+        self.logger.write(self.step, {
+            "updates": loop.updates, "frames": loop.env_steps * self.repeat, "wall_s": elapsed,
+            "fps/env_steps": loop.env_steps / elapsed, "fps/updates": loop.updates / elapsed,
+            "guard/skipped_updates": loop.skipped, "env/restarts": self.stepper.restarts})
+
+    def final_video(self) -> None:
+        """The video of one evaluation episode at the end of a run (``train.video``), logged at the run's step,
+        without moving the training random streams."""
+        cfg = self.cfg
+        with preserved_rng():
+            frames, _ = record_episode(self.agent, cfg.env, cfg.seed, mode=cfg.train.eval_mode)
+        if frames is not None:
+            self.logger.video("eval/episode", frames, self.step)
