@@ -46,7 +46,8 @@ def test_train_selects_it_by_config_alone_and_reports_open_loop(run_dir):
 
 
 def test_eval_openloop_and_imagine_commands(run_dir, tmp_path):
-    assert main(["eval", str(run_dir), "--episodes", "2", "--no-video", "--openloop", "--out", str(tmp_path / "e")]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "2", "--no-video", "--openloop",
+                 "--out", str(tmp_path / "e")]) == 0
     table = json.loads((tmp_path / "e" / "returns.json").read_text())
     assert len(table["returns"]) == 2 and list((tmp_path / "e").glob("episode_*_openloop.png"))
     assert main(["imagine", str(run_dir), "--horizon", "6", "--out", str(tmp_path / "i")]) == 0

@@ -279,7 +279,7 @@ class TransformerDynamics(nn.Module):
                  for name, parts in (("keys", keys), ("values", values))}
         # (B, layers, L+T, D) -> unfold (B, layers, T+1, D, L) -> rows 1.. (B, layers, T, D, L) -> (T, B, layers, L, D)
         valid = torch.diagonal(allowed.unfold(2, L, 1)[:, :, 1:], 0, 1, 2).permute(2, 0, 1)
-        # the next query may attend where row t's query did: allowed[b, t, t+1+j]; (B, T, T, L) -> (B, L, T) -> (T, B, L)
+        # the next query may attend where row t's did: allowed[b, t, t+1+j]; (B, T, T, L) -> (B, L, T) -> (T, B, L)
         prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K)
         shared = {"deter": deter, **cache, "valid": valid}
         return ({**shared, "stoch": stoch, "logits": post_logits},
