@@ -387,3 +387,15 @@ def test_dynamics_storm_selects_it_over_any_preset():
     assert dmc.agent.module.dynamics.deter == 128 and dmc.agent.batch_length == 32  # size xxs, the preset's batch
     paper = load_config(["dynamics=storm", "size=s"]).agent.module.dynamics  # STORM's widths
     assert (paper.deter, paper.stoch, paper.classes) == (512, 32, 32)
+
+
+def test_naming_the_target_alone_builds_it_with_the_blocks_shared_keys():
+    """``agent.module.dynamics._target_=...TransformerDynamics``: the categorical block's keys keep their meaning
+    (width, latents, feed-forward width from ``units``), the rest are the class defaults (STORM's)."""
+    from reverie.agents.build import build_agent
+
+    cfg = load_config(["exp=debug", "agent.module.dynamics._target_=reverie.models.dynamics.TransformerDynamics"])
+    dyn = build_agent(cfg.agent, {"vector": (4,)}, ActionSpec(True, 2)).wm.dynamics
+    assert isinstance(dyn, TransformerDynamics)
+    assert (dyn.deter, dyn.stoch, dyn.classes, dyn.units) == (32, 4, 4, 32)  # size=debug
+    assert (dyn.layers, dyn.heads, dyn.context, dyn.dropout) == (2, 8, 64, 0.1)
