@@ -1,7 +1,8 @@
 """Latent dynamics models behind one protocol (:class:`Dynamics`, ``base.py``): DreamerV3's categorical RSSM
-(``categorical.py``), PlaNet's Gaussian RSSM (``gaussian.py``) and the block-GRU RSSM of the current official
-DreamerV3 (``block.py``). The world model receives one of them (or any module with the protocol's members), built from
-the config's ``agent.module.dynamics`` block."""
+(``categorical.py``), PlaNet's Gaussian RSSM (``gaussian.py``), the block-GRU RSSM of the current official
+DreamerV3 (``block.py``) and a STORM-style transformer (``transformer.py``, ``dynamics=storm``). The world model
+receives one of them (or any module with the protocol's members), built from the config's ``agent.module.dynamics``
+block."""
 
 from reverie.models.dynamics.base import (ContextSpec, Dynamics, RowState, State, check_dynamics, free_bits, rollout,
                                           row_starts)
@@ -9,7 +10,8 @@ from reverie.models.dynamics.block import BlockGRU, BlockRSSM
 from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell, kl_losses, scale_action
 from reverie.models.dynamics.gaussian import (GaussianRSSM, free_nats_hinge, gaussian_kl, overshooting_kl,
                                               overshooting_loss)
+from reverie.models.dynamics.transformer import TransformerDynamics
 
 __all__ = ["ContextSpec", "Dynamics", "RowState", "State", "BlockGRU", "BlockRSSM", "CategoricalRSSM", "GaussianRSSM",
-           "GRUCell", "check_dynamics", "free_bits", "free_nats_hinge", "rollout", "row_starts", "kl_losses",
-           "gaussian_kl", "overshooting_kl", "overshooting_loss", "scale_action"]
+           "GRUCell", "TransformerDynamics", "check_dynamics", "free_bits", "free_nats_hinge", "rollout", "row_starts",
+           "kl_losses", "gaussian_kl", "overshooting_kl", "overshooting_loss", "scale_action"]
