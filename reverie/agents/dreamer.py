@@ -178,8 +178,8 @@ class DreamerV3(WorldModelAgent):
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer()
         # the world model's one loss: one scale per loss key, checked as a set (loss_scale_table)
-        self.loss_scales = loss_scale_table(LOSS_SCALES | dict(loss_scales or {}), self.wm.representation,
-                                            self.wm.loss_keys, "DreamerV3")
+        self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",
+                                            defaults=LOSS_SCALES)
         # the kernels, into every module built above (the dynamics too, whatever its factory set; one built with its
         # own kernels="off" stays readable): the agent's setting reaches them all
         install(self, kernels)

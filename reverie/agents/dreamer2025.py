@@ -161,8 +161,9 @@ class DreamerV3_2025(WorldModelAgent):
                                  cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
                                  kernels=kernels, representation=representation, objectives=objectives)
         # the one loss of the update: one scale per loss key, checked as a set (loss_scale_table)
-        self.loss_scales = loss_scale_table(scales, self.wm.representation, (*self.wm.loss_keys, *BEHAVIOR_LOSSES),
-                                            "DreamerV3_2025")
+        self.loss_scales = loss_scale_table(loss_scales, self.wm.representation,
+                                            (*self.wm.loss_keys, *BEHAVIOR_LOSSES), "DreamerV3_2025",
+                                            defaults=LOSS_SCALES)
         feat = self.wm.dynamics.feat_dim
         out = action_spec.dim if action_spec.discrete else 2 * action_spec.dim
         split = None if action_spec.discrete else (action_spec.dim, action_spec.dim)  # mean, std: heads.py:146-148

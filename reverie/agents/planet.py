@@ -96,14 +96,12 @@ class PlaNet(WorldModelAgent):
         self.planner = make_planner(action_spec, planner, -1.0, 1.0, horizon=horizon, candidates=candidates,
                                     top_k=top_k, iterations=iterations, gamma=plan_gamma)
         self.plan_model = WorldModelPlanning(self.wm, sample=plan_sample, use_cont=plan_cont)
-        # one scale per loss, checked as a set: the decoders 1 (the reference scales none of them), and the
-        # overshooting term's only when the dynamics has one (overshooting D > 0)
+        # one scale per loss, checked as a set: the decoders 1 (the reference scales none of them); the overshooting
+        # scale is read when the dynamics has that term (overshooting D > 0)
         scales = {"rec": 1.0, "reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
-                  "global_kl": global_divergence_scale}
-        if "overshooting" in self.wm.loss_keys:
-            scales["overshooting"] = overshooting_scale
+                  "global_kl": global_divergence_scale, "overshooting": overshooting_scale}
         self.loss_scales = loss_scale_table(
-            scales, self.wm.representation, self.wm.loss_keys, "PlaNet",
+            None, self.wm.representation, self.wm.loss_keys, "PlaNet", defaults=scales,
             fix="PlaNet scales the decoders, reward, cont, kl, global_kl and overshooting only (agent.module."
                 "reward_scale, cont_scale, divergence_scale, global_divergence_scale, overshooting_scale); give the "
                 "dynamics those loss keys")
