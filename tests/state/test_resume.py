@@ -64,7 +64,8 @@ def test_current_dreamerv3_resumes_exactly(tmp_path):
 
 @pytest.mark.parametrize("agent", [["agent.module.representation=r2"],
                                    ["agent=dreamerv3_2025", "agent.module.warmup=2",
-                                    "agent.module.representation=infonce"]], ids=["dreamerv3-r2", "dreamerv3_2025-infonce"])
+                                    "agent.module.representation=infonce"]],
+                         ids=["dreamerv3-r2", "dreamerv3_2025-infonce"])
 def test_decoder_free_objectives_resume_exactly(tmp_path, agent):
     """Issue 29: a world model without decoders (its projector, the objective's metrics) continues exactly."""
     run(tmp_path / "straight", f"train.steps={2 * N}", *agent)
