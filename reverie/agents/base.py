@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.autograd.graph import increment_version
 
+from reverie.models.representation import SCALE_KEYS
 from reverie.runtime.collectives import all_finite, average_gradients
 from reverie.runtime.precision import resolve_precision
 
@@ -55,6 +56,56 @@ class Agent(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> Any: ...
+
+
+def loss_scale_table(given: dict[str, float] | None, representation: Any, loss_keys: Iterable[str], owner: str,
+                     defaults: dict[str, float] | None = None, config_key: str = "agent.module.loss_scales",
+                     fix: str | None = None) -> dict[str, float]:
+    """An agent's one scale per loss: the ``given`` table (its loss-scale config) over the agent's ``defaults``
+    (those only for keys it has), with the representation objective's entry spread over that objective's losses
+    (``rec`` over every decoded key, as the official ``agent.py:80-83``; an entry of the loss's own name, e.g. an
+    observation key, wins) and the entries of the objectives not chosen dropped (one table holds all of them, as
+    R2-Dreamer's ``configs/model/_base_.yaml:21-34``); then checked against the losses the agent's loss function
+    returns as a set (the official ``agent.py:237-238`` asserts it): a loss without a scale, or a given scale of no
+    loss, is an error at construction, so a new loss term cannot go unscaled and a misspelt scale cannot go unread.
+
+    Args:
+        given: ``{key: scale}`` as configured. representation: the world model's objective (``name``,
+            ``scale_key``, ``loss_keys``). loss_keys: every key of the agent's loss function. owner: named in the
+            error. defaults: the agent's own table (a default of no loss is left out, not an error).
+        config_key, fix: the error's config key, and what it says to do about a missing scale (default: set
+            ``<config_key>.<key>``).
+
+    Returns:
+        ``{loss key: scale}`` with exactly the keys of ``loss_keys``.
+
+    Raises:
+        ValueError: the keys differ; the message names the missing and the extra keys and the config key.
+    """
+    own, keys = representation.scale_key, list(loss_keys)
+
+    def table(scales: dict[str, float]) -> dict[str, float]:
+        scales = {k: v for k, v in scales.items() if k == own or k not in SCALE_KEYS}  # other objectives' entries
+        if own in scales:  # spread over the objective's losses; a loss's own entry (e.g. `image`) wins
+            value = scales.pop(own)
+            scales = {k: value for k in representation.loss_keys} | scales
+        return scales
+
+    given_scales = table(dict(given or {}))
+    scales = {k: v for k, v in table(dict(defaults or {})).items() if k in keys} | given_scales
+    missing = [k for k in keys if scales.get(k) is None]
+    extra = sorted(set(given_scales) - set(keys))
+    if missing or extra:
+        parts = []
+        if missing:
+            hint = fix or (f"set {', '.join(f'{config_key}.{k}' for k in missing)}"
+                           + (f" (the objective {representation.name!r} reads {config_key}.{own})"
+                              if set(missing) & set(representation.loss_keys) else ""))
+            parts.append(f"no scale for the losses {missing}: {hint}")
+        if extra:
+            parts.append(f"{config_key} keys {extra} are not losses of this agent (its losses: {keys}); remove them")
+        raise ValueError(f"{owner}: " + "; ".join(parts))
+    return {k: float(scales[k]) for k in keys}
 
 
 def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reverie.agents.base import WorldModelAgent, adam
+from reverie.agents.base import WorldModelAgent, adam, loss_scale_table
 from reverie.agents.dreamer_planning import make_dreamer_planner
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical, unimix_sample
@@ -29,7 +29,10 @@ from reverie.runtime.compiling import compile_callables
 from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
 
-LOSS_SCALES = {"reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}  # reference loss_scales; other keys: 1.0
+#: reference ``loss_scales`` (8fa35f8 ``configs.yaml:72``: image/vector 1, reward 1, cont 1, dyn 0.5, rep 0.1; ``rec``
+#: scales every decoded key), with the decoder-free objectives' (R2-Dreamer ``configs/model/_base_.yaml:22-23``:
+#: barlow 0.05, infonce 1.0); the table is checked against the world model's losses as a set (``loss_scale_table``)
+LOSS_SCALES = {"rec": 1.0, "barlow": 0.05, "infonce": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}
 
 
 class Actor(nn.Module):
@@ -109,8 +112,14 @@ class DreamerV3(WorldModelAgent):
             (``N = K*B`` starts instead of ``T*B``); 0 (the 2023 reference) starts from every row. The current
             official code has the same knob (``imag_last``, default 0): a CPU preset's lever on the behaviour
             cost, which grows with ``N``.
-        loss_scales: world-model loss scales by key (reference: reward 1, cont 1, dyn 0.5, rep 0.1; decoder keys
-            and other keys of the dynamics 1.0); every key must be one of the world model's losses.
+        loss_scales: world-model loss scales by key, over :data:`LOSS_SCALES` (reference: rec 1 for every decoded
+            key, reward 1, cont 1, dyn 0.5, rep 0.1; barlow 0.05, infonce 1.0 for the decoder-free objectives);
+            after ``rec`` is spread over the decoded keys (an observation key's own entry wins) and the other
+            objectives' entries are dropped, the keys must be the world model's losses, as a set.
+        representation: the world model's representation objective (:mod:`reverie.models.representation`):
+            ``"reconstruction"`` (the reference's decoders), ``"r2"`` (R2-Dreamer's Barlow Twins objective, no
+            decoder) or ``"infonce"`` (contrastive, no decoder). objectives: their settings
+            (``{"r2": {"lambd": 5e-4}}``; docs/representation.md).
         actor_entropy: entropy scale (3e-4). slow_critic_fraction: EMA step of the slow critic (0.02).
         slow_reg: scale of the critic regulariser towards the slow critic (1.0).
         model_lr/model_eps/model_clip: world-model Adam (1e-4, 1e-8, 1000).
@@ -131,8 +140,8 @@ class DreamerV3(WorldModelAgent):
         plan: the planner's settings (:data:`reverie.agents.dreamer_planning.PLAN_DEFAULTS`); unused with the actor.
 
     Raises:
-        ValueError: ``loss_scales`` keys that are not losses of the world model; an unknown ``kernels``,
-            ``planner`` or ``plan`` setting.
+        ValueError: a world-model loss without a scale or a ``loss_scales`` key that is no loss; an unknown
+            ``representation``, objective setting, ``kernels``, ``planner`` or ``plan`` setting.
         TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
@@ -146,7 +155,8 @@ class DreamerV3(WorldModelAgent):
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
                  model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
-                 compile: bool = False, kernels: str = "auto", planner: str = "actor", plan: dict | None = None):
+                 compile: bool = False, kernels: str = "auto", planner: str = "actor", plan: dict | None = None,
+                 representation: str = "reconstruction", objectives: dict | None = None):
         super().__init__()
         if imag_last < 0:
             raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
@@ -161,18 +171,17 @@ class DreamerV3(WorldModelAgent):
         self.actor_tape = None  # install: the discrete actor's tape (reverie.models.kernels.mlp_tape.MLPTape)
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
-                             cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels)
+                             cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
+                             representation=representation, objectives=objectives)
         check_dynamics(self.wm.dynamics)
         feat = self.wm.dynamics.feat_dim
         self.actor = Actor(feat, action_spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer()
-        unknown = sorted(set(loss_scales or {}) - set(self.wm.loss_keys))
-        if unknown:
-            raise ValueError(f"loss_scales keys {unknown} are not losses of the world model "
-                             f"{list(self.wm.loss_keys)}; scale those keys instead")
-        self.loss_scales = {k: LOSS_SCALES.get(k, 1.0) for k in self.wm.loss_keys} | dict(loss_scales or {})
+        # the world model's one loss: one scale per loss key, checked as a set (loss_scale_table)
+        self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",
+                                            defaults=LOSS_SCALES)
         # the kernels, into every module built above (the dynamics too, whatever its factory set; one built with its
         # own kernels="off" stays readable): the agent's setting reaches them all
         install(self, kernels)
@@ -269,6 +278,9 @@ class DreamerV3(WorldModelAgent):
                                                                    int]:
         """World model (eq. 4-5): losses, one guarded optimiser step; returns ``(metrics, posterior, skipped)``."""
         losses, post, info = self.wm.loss(data)
+        if losses.keys() != self.loss_scales.keys():  # a dynamics whose loss() returned other keys than its loss_keys
+            raise RuntimeError(f"DreamerV3: the world model returned the losses {sorted(losses)}, its scales are for "
+                               f"{sorted(self.loss_scales)} (a dynamics' loss() must return its loss_keys)")
         model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
         grad_norm, skipped = self._step(self.model_opt, model_loss, self.wm.parameters(), self.model_clip)
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}

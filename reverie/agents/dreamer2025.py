@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reverie.agents.base import WorldModelAgent
+from reverie.agents.base import WorldModelAgent, loss_scale_table
 from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.agents.optim import LaProp
@@ -55,9 +55,12 @@ from reverie.runtime.collectives import all_gather_cat
 from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
 
-#: official ``loss_scales`` (``configs.yaml:86``); ``rec`` applies to every observation key
-LOSS_SCALES = {"rec": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1, "policy": 1.0, "value": 1.0,
-               "repval": 0.3}
+#: official ``loss_scales`` (``configs.yaml:86``); ``rec`` applies to every observation key; ``barlow`` and ``infonce``
+#: are R2-Dreamer's (``configs/model/_base_.yaml:22-23``), read with ``representation: r2`` / ``infonce`` only
+LOSS_SCALES = {"rec": 1.0, "barlow": 0.05, "infonce": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1,
+               "policy": 1.0, "value": 1.0, "repval": 0.3}
+#: the losses of the update besides the world model's
+BEHAVIOR_LOSSES = ("policy", "value", "repval")
 
 
 def replay_is_last(is_last: torch.Tensor, is_first: torch.Tensor) -> torch.Tensor:
@@ -98,7 +101,11 @@ class DreamerV3_2025(WorldModelAgent):
         gamma: ``1 - 1/horizon`` (``horizon: 333``): the continue target's factor (``contdisc``) and the replay
             return's discount. contdisc: put the discount into the continue head (official True); False discounts
             the imagined returns by ``gamma`` instead.
-        lam: lambda of both returns (0.95). loss_scales: the official scales (:data:`LOSS_SCALES`) overridden.
+        lam: lambda of both returns (0.95). loss_scales: the official scales (:data:`LOSS_SCALES`) overridden;
+            after ``rec`` is spread over the decoded keys and the other objectives' entries are dropped, the keys
+            must be the update's losses, as a set (official ``agent.py:237-238``).
+        representation, objectives: the world model's representation objective and its settings
+            (:class:`reverie.agents.DreamerV3`; R2-Dreamer builds on this agent's official code).
         actor_entropy: ``actent`` (3e-4). actor_outscale, critic_outscale: output layer init scales (0.01, 0.0).
         actor_unimix: uniform mix of the discrete policy (0.0: the official ``policy`` config sets ``unimix: 0.01``
             but the ``categorical`` head it selects never reads it, ``heads.py:101-110``).
@@ -118,8 +125,9 @@ class DreamerV3_2025(WorldModelAgent):
 
     Raises:
         ValueError: ``imag_last`` negative or 1 with the replay value loss on (its returns need two rows),
-            unknown ``loss_scales`` keys, ``replay_context`` other than 0 or 1, or 1 with a dynamics whose
-            ``context_spec()`` is empty (it cannot start a window from a stored row).
+            a loss without a scale or a scale of no loss, ``replay_context`` other than 0 or 1, or 1 with a dynamics
+            whose ``context_spec()`` is empty (it cannot start a window from a stored row), an unknown
+            ``representation`` or objective setting.
         TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
@@ -136,7 +144,8 @@ class DreamerV3_2025(WorldModelAgent):
                  slow_reg: float = 1.0, retnorm_decay: float = 0.99, retnorm_limit: float = 1.0,
                  retnorm_low: float = 0.05, retnorm_high: float = 0.95, lr: float = 4e-5, agc: float = 0.3,
                  eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
-                 replay_context: int = 0, kernels: str = "auto", device: str = "cpu", precision: str = "auto"):
+                 replay_context: int = 0, kernels: str = "auto", device: str = "cpu", precision: str = "auto",
+                 representation: str = "reconstruction", objectives: dict | None = None):
         super().__init__()
         if replay_context not in (0, 1):
             raise ValueError(f"DreamerV3_2025: replay_context must be 0 (no context) or 1 (one context row, the "
@@ -145,20 +154,18 @@ class DreamerV3_2025(WorldModelAgent):
         self._writes: dict[str, np.ndarray] | None = None  # the last update's posteriors for the replay
         self.fast = False  # install (below): the kernels of the value losses and the policy's draw
         scales = LOSS_SCALES | dict(loss_scales or {})
-        if set(scales) != set(LOSS_SCALES):
-            raise ValueError(f"loss_scales keys {sorted(scales)}: the current DreamerV3 has {sorted(LOSS_SCALES)}")
-        if imag_last < 0 or (imag_last == 1 and scales["repval"]):
+        if imag_last < 0 or (imag_last == 1 and scales.get("repval")):
             raise ValueError(f"DreamerV3_2025: imag_last must be 0 (all rows) or >= 2 with the replay value loss on "
                              f"(its returns need two rows), got {imag_last}")
         self.spec, self.horizon, self.imag_last = action_spec, int(horizon), int(imag_last)
         self.gamma, self.contdisc, self.lam = float(gamma), bool(contdisc), float(lam)
-        self.loss_scales, self.actor_entropy = scales, actor_entropy
+        self.actor_entropy = actor_entropy
         self.slow_fraction, self.slow_reg = slow_critic_fraction, slow_reg
         self.obs_keys = sorted(obs_shapes)
         self.wm = WorldModel2025(obs_shapes, action_spec.dim, dynamics, units=units, enc_layers=enc_layers,
                                  dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
                                  cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
-                                 kernels=kernels)
+                                 kernels=kernels, representation=representation, objectives=objectives)
         check_dynamics(self.wm.dynamics)
         # the replay context's entries (the dynamics' context_spec, read once) and their replay keys posterior_<name>
         self._context_spec = dict(self.wm.dynamics.context_spec())
@@ -167,6 +174,10 @@ class DreamerV3_2025(WorldModelAgent):
             raise ValueError(f"DreamerV3_2025: replay_context={self.replay_context} needs a dynamics that can start "
                              f"a window from a stored row, but {type(self.wm.dynamics).__name__}.context_spec() is "
                              f"empty; set agent.module.replay_context=0")
+        # the one loss of the update: one scale per loss key, checked as a set (loss_scale_table)
+        self.loss_scales = loss_scale_table(loss_scales, self.wm.representation,
+                                            (*self.wm.loss_keys, *BEHAVIOR_LOSSES), "DreamerV3_2025",
+                                            defaults=LOSS_SCALES)
         feat = self.wm.dynamics.feat_dim
         out = action_spec.dim if action_spec.discrete else 2 * action_spec.dim
         split = None if action_spec.discrete else (action_spec.dim, action_spec.dim)  # mean, std: heads.py:146-148
@@ -305,17 +316,18 @@ class DreamerV3_2025(WorldModelAgent):
             rows = {"feat": feat[-K:], "reward": data["reward"][-K:], "is_terminal": data["is_terminal"][-K:],
                     "is_last": last[-K:], "boot": imag["ret"][0].detach().view(K, B)}  # (K*B,) -> (K, B)
             losses["repval"] = self._replay_value_loss(rows)
-        total = sum(self._scale(k) * v.mean() for k, v in losses.items())
+        expected = self.loss_scales.keys() - ({"repval"} if not self.loss_scales["repval"] else set())
+        if losses.keys() != expected:  # a dynamics whose loss() returned other keys than its loss_keys
+            raise RuntimeError(f"DreamerV3_2025: the update's losses are {sorted(losses)}, its scales are for "
+                               f"{sorted(expected)} (a dynamics' loss() must return its loss_keys)")
+        total = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
-        metrics["loss/model"] = sum(self._scale(k) * losses[k].detach().mean() for k in wm.loss_keys)
+        metrics["loss/model"] = sum(self.loss_scales[k] * losses[k].detach().mean() for k in wm.loss_keys)
         metrics["loss/total"] = total.detach()
         norm, skipped = self._optimize(total, bool(torch.isfinite(imag["ret"]).all()), retnorm)
         metrics |= {"grad_norm/total": norm, "guard/nonfinite": torch.tensor(float(skipped))}
         metrics |= info | imag["metrics"]
         return metrics, post
-
-    def _scale(self, key: str) -> float:
-        return self.loss_scales["rec" if key in self.wm.obs_shapes else key]
 
     def _imagine(self, start: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Roll out the policy for ``H`` steps from ``start`` ``(N, ...)`` without gradients (official

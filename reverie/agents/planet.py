@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from reverie.agents.base import WorldModelAgent, adam
+from reverie.agents.base import WorldModelAgent, adam, loss_scale_table
 from reverie.agents.dreamer_planning import PLANNERS
 from reverie.agents.planning import WorldModelPlanning, make_planner
 from reverie.models.dynamics import Dynamics, GaussianRSSM, check_dynamics
@@ -98,9 +98,15 @@ class PlaNet(WorldModelAgent):
         self.planner = make_planner(action_spec, planner, -1.0, 1.0, horizon=horizon, candidates=candidates,
                                     top_k=top_k, iterations=iterations, gamma=plan_gamma)
         self.plan_model = WorldModelPlanning(self.wm, sample=plan_sample, use_cont=plan_cont)
-        scales = {"reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
+        # one scale per loss, checked as a set: the decoders 1 (the reference scales none of them); the overshooting
+        # scale is read when the dynamics has that term (overshooting D > 0)
+        scales = {"rec": 1.0, "reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
                   "global_kl": global_divergence_scale, "overshooting": overshooting_scale}
-        self.loss_scales = {k: scales.get(k, 1.0) for k in self.wm.loss_keys}  # one scale per loss the model returns
+        self.loss_scales = loss_scale_table(
+            None, self.wm.representation, self.wm.loss_keys, "PlaNet", defaults=scales,
+            fix="PlaNet scales the decoders, reward, cont, kl, global_kl and overshooting only (agent.module."
+                "reward_scale, cont_scale, divergence_scale, global_divergence_scale, overshooting_scale); give the "
+                "dynamics those loss keys")
         install(self, kernels)  # a dynamics' own fast paths (reverie.models.kernels); PlaNet's modules have none
         self._place(device, precision)
         self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)

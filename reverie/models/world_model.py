@@ -1,15 +1,18 @@
 """World model: encoders + dynamics + decoders, reward and continue heads (DreamerV3 section 3, eq. 4-5; PlaNet).
 
-``loss(batch)`` returns a dict of per-step losses ``(T, B)`` keyed by name: one per observation key (the decoder's
-negative log-likelihood), ``reward``, ``cont``, and the dynamics' own (``dyn``/``rep`` of the categorical RSSM,
-``kl``/``global_kl``/``overshooting`` of the Gaussian one); the agent owns the scales (reference ``loss_scales``:
-dec/rew/cont 1.0, dyn 0.5, rep 0.1).
+``loss(batch)`` returns a dict of per-step losses ``(T, B)`` keyed by name: the representation objective's
+(:mod:`reverie.models.representation`: one per observation key for ``reconstruction``, the decoders' negative
+log-likelihood; ``barlow`` for ``r2``; ``infonce``), ``reward``, ``cont``, and the dynamics' own (``dyn``/``rep`` of
+the categorical RSSM, ``kl``/``global_kl``/``overshooting`` of the Gaussian one); the agent owns the scales
+(reference ``loss_scales``: dec/rew/cont 1.0, dyn 0.5, rep 0.1).
 
 Two families of output distributions (``likelihood``): ``"symlog"`` (DreamerV3: symlog squared error for vectors,
 squared error for images, a two-hot symlog categorical for the reward) and ``"gaussian"`` (PlaNet: fixed-std
 Gaussians, ``decoder_std``, with images bit-reduced to ``image_bits`` with dequantisation noise). Two families of
 networks (``nets``): ``"dreamer"`` (the DreamerV3 conv stacks and LayerNorm + SiLU MLPs) and ``"planet"`` (PlaNet's own
-``conv_ha`` stacks and ReLU feed-forward heads, :mod:`reverie.models.planet_nets`).
+``conv_ha`` stacks and ReLU feed-forward heads, :mod:`reverie.models.planet_nets`). Both switches pick the encoders
+and the reward head as well as the decoders, so they stay here; the decoders they build are handed to the
+:class:`reverie.models.representation.Reconstruction` objective, which owns them.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from reverie.models.conv import ConvDecoder, ConvEncoder, ImageMSE
-from reverie.models.distributions import (Bernoulli, FixedNormal, GaussianImage, SymlogMSE, TwoHotSymlog,
-                                         reduce_bits, symlog)
+from reverie.models.conv import ConvDecoder, ConvEncoder
+from reverie.models.distributions import Bernoulli, FixedNormal, TwoHotSymlog, reduce_bits, symlog
 from reverie.models.dynamics import CategoricalRSSM, Dynamics, State
 from reverie.models.networks import MLP
 from reverie.models.planet_nets import ConvHaDecoder, ConvHaEncoder, FeedForward
+from reverie.models.representation import Reconstruction, make_representation
 from reverie.models.switch import resolve
 
 LIKELIHOODS = ("symlog", "gaussian")
@@ -97,12 +100,15 @@ class WorldModel(nn.Module):
             ``units`` and ``layers`` are then unused).
         head_units, head_layers, act: PlaNet's feed-forward networks (reference ``num_units`` 300, ``num_layers`` 3,
             ``activation`` relu; google-research/planet ``scripts/configs.py:109-116``); ``nets="planet"`` only.
+        representation: the representation objective (:mod:`reverie.models.representation`): ``"reconstruction"``
+            (decoders of this model's ``nets`` and ``likelihood``), ``"r2"`` or ``"infonce"`` (no decoders).
+        objectives: the objectives' settings, ``{name: {setting: value}}`` (``agent.module.objectives``).
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``; image keys of different
             sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`); an
             unknown ``likelihood``, ``nets`` or ``kernels``; ``nets="planet"`` with ``likelihood="symlog"``;
-            ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``.
+            ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``; an unknown objective or setting.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
@@ -110,7 +116,8 @@ class WorldModel(nn.Module):
                  likelihood: str = "symlog", reward_bins: int = 255, decoder_std: float = 1.0, image_bits: int = 8,
                  cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto", nets: str = "dreamer",
                  head_units: int = 300, head_layers: int = 3, act: str = "relu", mlp_units: int | None = None,
-                 mlp_layers: int | None = None):
+                 mlp_layers: int | None = None, representation: str = "reconstruction",
+                 objectives: dict | None = None):
         super().__init__()
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
@@ -124,8 +131,8 @@ class WorldModel(nn.Module):
         self.fast = False  # install: the two-hot reward loss's kernel
         self.obs_shapes, self.vector_keys, self.image_keys, image_shape = observation_layout(obs_shapes)
         embed = 0
-        self.encoder = self.decoder = None  # vector MLPs (names kept from the vector-only model for checkpoints)
-        self.image_encoder = self.image_decoder = None
+        self.encoder = None  # the vector MLP (name kept from the vector-only model for checkpoints)
+        self.image_encoder = None
         if self.image_keys:
             self.image_encoder = (ConvHaEncoder(image_shape, depth=cnn_depth) if nets == "planet"
                                   else ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {})))
@@ -153,11 +160,22 @@ class WorldModel(nn.Module):
         else:
             self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
         feat = self.dynamics.feat_dim
-        if self.image_keys:
-            self.image_decoder = (ConvHaDecoder(feat, image_shape, depth=cnn_depth) if nets == "planet"
-                                  else ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {})))
-        if self.vector_keys:
-            self.decoder = mlp(feat, self._vector_dim, vec_layers, width=vec_units)
+
+        def reconstruction() -> Reconstruction:  # this model's decoders, built only when the objective needs them
+            image_decoder = decoder = None
+            if self.image_keys:
+                image_decoder = (ConvHaDecoder(feat, image_shape, depth=cnn_depth) if nets == "planet"
+                                 else ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {})))
+            if self.vector_keys:
+                decoder = mlp(feat, self._vector_dim, vec_layers, width=vec_units)
+            return Reconstruction(self.obs_shapes, self.image_keys, self.vector_keys, image_decoder, decoder,
+                                  likelihood, decoder_std)
+
+        # registered between the dynamics and the heads: the decoders' parameters keep their place in
+        # parameters() (and so in saved optimiser states) from before the objective was a piece of its own
+        self.representation = make_representation(representation, objectives, feat_dim=feat, embed_dim=embed,
+                                                  reconstruction=reconstruction, owner="WorldModel")
+        self.register_load_state_dict_pre_hook(decoder_keys_moved)
         self.reward_head = mlp(feat, reward_bins if likelihood == "symlog" else 1, layers, out_scale=0.0)
         self.cont_head = mlp(feat, 1, layers)
 
@@ -167,8 +185,25 @@ class WorldModel(nn.Module):
 
     @property
     def loss_keys(self) -> tuple[str, ...]:
-        """Keys of :meth:`loss`: the observation keys, ``reward``, ``cont``, then the dynamics' ``loss_keys``."""
-        return (*self.obs_shapes, "reward", "cont", *self.dynamics.loss_keys)
+        """Keys of :meth:`loss`: the representation objective's (the observation keys for ``reconstruction``),
+        ``reward``, ``cont``, then the dynamics' ``loss_keys``."""
+        return (*self.representation.loss_keys, "reward", "cont", *self.dynamics.loss_keys)
+
+    @property
+    def decodes(self) -> bool:
+        """Whether the model has decoders (:meth:`decode`): the open-loop report, ``reverie imagine``, ``play``
+        and ``eval --openloop`` show decoded observations only then (docs/representation.md)."""
+        return bool(self.representation.decodes)
+
+    @property
+    def image_decoder(self) -> nn.Module | None:
+        """The image decoder of the reconstruction objective; None without image keys or without decoders."""
+        return getattr(self.representation, "image_decoder", None)
+
+    @property
+    def decoder(self) -> nn.Module | None:
+        """The vector (MLP) decoder of the reconstruction objective; None without vector keys or decoders."""
+        return getattr(self.representation, "decoder", None)
 
     def preprocess(self, obs: dict[str, torch.Tensor], noise: bool = False) -> dict[str, torch.Tensor]:
         """Bit-reduce image keys to ``image_bits`` (PlaNet ``preprocess``), other keys unchanged.
@@ -232,25 +267,13 @@ class WorldModel(nn.Module):
         return Bernoulli(self.cont_head(feat).squeeze(-1))
 
     def decode(self, feat: torch.Tensor) -> dict[str, torch.distributions.Distribution]:
-        """Reconstruction distributions per observation key from features ``(..., F)``.
+        """Reconstruction distributions per observation key from features ``(..., F)``
+        (:meth:`reverie.models.representation.Reconstruction.decode`: symlog/MSE or Gaussian per ``likelihood``).
 
-        ``"symlog"``: :class:`SymlogMSE` for vector keys (events ``(F_k,)``), :class:`ImageMSE` for image keys
-        (events ``(C_k, H, W)``, prediction in the scaled space; ``mode`` is uint8). ``"gaussian"``:
-        :class:`FixedNormal` and :class:`GaussianImage` with std ``decoder_std``.
+        Raises:
+            NoDecoder: the representation objective has no decoders (check :attr:`decodes` first).
         """
-        gaussian = self.likelihood == "gaussian"
-        out: dict[str, torch.distributions.Distribution] = {}
-        if self.image_decoder is not None:
-            pred = self.image_decoder(feat)  # (..., C, H, W), all image keys' channels
-            parts = pred.split([self.obs_shapes[k][0] for k in self.image_keys], -3)
-            out |= {k: GaussianImage(p, self.decoder_std) if gaussian else ImageMSE(p)
-                    for k, p in zip(self.image_keys, parts)}
-        if self.decoder is not None:
-            pred = self.decoder(feat)  # (..., F)
-            parts = pred.split([self.obs_shapes[k][0] for k in self.vector_keys], -1)
-            out |= {k: FixedNormal(p, self.decoder_std) if gaussian else SymlogMSE(p)
-                    for k, p in zip(self.vector_keys, parts)}
-        return out
+        return decode(self, feat)
 
     def loss(self, batch: dict[str, torch.Tensor],
              state: State | None = None) -> tuple[dict[str, torch.Tensor], State, dict[str, torch.Tensor]]:
@@ -264,16 +287,46 @@ class WorldModel(nn.Module):
         Returns:
             ``(losses, posterior, info)``: ``losses[k]`` is ``(T, B)`` for every key in :attr:`loss_keys` (an
             image key's loss sums over ``C x H x W`` scaled pixels); ``posterior`` states ``(T, B, ...)``; ``info``
-            the dynamics' detached diagnostics (the unclipped KL, entropies). With ``image_bits < 8`` the images
-            are bit-reduced with dequantisation noise first (PlaNet).
+            the dynamics' and the objective's detached diagnostics (the unclipped KL, entropies, ``r2/...``). With
+            ``image_bits < 8`` the images are bit-reduced with dequantisation noise first (PlaNet).
         """
         batch = self.preprocess(batch, noise=True)  # image_bits < 8: uint8 -> float pixel values, dequantised
         embed = self.encode(batch)  # (T, B, E)
         post, prior = self.dynamics.observe(embed, batch["prev_action"], batch["is_first"], state)
         feat = self.dynamics.features(post)  # (T, B, F)
-        losses = {k: -dist.log_prob(batch[k]) for k, dist in self.decode(feat).items()}
+        losses, rep_info = self.representation.loss(feat, embed, batch)
         losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
         cont = self.cont(feat)
         losses["cont"] = -cont.log_prob(1.0 - batch["is_terminal"].to(cont.logits.dtype))
         dynamics_losses, info = self.dynamics.loss(post, prior, batch["prev_action"], batch["is_first"])
-        return losses | dynamics_losses, post, info
+        return losses | dynamics_losses, post, info | rep_info
+
+
+class NoDecoder(RuntimeError):
+    """A world model without decoders was asked to decode (its representation objective is not
+    ``reconstruction``); the message names the objective and what to do."""
+
+
+def decode(wm: nn.Module, feat: torch.Tensor) -> dict[str, torch.distributions.Distribution]:
+    """``wm.representation.decode(feat)`` for either world model.
+
+    Raises:
+        NoDecoder: the objective has no decoders.
+    """
+    rep = wm.representation
+    if not rep.decodes:
+        raise NoDecoder(f"this world model has no decoders: its representation objective is {rep.name!r}, which "
+                        f"trains the latent without reconstructing observations; show its latent, reward and "
+                        f"continue predictions instead, or train with agent.module.representation=reconstruction")
+    return rep.decode(feat)
+
+
+def decoder_keys_moved(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """``load_state_dict`` pre-hook: checkpoints written before the representation objective was a piece of its own
+    kept the decoders at ``<prefix>image_decoder.*`` and ``<prefix>decoder.*``; they now live under
+    ``<prefix>representation.`` (the parameters and their order are unchanged, so optimiser states load as they
+    are)."""
+    for name in ("image_decoder.", "decoder."):
+        old = prefix + name
+        for key in [k for k in state_dict if k.startswith(old)]:
+            state_dict[prefix + "representation." + name + key[len(old):]] = state_dict.pop(key)

@@ -11,9 +11,13 @@
 - Continue head (``conhead``): 1 hidden layer, Bernoulli logit, output scale 1. Its target is ``(1 - is_terminal)``
   times ``1 - 1/horizon`` with ``contdisc`` (``agent.py:174-177``): the head learns the discount as well.
 
-``loss`` returns per-row losses ``(T, B)`` keyed by observation key, ``reward``, ``cont``, ``dyn``, ``rep``; the agent
-owns the scales (official ``loss_scales``: ``rec`` 1 for every observation key, ``rew`` 1, ``con`` 1, ``dyn`` 1,
-``rep`` 0.1).
+The decoders belong to the representation objective (:mod:`reverie.models.representation`): with
+``representation="reconstruction"`` (the official model) they are built here and handed to it; ``"r2"`` and
+``"infonce"`` build none.
+
+``loss`` returns per-row losses ``(T, B)`` keyed by the objective's keys (the observation keys for reconstruction),
+``reward``, ``cont``, ``dyn``, ``rep``; the agent owns the scales (official ``loss_scales``: ``rec`` 1 for every
+observation key, ``rew`` 1, ``con`` 1, ``dyn`` 1, ``rep`` 0.1).
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ import torch
 from torch import nn
 
 from reverie.models.dynamics import BlockRSSM, State
-from reverie.models.conv import ImageMSE
 from reverie.models.conv_simple import SimpleConvDecoder, SimpleConvEncoder
-from reverie.models.distributions import Bernoulli, SymlogMSE, TwoHotSymexp, symlog
+from reverie.models.distributions import Bernoulli, TwoHotSymexp, symlog
+from reverie.models.representation import Reconstruction, make_representation
 from reverie.models.rms_mlp import RMSMLP
 from reverie.models.switch import resolve
-from reverie.models.world_model import WorldModel, observation_layout
+from reverie.models.world_model import WorldModel, decoder_keys_moved, decode, observation_layout
 
 
 class WorldModel2025(nn.Module):
@@ -49,17 +53,19 @@ class WorldModel2025(nn.Module):
             (``1 - 1/horizon`` with the official ``contdisc``; 1.0 without).
         kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the two-hot reward loss's
             kernel, :mod:`reverie.models.kernels.two_hot`); ``"off"``: plain autograd, whatever installs.
+        representation, objectives: the representation objective and its settings (as
+            :class:`reverie.models.world_model.WorldModel`'s).
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``, image keys of different
-            sizes, no observation keys, or image sizes the conv stacks cannot take.
+            sizes, no observation keys, image sizes the conv stacks cannot take, or an unknown objective or setting.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
                  dynamics: Callable[..., Any] | dict | None = None, units: int = 1024, enc_layers: int = 3,
                  dec_layers: int = 3, reward_layers: int = 1, cont_layers: int = 1, cnn_depth: int = 64,
                  cnn: dict | None = None, reward_bins: int = 255, cont_discount: float = 1.0 - 1.0 / 333.0,
-                 kernels: str = "auto"):
+                 kernels: str = "auto", representation: str = "reconstruction", objectives: dict | None = None):
         super().__init__()
         self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
         self.fast = False  # install: the two-hot reward loss's kernel
@@ -69,7 +75,7 @@ class WorldModel2025(nn.Module):
         cnn = dict(cnn or {})
         dec_cnn = {k: cnn.pop(k) for k in ("bspace",) if k in cnn}
         embed = 0
-        self.encoder = self.decoder = self.image_encoder = self.image_decoder = None
+        self.encoder = self.image_encoder = None
         if self.image_keys:
             self.image_encoder = SimpleConvEncoder(self.image_shape, depth=cnn_depth, **cnn)
             embed += self.image_encoder.out_dim
@@ -84,24 +90,37 @@ class WorldModel2025(nn.Module):
         else:
             self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
         feat = self.dynamics.feat_dim
-        if self.image_keys:
-            deter = getattr(self.dynamics, "deter")
-            self.image_decoder = SimpleConvDecoder(deter, feat - deter, self.image_shape, depth=cnn_depth, units=units,
-                                                   **cnn, **dec_cnn)
-        if self.vector_keys:
-            # one output layer per vector key (the official DictHead, rssm.py:297-305)
-            self.decoder = RMSMLP(feat, vector_dim, units, dec_layers,
-                                  out_split=[self.obs_shapes[k][0] for k in self.vector_keys])
+
+        def reconstruction() -> Reconstruction:  # the official decoders, built only when the objective needs them
+            image_decoder = decoder = None
+            if self.image_keys:
+                deter = getattr(self.dynamics, "deter")
+                image_decoder = SimpleConvDecoder(deter, feat - deter, self.image_shape, depth=cnn_depth, units=units,
+                                                  **cnn, **dec_cnn)
+            if self.vector_keys:
+                # one output layer per vector key (the official DictHead, rssm.py:297-305)
+                decoder = RMSMLP(feat, vector_dim, units, dec_layers,
+                                 out_split=[self.obs_shapes[k][0] for k in self.vector_keys])
+            return Reconstruction(self.obs_shapes, self.image_keys, self.vector_keys, image_decoder, decoder)
+
+        # between the dynamics and the heads: the decoders' place in parameters() (and in saved optimiser states)
+        self.representation = make_representation(representation, objectives, feat_dim=feat, embed_dim=embed,
+                                                  reconstruction=reconstruction, owner="WorldModel2025")
+        self.register_load_state_dict_pre_hook(decoder_keys_moved)
         self.reward_head = RMSMLP(feat, reward_bins, units, reward_layers, outscale=0.0)
         self.cont_head = RMSMLP(feat, 1, units, cont_layers, outscale=1.0)
 
     @property
     def loss_keys(self) -> tuple[str, ...]:
-        """Keys of :meth:`loss`: the observation keys, ``reward``, ``cont``, then the dynamics' (``dyn``, ``rep``)."""
-        return (*self.obs_shapes, "reward", "cont", *self.dynamics.loss_keys)
+        """Keys of :meth:`loss`: the objective's (the observation keys for reconstruction), ``reward``, ``cont``,
+        then the dynamics' (``dyn``, ``rep``)."""
+        return (*self.representation.loss_keys, "reward", "cont", *self.dynamics.loss_keys)
 
     tensors = WorldModel.tensors  # numpy -> tensors on the device: uint8 images and bool flags kept, rest float32
     posterior_step = WorldModel.posterior_step  # one filtering step for acting (observe with T = 1)
+    decodes = WorldModel.decodes  # whether decode() exists: the objective has decoders
+    image_decoder = WorldModel.image_decoder  # the objective's decoders, None without them
+    decoder = WorldModel.decoder
 
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Observations ``(..., ...)`` (images uint8 ``(..., C, H, W)``, vectors ``(..., F_k)``) -> tokens
@@ -114,19 +133,14 @@ class WorldModel2025(nn.Module):
             parts.append(self.encoder(symlog(x)))
         return torch.cat(parts, -1)
 
-    def decode(self, feat: torch.Tensor) -> dict[str, SymlogMSE | ImageMSE]:
+    def decode(self, feat: torch.Tensor) -> dict[str, torch.distributions.Distribution]:
         """Reconstruction distributions per observation key from features ``(..., F)``: :class:`ImageMSE`
-        ``(C_k, H, W)`` and :class:`SymlogMSE` ``(F_k,)`` events."""
-        out: dict[str, SymlogMSE | ImageMSE] = {}
-        if self.image_decoder is not None:
-            pred = self.image_decoder(feat)  # (..., C, H, W), all image keys' channels
-            sizes = [self.obs_shapes[k][0] for k in self.image_keys]
-            out |= {k: ImageMSE(p) for k, p in zip(self.image_keys, pred.split(sizes, -3))}
-        if self.decoder is not None:
-            pred = self.decoder(feat)  # (..., F)
-            sizes = [self.obs_shapes[k][0] for k in self.vector_keys]
-            out |= {k: SymlogMSE(p) for k, p in zip(self.vector_keys, pred.split(sizes, -1))}
-        return out
+        ``(C_k, H, W)`` and :class:`SymlogMSE` ``(F_k,)`` events.
+
+        Raises:
+            reverie.models.world_model.NoDecoder: the objective has no decoders.
+        """
+        return decode(self, feat)
 
     def reward(self, feat: torch.Tensor) -> TwoHotSymexp:
         """Reward distribution ``(...)`` from features ``(..., F)``; ``.mean`` is the predicted reward."""
@@ -150,11 +164,12 @@ class WorldModel2025(nn.Module):
             posterior states ``(T, B, ...)``, their features ``(T, B, F)`` (with gradient: the replay value loss
             trains the representation through them) and detached diagnostics.
         """
-        post, prior = self.dynamics.observe(self.encode(batch), batch["prev_action"], batch["is_first"], state)
+        embed = self.encode(batch)  # (T, B, E)
+        post, prior = self.dynamics.observe(embed, batch["prev_action"], batch["is_first"], state)
         feat = self.dynamics.features(post)  # (T, B, F)
-        losses = {k: -dist.log_prob(batch[k]) for k, dist in self.decode(feat).items()}
+        losses, rep_info = self.representation.loss(feat, embed, batch)
         losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
         cont = (1.0 - batch["is_terminal"].float()) * self.cont_discount  # (T, B)
         losses["cont"] = -self.cont(feat).log_prob(cont)
         dyn_losses, info = self.dynamics.loss(post, prior, batch["prev_action"], batch["is_first"])
-        return losses | dyn_losses, post, feat, info
+        return losses | dyn_losses, post, feat, info | rep_info

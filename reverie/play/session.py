@@ -12,6 +12,11 @@ posterior (``dream_start="real"``: the model has seen the frames so far) or from
 (``"initial"``: it dreams an episode of its own). The policy (``driver="policy"``) acts on the real env through
 ``agent.act`` in policy mode (the actor, or the run's planner), from the filter's state, so the person and the
 policy can take turns. Latents are the mode (deterministic, reproducible) unless ``sample=True``.
+
+Every step also records the latent agreement, the cosine between the dream's features and the real posterior's.
+A world model without decoders (representation ``r2`` or ``infonce``, docs/representation.md; read once, at
+construction) dreams the same way and shows its predicted reward, continue probability and latent agreement
+instead of decoded observations.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from reverie.envs import make_env, to_env_action
 from reverie.loop.evaluate import EVAL_SEED_OFFSET, render_config
 from reverie.play.keymap import KeyMap
 from reverie.viz.grid import to_hwc
-from reverie.viz.openloop import decode_mode, find_world_model
+from reverie.viz.openloop import cosine, decode_mode, find_world_model, has_decoder, objective_name
 
 DRIVERS = ("person", "policy")
 DREAM_STARTS = ("real", "initial")
@@ -67,6 +72,8 @@ class PlaySession:
     def __init__(self, agent: Any, env_cfg: Any, spec: Any, seed: int, sample: bool = False):
         self.agent, self.spec, self.sample = agent, spec, bool(sample)
         self.wm = find_world_model(agent)
+        self.decoded = has_decoder(self.wm)  # False: no decoded observations, the predictions alone
+        self.shown_vector_keys = list(self.wm.vector_keys) if self.decoded else []
         try:
             self.env, self.render = make_env(render_config(env_cfg), seed + EVAL_SEED_OFFSET), True
         except TypeError:  # a user env whose constructor takes no render_mode
@@ -93,11 +100,18 @@ class PlaySession:
         return self.wm.dynamics.truncate(post)  # (1, 1, ...) -> (1, ...)
 
     def _decode(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
-        """Decoded observation, predicted reward and continue probability of a state ``(1, ...)``."""
+        """Decoded observation (none without decoders), predicted reward and continue probability of a state
+        ``(1, ...)``."""
         feat = self.wm.dynamics.features(state)
         cont = self.wm.cont(feat).mean if hasattr(self.wm, "cont") else None
-        return {"obs": {k: v[0] for k, v in decode_mode(self.wm, feat).items()},
-                "reward": float(self.wm.reward(feat).mean[0]), "cont": None if cont is None else float(cont[0])}
+        obs = {k: v[0] for k, v in decode_mode(self.wm, feat).items()} if self.decoded else {}
+        return {"obs": obs, "reward": float(self.wm.reward(feat).mean[0]),
+                "cont": None if cont is None else float(cont[0])}
+
+    def latent_agreement(self) -> float:
+        """The cosine between the dream's features and the real posterior's, now."""
+        features = self.wm.dynamics.features
+        return float(cosine(features(self.dream), features(self.post))[0])
 
     def _model_action(self, action: Any) -> np.ndarray:
         """An index (Discrete) or ``(A,)`` vector -> the model's ``(A,)`` float32 action (one-hot or clipped)."""
@@ -120,7 +134,7 @@ class PlaySession:
         self.post = self._filter(self.obs, None)
         self.real_step, self.real_return, self.real_reward, self.done = 0, 0.0, 0.0, False
         self.history: dict[str, list] = {"step": [], "action": [], "true_reward": [], "pred_reward": [], "cont": [],
-                                         "real_obs": [], "dream_obs": []}
+                                         "real_obs": [], "dream_obs": [], "latent": []}
         self.restart_dream()
 
     @torch.inference_mode()
@@ -182,9 +196,9 @@ class PlaySession:
         h = self.history
         for key, value in (("step", self.real_step), ("action", self.keymap.label(action)),
                            ("true_reward", float(reward)), ("pred_reward", self.dream_out["reward"]),
-                           ("cont", self.dream_out["cont"]),
-                           ("real_obs", {k: np.asarray(self.obs[k]).tolist() for k in self.wm.vector_keys}),
-                           ("dream_obs", {k: self.dream_out["obs"][k].tolist() for k in self.wm.vector_keys})):
+                           ("cont", self.dream_out["cont"]), ("latent", self.latent_agreement()),
+                           ("real_obs", {k: np.asarray(self.obs[k]).tolist() for k in self.shown_vector_keys}),
+                           ("dream_obs", {k: self.dream_out["obs"][k].tolist() for k in self.shown_vector_keys})):
             h[key] = (h[key] + [value])[-HISTORY:]
 
     def close(self) -> None:
@@ -198,7 +212,8 @@ class PlaySession:
         modes, the key map and the recent history (plots and the step table)."""
         scale = {k: max(1, IMAGE_SIDE // self.wm.obs_shapes[k][-1]) for k in self.wm.image_keys}
         images = {k: png_data_uri(to_hwc(np.asarray(self.obs[k])), scale[k]) for k in self.wm.image_keys}
-        dream_images = {k: png_data_uri(to_hwc(self.dream_out["obs"][k]), scale[k]) for k in self.wm.image_keys}
+        dream_images = {k: png_data_uri(to_hwc(self.dream_out["obs"][k]), scale[k]) for k in self.wm.image_keys
+                        if k in self.dream_out["obs"]}
         frame = None
         if self.render:
             rendered = self.env.render()
@@ -209,7 +224,8 @@ class PlaySession:
             "dream": {"step": self.dream_step, "reward": self.dream_out["reward"], "cont": self.dream_out["cont"],
                       "return": self.dream_return, "images": dream_images},
             "modes": {"driver": self.driver, "dream_start": self.dream_start, "sample": self.sample},
-            "vector_keys": list(self.wm.vector_keys),
+            "vector_keys": self.shown_vector_keys,
+            "decoded": self.decoded, "representation": objective_name(self.wm),
             "keymap": self.keymap.to_json(),
             "history": self.history,
         }

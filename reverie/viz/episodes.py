@@ -8,7 +8,10 @@ Used by :func:`reverie.loop.evaluate.evaluate` (``recorder=``) for ``reverie eva
                                            C steps (green bar), then predicts open loop from the episode's
                                            actions (red bar)
     <directory>/episode_<k>_openloop.png   per vector key, for envs without image observations: features
-                                           true vs predicted (:func:`reverie.viz.vector_plot`)
+                                           true vs predicted (:func:`reverie.viz.vector_plot`); for a world model
+                                           without decoders (representation r2 or infonce): the predicted vs true
+                                           reward, continue and the latent agreement along the episode
+                                           (:func:`reverie.viz.reward_plot.reward_plot`) instead of any video
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import numpy as np
 
 from reverie.logs.video import mp4_writer, pad_even
 from reverie.viz.grid import abs_error, upscale, video_grid
-from reverie.viz.openloop import find_world_model, open_loop
+from reverie.viz.openloop import find_world_model, has_decoder, open_loop
+from reverie.viz.reward_plot import reward_plot
 from reverie.viz.vector_plot import vector_plot
 
 
@@ -37,6 +41,8 @@ class EpisodeRecorder:
         fps: frame rate of the videos.
         render: write ``episode_<k>.mp4`` from ``env.render()``.
         openloop_agent: an agent with ``.wm``: also write the open-loop comparison per episode; None: don't.
+            Whether its world model decodes is read here, once: decoded observations, or (without decoders) the
+            reward, continue and latent predictions.
         context: ``C`` observed steps before the open loop.
         max_openloop_steps: the open-loop comparison covers at most this many first steps of an episode.
         scale: integer upscaling of the open-loop video (64x64 observations are small in a player).
@@ -48,7 +54,9 @@ class EpisodeRecorder:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.fps, self.render, self.context, self.scale = fps, render, context, scale
         self.agent, self.max_steps = openloop_agent, max_openloop_steps
-        self.keys = tuple(find_world_model(openloop_agent).obs_shapes) if openloop_agent is not None else ()
+        wm = find_world_model(openloop_agent) if openloop_agent is not None else None
+        self.keys = tuple(wm.obs_shapes) if wm is not None else ()
+        self.decoded = wm is not None and has_decoder(wm)  # False: the reward / latent plot instead of videos
         self._writers: dict[int, Any] = {}
         self._rows: dict[int, list[dict[str, np.ndarray]]] = {}
         self.written: list[Path] = []
@@ -120,6 +128,10 @@ class EpisodeRecorder:
         if not images:
             import imageio.v3 as iio
 
+            if not self.decoded:  # no decoders: what the model predicts, rewards, continue and its latent
+                name = f"episode_{index:03d}_openloop.png"
+                iio.imwrite(self.directory / name, reward_plot(result, 1))
+                self.written.append(self.directory / name)
             for key in result.vector_keys:
                 name = f"episode_{index:03d}_openloop{'_' + key if len(result.vector_keys) > 1 else ''}.png"
                 iio.imwrite(self.directory / name, vector_plot(result, key))

@@ -15,7 +15,9 @@ steps are always played by the agent's own policy (``agent.act``, any agent).
 
 Files written in ``directory``: ``imagine.json`` (actions, predicted rewards and continue probabilities),
 ``imagine.png`` (a strip of imagined frames, or of decoded vector features, with the predicted rewards
-underneath) and, for image observations, ``imagine_<key>.mp4``.
+underneath) and, for image observations, ``imagine_<key>.mp4``. A world model without decoders (representation
+``r2`` or ``infonce``, docs/representation.md; read once, before the env is built) imagines the same way and writes
+``imagine.json`` and an ``imagine.png`` of the predicted rewards and continue probabilities alone.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from reverie.logs.video import mp4_writer, pad_even
 from reverie.types import ActionSpec
 from reverie.viz.figure import figure_to_array, new_figure, shade_context
 from reverie.viz.grid import to_hwc, upscale, video_grid
-from reverie.viz.openloop import decode_mode, find_world_model, to_tensors
+from reverie.viz.openloop import decode_mode, find_world_model, has_decoder, objective_name, to_tensors
 
 #: Frames per row of the PNG (every step is shown; longer trajectories wrap onto more rows).
 ROW_FRAMES = 10
@@ -47,10 +49,12 @@ class Imagined:
 
     Attributes:
         context: ``C``. horizon: ``H``.
-        obs: observation key -> decoded ``(C + H, *shape)`` (images uint8 ``(C + H, C_k, H, W)``).
+        obs: observation key -> decoded ``(C + H, *shape)`` (images uint8 ``(C + H, C_k, H, W)``); empty
+            without decoders.
         truth: observation key -> the ``C`` observed rows ``(C, *shape)``.
         actions: ``(C + H, A)``: the action taken at each step (the last one is never executed).
         reward: ``(C + H,)`` predicted reward. cont: ``(C + H,)`` continue probability (empty without a head).
+        objective: the world model's representation objective; ``obs`` is empty unless it decodes.
     """
 
     context: int
@@ -60,6 +64,7 @@ class Imagined:
     actions: np.ndarray
     reward: np.ndarray
     cont: np.ndarray
+    objective: str = "reconstruction"
 
 
 def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed: int):
@@ -111,6 +116,7 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
         raise ValueError(f"imagine: context and horizon must be >= 1, got {context} and {horizon}")
     wm = find_world_model(agent)
     keys = tuple(wm.obs_shapes)
+    decoded = has_decoder(wm)  # without decoders: rewards and continue probabilities only
     stepper = VectorStepper(make_vector_env(env_cfg, seed + EVAL_SEED_OFFSET, num_envs=1, mode="sync"))
     rows, taken = [], []
     try:
@@ -149,8 +155,8 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
     feat = dynamics.features(trajectory)  # (C + H, F)
     all_actions = np.concatenate([np.stack(taken[:-1]), torch.cat(acts).cpu().numpy()])  # (C - 1 + H + 1, A)
     cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)
-    return Imagined(context, horizon, decode_mode(wm, feat), {k: batch[k][:, 0] for k in keys}, all_actions,
-                    wm.reward(feat).mean.float().cpu().numpy(), cont)
+    return Imagined(context, horizon, decode_mode(wm, feat) if decoded else {}, {k: batch[k][:, 0] for k in keys},
+                    all_actions, wm.reward(feat).mean.float().cpu().numpy(), cont, objective_name(wm))
 
 
 def imagined_strip(result: Imagined, per_row: int = ROW_FRAMES) -> np.ndarray:
@@ -165,7 +171,7 @@ def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
     Returns the matplotlib figure (axes: one per row of frames, then the reward axes)."""
     T = result.context + result.horizon
     image_keys = [k for k, v in result.obs.items() if v.ndim == 4 and v.dtype == np.uint8]
-    rows = -(-T // per_row) if image_keys else 1
+    rows = (-(-T // per_row) if image_keys else 1) if result.obs else 0  # no decoders: the reward axes alone
     cell = 1.0 * len(image_keys) if image_keys else 2.0
     fig, axes = new_figure(rows + 1, 1, width=max(6.0, 1.0 * min(T, per_row)), height=cell + 0.5,
                            gridspec_kw={"height_ratios": [cell] * rows + [1.6]})
@@ -187,7 +193,7 @@ def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
             ax.set_xlabel("step t", fontsize=7, labelpad=1)
         axes[0, 0].set_title(f"decoded frames by step t (grey: context t < {result.context}, black: imagined)",
                              fontsize=8)
-    else:
+    elif result.obs:
         top = axes[0, 0]
         for k, v in result.obs.items():
             for f in range(min(v.shape[-1], 8)):
@@ -197,6 +203,9 @@ def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
         top.set_xlabel("step t", fontsize=7)
         top.set_ylabel("decoded value", fontsize=7)
         top.set_title(f"decoded features (context t < {result.context}, imagined after)", fontsize=8)
+    else:
+        bottom.set_title(f"no decoder (representation {result.objective}): predicted reward and continue "
+                         f"(context t < {result.context}, imagined after)", fontsize=8)
     shade_context(bottom, result.context)
     bottom.bar(steps, result.reward, color="tab:red", label="predicted reward")
     if len(result.cont):
@@ -222,7 +231,8 @@ def write_imagined(result: Imagined, directory: str | Path, fps: int = 10, scale
     paths = [directory / "imagine.json", directory / "imagine.png"]
     paths[0].write_text(json.dumps({"context": result.context, "horizon": result.horizon,
                                     "actions": result.actions.tolist(), "reward": result.reward.tolist(),
-                                    "cont": result.cont.tolist()}) + "\n", encoding="utf-8")
+                                    "cont": result.cont.tolist(), "representation": result.objective,
+                                    "decoded": sorted(result.obs)}) + "\n", encoding="utf-8")
     iio.imwrite(paths[1], imagined_strip(result))
     for k, v in result.obs.items():
         if v.ndim == 4 and v.dtype == np.uint8:

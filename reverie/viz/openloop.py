@@ -10,11 +10,17 @@ and decodes every state into observations, reward and continue probability. The 
 closed-loop paths: the posterior reconstruction of every step (0-step) and the one-step prior prediction
 (the prior at t from the posterior at t-1), so the three can be compared frame by frame.
 
+A world model without decoders (its representation objective is ``r2`` or ``infonce``; ``wm.decodes`` False,
+docs/representation.md) gets everything but the decoded observations: reward, continue and the latent agreement,
+the cosine between the open-loop (and one-step prior) features and the posterior features of the same step, which
+every model gets.
+
 Only the world model's public API is used (``encode``, ``dynamics.observe``, ``dynamics.truncate``,
-``dynamics.img_step``, ``dynamics.initial``, ``dynamics.features`` and ``feature_keys``, ``decode``, ``reward``,
-optional ``cont``), so any agent exposing ``agent.wm`` with that API works (DreamerV3's categorical RSSM, PlaNet's
-Gaussian one). The reset at ``is_first`` inside the open-loop part replaces each state entry by the initial state's,
-so it takes a dynamics whose state entries are shaped as ``dynamics.initial``'s (a recurrent one).
+``dynamics.img_step``, ``dynamics.initial``, ``dynamics.features`` and ``feature_keys``, ``reward``, optional
+``decode`` (with ``decodes``) and ``cont``), so any agent exposing ``agent.wm`` with that API works (DreamerV3's
+categorical RSSM, PlaNet's Gaussian one). The reset at ``is_first`` inside the open-loop part replaces each state
+entry by the initial state's, so it takes a dynamics whose state entries are shaped as ``dynamics.initial``'s (a
+recurrent one).
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ class OpenLoop:
     Attributes:
         context: ``C``, the number of steps seen through the posterior (``0 < C < T``).
         truth: observation key -> ``(T, B, *shape)`` (images uint8 ``(T, B, C_k, H, W)``, vectors float32).
-        openloop: the same keys: decoded posterior for ``t < C``, decoded open-loop prior for ``t >= C``.
+        openloop: the same keys: decoded posterior for ``t < C``, decoded open-loop prior for ``t >= C``; empty
+            without decoders (as ``recon`` and ``onestep``).
         recon: the same keys: decoded posterior at every step (closed loop, 0-step).
         onestep: the same keys: decoded one-step prior prediction at every step (prior at ``t`` from the
             posterior at ``t - 1``; at ``is_first`` steps, from the initial state).
@@ -46,6 +53,9 @@ class OpenLoop:
         cont: ``{"true" (1 - is_terminal), "openloop", "recon"}`` -> ``(T, B)`` continue probability; empty
             when the world model has no continue head.
         is_first: ``(T, B)`` bool.
+        latent: ``{"openloop", "onestep"}`` -> ``(T, B)`` float32: the cosine between those states' features and
+            the posterior features of the same step (1 for ``t < C`` in ``openloop``).
+        decoded: whether the world model has decoders (``openloop``/``recon``/``onestep`` are filled).
     """
 
     context: int
@@ -56,31 +66,57 @@ class OpenLoop:
     reward: dict[str, np.ndarray]
     cont: dict[str, np.ndarray] = field(default_factory=dict)
     is_first: np.ndarray | None = None
+    latent: dict[str, np.ndarray] = field(default_factory=dict)
+    decoded: bool = True
 
     @property
     def image_keys(self) -> list[str]:
-        """Observation keys holding images (uint8 ``(T, B, C, H, W)``)."""
-        return [k for k, v in self.truth.items() if v.ndim == 5 and v.dtype == np.uint8]
+        """Decoded observation keys holding images (uint8 ``(T, B, C, H, W)``); none without decoders."""
+        return [k for k, v in self.truth.items() if v.ndim == 5 and v.dtype == np.uint8 and k in self.openloop]
 
     @property
     def vector_keys(self) -> list[str]:
-        """Observation keys holding vectors (``(T, B, F)``)."""
-        return [k for k, v in self.truth.items() if v.ndim == 3]
+        """Decoded observation keys holding vectors (``(T, B, F)``); none without decoders."""
+        return [k for k, v in self.truth.items() if v.ndim == 3 and k in self.openloop]
 
 
 def find_world_model(agent: Any) -> Any:
-    """``agent.wm``, or ``agent`` itself when it is a world model (has ``dynamics`` and ``decode``).
+    """``agent.wm``, or ``agent`` itself when it is a world model (has ``encode``, ``dynamics`` and ``reward``).
 
     Raises:
-        TypeError: neither: the viz code needs a world model with ``encode``/``dynamics``/``decode``/``reward``.
+        TypeError: neither: the viz code needs a world model with ``encode``/``dynamics``/``reward`` (and
+            ``decode`` to show observations: :func:`has_decoder`).
     """
     wm = getattr(agent, "wm", agent)
-    missing = [name for name in ("encode", "dynamics", "decode", "reward") if not hasattr(wm, name)]
+    missing = [name for name in ("encode", "dynamics", "reward") if not hasattr(wm, name)]
     if missing:
-        raise TypeError(f"{type(agent).__name__} exposes no world model: expected `agent.wm` with encode, dynamics, "
-                        f"decode and reward (missing: {', '.join(missing)}). Pass an agent built by reverie "
+        raise TypeError(f"{type(agent).__name__} exposes no world model: expected `agent.wm` with encode, dynamics "
+                        f"and reward (missing: {', '.join(missing)}). Pass an agent built by reverie "
                         f"(DreamerV3, PlaNet) or its world model.")
     return wm
+
+
+def has_decoder(wm: Any) -> bool:
+    """Whether the world model decodes observations: its ``decodes`` (reverie's world models: the representation
+    objective is ``reconstruction``), else whether it has a ``decode`` method. Each consumer asks once, when it
+    is built, and shows decoded observations or latent, reward and continue predictions accordingly."""
+    return bool(getattr(wm, "decodes", hasattr(wm, "decode")))
+
+
+def objective_name(wm: Any) -> str:
+    """The world model's representation objective (``"reconstruction"`` where it does not say), for messages."""
+    return str(getattr(getattr(wm, "representation", None), "name", "reconstruction"))
+
+
+def dense(feat: Any) -> torch.Tensor:
+    """Features as a dense tensor ``(..., F)`` (the kernels' split features are rebuilt; a tensor is itself)."""
+    return feat.dense() if hasattr(feat, "dense") else feat
+
+
+def cosine(a: Any, b: Any) -> torch.Tensor:
+    """The cosine between features ``a`` and ``b`` ``(..., F)`` along ``F`` -> ``(...)`` float32 (0 where one is 0)."""
+    a, b = dense(a).float(), dense(b).float()
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(1e-12)
 
 
 def to_tensors(wm: Any, batch: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
@@ -156,14 +192,20 @@ def open_loop(agent_or_wm: Any, batch: Mapping[str, Any], context: int = 5, samp
         open_states = {k: torch.cat([post[k][:context], imagined[k]]) for k in imagined}
         feat_post, feat_open = dynamics.features(post), dynamics.features(open_states)  # (T, B, F)
         feat_prior = dynamics.features(prior)  # (T, B, F)
+        decoded = has_decoder(wm)
         result = OpenLoop(
             context=context,
             truth={k: np.asarray(data[k].cpu().numpy()) for k in obs_keys},
-            openloop=decode_mode(wm, feat_open), recon=decode_mode(wm, feat_post), onestep=decode_mode(wm, feat_prior),
+            openloop=decode_mode(wm, feat_open) if decoded else {},
+            recon=decode_mode(wm, feat_post) if decoded else {},
+            onestep=decode_mode(wm, feat_prior) if decoded else {},
             reward={"true": data["reward"].cpu().numpy(),
                     "openloop": wm.reward(feat_open).mean.float().cpu().numpy(),
                     "recon": wm.reward(feat_post).mean.float().cpu().numpy()},
-            is_first=data["is_first"].cpu().numpy())
+            is_first=data["is_first"].cpu().numpy(),
+            latent={"openloop": cosine(feat_open, feat_post).cpu().numpy(),
+                    "onestep": cosine(feat_prior, feat_post).cpu().numpy()},
+            decoded=decoded)
         if hasattr(wm, "cont"):
             result.cont = {"true": 1.0 - data["is_terminal"].cpu().numpy(),
                            "openloop": wm.cont(feat_open).mean.float().cpu().numpy(),
@@ -182,16 +224,21 @@ def prediction_errors(result: OpenLoop) -> dict[str, float]:
 
     Returns:
         ``openloop/<key>_error``: mean absolute error (images: pixels scaled to ``[0, 1]``; vectors: raw
-        units), ``openloop/reward_error``: mean absolute reward error, ``recon/<key>_error``: the same for
-        the posterior reconstruction over all steps.
+        units; decoded keys only), ``openloop/reward_error``: mean absolute reward error, ``recon/<key>_error``:
+        the same for the posterior reconstruction over all steps, ``openloop/latent_cosine``: the mean latent
+        agreement of the open-loop steps (every model).
     """
     c = result.context
     out = {}
     for k, truth in result.truth.items():
+        if k not in result.openloop:  # no decoders
+            continue
         scale = 255.0 if truth.dtype == np.uint8 else 1.0
         diff = np.abs(result.openloop[k][c:].astype(np.float32) - truth[c:].astype(np.float32)) / scale
         out[f"openloop/{k}_error"] = float(diff.mean())
         diff = np.abs(result.recon[k].astype(np.float32) - truth.astype(np.float32)) / scale
         out[f"recon/{k}_error"] = float(diff.mean())
     out["openloop/reward_error"] = float(np.abs(result.reward["openloop"][c:] - result.reward["true"][c:]).mean())
+    if result.latent:
+        out["openloop/latent_cosine"] = float(result.latent["openloop"][c:].mean())
     return out

@@ -5,11 +5,14 @@ logger's directory):
 
     videos/openloop_<key>_<step>.mp4   per image key: rows truth / open-loop prediction / |error|
     videos/closedloop_<key>_<step>.mp4 per image key: rows truth / posterior reconstruction / one-step prior
-    plots/openloop_reward_<step>.png   predicted vs true reward and continue probability
+    plots/openloop_reward_<step>.png   predicted vs true reward and continue probability, and the latent
+                                       agreement (cosine of open-loop / one-step prior and posterior features)
     plots/openloop_<key>_<step>.png    per vector key: features true vs posterior / one-step / open loop
 
-The same go to TensorBoard (videos as animated GIFs, figures as images) and wandb, and the scalars of
-:func:`reverie.viz.openloop.prediction_errors` plus ``viz/report_s`` are added to the next metrics row.
+A world model without decoders (representation ``r2`` or ``infonce``, docs/representation.md) writes the reward
+and latent plot alone: the report reads ``wm.decodes`` (:func:`reverie.viz.openloop.has_decoder`) and draws what
+the model predicts. The same go to TensorBoard (videos as animated GIFs, figures as images) and wandb, and the
+scalars of :func:`reverie.viz.openloop.prediction_errors` plus ``viz/report_s`` are added to the next metrics row.
 """
 
 from __future__ import annotations

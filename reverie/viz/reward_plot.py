@@ -1,4 +1,6 @@
-"""Predicted vs true reward and continue probability along the open-loop sequences (a figure)."""
+"""Predicted vs true reward and continue probability, and the latent agreement, along the open-loop sequences (a
+figure): what a world model without decoders shows instead of frames (docs/representation.md), and every model
+shows beside them."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ from reverie.viz.openloop import OpenLoop
 
 
 def reward_plot(result: OpenLoop, max_sequences: int = 4) -> np.ndarray:
-    """One column per sequence; top row reward, bottom row continue probability (if the model has one).
+    """One column per sequence; rows: reward, continue probability (if the model has one), latent agreement.
 
     Lines: true (black), posterior reconstruction (blue, closed loop), open-loop prediction (red, the
-    posterior for ``t < C``, grey background). x axis: step ``t`` of the sequence.
+    posterior for ``t < C``, grey background). The latent row: the cosine between the open-loop features (red) or
+    the one-step prior's (green, dotted) and the posterior features of the same step. x axis: step ``t``.
 
     Args:
         result: :func:`reverie.viz.open_loop` output.
@@ -23,17 +26,24 @@ def reward_plot(result: OpenLoop, max_sequences: int = 4) -> np.ndarray:
     """
     B = result.reward["true"].shape[1]
     cols = max(1, min(B, max_sequences))
-    rows = 2 if result.cont else 1
+    panels = [("reward", result.reward)] + ([("continue", result.cont)] if result.cont else []) + \
+        ([("latent agreement", result.latent)] if result.latent else [])
+    rows = len(panels)
     fig, axes = new_figure(rows, cols, sharex=True)
     steps = np.arange(result.reward["true"].shape[0])
-    panels = [("reward", result.reward)] + ([("continue", result.cont)] if result.cont else [])
     for r, (name, values) in enumerate(panels):
         for b in range(cols):
             ax = axes[r, b]
             shade_context(ax, result.context)
-            ax.plot(steps, values["true"][:, b], color="k", lw=1.5, label="true")
-            ax.plot(steps, values["recon"][:, b], color="tab:blue", lw=1, label="posterior")
-            ax.plot(steps, values["openloop"][:, b], color="tab:red", lw=1, ls="-", label="open loop")
+            if name == "latent agreement":  # cos(features, posterior features) per step
+                ax.plot(steps, values["onestep"][:, b], color="tab:green", lw=1, ls=":", label="one-step prior")
+                ax.plot(steps, values["openloop"][:, b], color="tab:red", lw=1, label="open loop")
+                ax.set_ylim(min(-0.05, float(np.min(values["openloop"][:, b])) - 0.05), 1.05)
+                ax.legend(fontsize=6, loc="lower left")
+            else:
+                ax.plot(steps, values["true"][:, b], color="k", lw=1.5, label="true")
+                ax.plot(steps, values["recon"][:, b], color="tab:blue", lw=1, label="posterior")
+                ax.plot(steps, values["openloop"][:, b], color="tab:red", lw=1, ls="-", label="open loop")
             firsts = np.flatnonzero(result.is_first[:, b]) if result.is_first is not None else []
             for t in firsts:
                 ax.axvline(t, color="tab:green", lw=0.8, ls=":")

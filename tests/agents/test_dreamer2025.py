@@ -203,7 +203,9 @@ def test_one_laprop_over_every_trained_parameter():
     g = agent.opt.param_groups[0]
     assert (g["lr"], g["agc"], g["eps"], g["beta1"], g["beta2"], g["warmup"]) == (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000)
     assert LOSS_SCALES == {"rec": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1, "policy": 1.0,
-                           "value": 1.0, "repval": 0.3}
+                           "value": 1.0, "repval": 0.3, "barlow": 0.05, "infonce": 1.0}  # + R2-Dreamer's _base_.yaml
+    assert agent.loss_scales == {"vector": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1, "policy": 1.0,
+                                 "value": 1.0, "repval": 0.3}  # rec spread over the decoded keys, the rest dropped
 
 
 def test_output_scales_of_policy_and_value():
@@ -290,8 +292,8 @@ def test_policy_mean_and_std_and_each_decoded_key_have_their_own_output_tensors(
     assert isinstance(actor_out, SplitDense) and actor_out.widths == (2, 2)  # mean, std
     assert isinstance(dec_out, SplitDense) and dec_out.widths == (3, 2)  # keys a, b (sorted)
     names = {n for n, _ in agent.named_parameters()}
-    assert {"actor.net.out.parts.0.weight", "actor.net.out.parts.1.weight", "wm.decoder.out.parts.0.weight",
-            "wm.decoder.out.parts.1.weight"} <= names
+    assert {"actor.net.out.parts.0.weight", "actor.net.out.parts.1.weight",  # the decoders: the objective's
+            "wm.representation.decoder.out.parts.0.weight", "wm.representation.decoder.out.parts.1.weight"} <= names
     ids = {id(p) for g in agent.opt.param_groups for p in g["params"]}
     assert all(id(p) in ids for p in actor_out.parameters()) and all(id(p) in ids for p in dec_out.parameters())
     x = torch.randn(5, 8)

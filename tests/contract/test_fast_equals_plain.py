@@ -59,10 +59,10 @@ def count_kernels(monkeypatch) -> collections.Counter:
     return calls
 
 
-def run(kernels: str, spec: ActionSpec, image: bool, updates: int = 3):
+def run(kernels: str, spec: ActionSpec, image: bool, updates: int = 3, **kwargs):
     torch.manual_seed(0)
     shapes = {"vector": (4,)} | ({"image": (3, 16, 16)} if image else {})
-    agent = DreamerV3(shapes, spec, **dreamer(kernels=kernels, precision="float64", cnn_depth=2))
+    agent = DreamerV3(shapes, spec, **dreamer(kernels=kernels, precision="float64", cnn_depth=2), **kwargs)
     metrics = []
     for i in range(updates):
         torch.manual_seed(100 + i)  # the same latent and action draws on both paths
@@ -100,14 +100,14 @@ def assert_same_updates(fast, fast_metrics, plain, plain_metrics, initial, metri
     assert any(not torch.equal(p, q) for p, q in zip(fast.parameters(), initial.parameters()))
 
 
-def run_2025(kernels: str, spec: ActionSpec, updates: int = 3, context: int = 0):
+def run_2025(kernels: str, spec: ActionSpec, updates: int = 3, context: int = 0, **kwargs):
     from reverie.agents import DreamerV3_2025
 
     torch.manual_seed(0)
     agent = DreamerV3_2025({"vector": (4,)}, spec, dynamics=dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4,
                                                                  kernels=kernels),
                            units=8, horizon=3, warmup=0, eps=1e-8, kernels=kernels, precision="float64",
-                           replay_context=context)
+                           replay_context=context, **kwargs)
     # eps 1e-8, not the official 1e-20: LaProp divides each gradient by its RMS, so with eps 1e-20 a gradient that is
     # 0 on one path and 1e-18 of rounding on the other becomes a full step on one path only
     metrics = []
@@ -148,6 +148,31 @@ def test_kernels_auto_equals_off_for_the_current_dreamerv3(discrete, context, mo
     # normalised steps (lr 4e-5) carry it into the policy's output layer (seen: 3.4e-10 on the continuous mean
     # layer); a wrong kernel moves parameters by a step, 4e-5, four orders above
     assert_same_updates(fast, fast_metrics, plain, plain_metrics, run_2025("off", spec, updates=0, context=context)[0],
+                        metric_abs=1e-8, param_abs=1e-9)
+
+
+@pytest.mark.parametrize("representation", ["r2", "infonce"])
+def test_kernels_auto_equals_off_with_each_decoder_free_objective(representation, monkeypatch):
+    """The representation objectives without decoders (issue 29): the projector reads the RSSM's split features
+    through the one-hot gathers like every head, and the updates are the same as with plain autograd, for both
+    DreamerV3 agents (2023: image and vector observations, discrete; 2025: continuous, replay context)."""
+    spec = ActionSpec(True, 2)
+    calls = count_kernels(monkeypatch)
+    fast, fast_metrics = run("auto", spec, True, representation=representation)
+    used = dict(calls)
+    calls.clear()
+    plain, plain_metrics = run("off", spec, True, representation=representation)
+    assert {"fused observe scan", "one-hot gathers", "actor tape"} <= set(used) and not calls, (used, dict(calls))
+    assert f"loss/{fast.wm.representation.loss_keys[0]}" in fast_metrics[0] and "loss/image" not in fast_metrics[0]
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics,
+                        run("off", spec, True, updates=0, representation=representation)[0])
+    spec = ActionSpec(False, 2)
+    fast, fast_metrics = run_2025("auto", spec, context=1, representation=representation)
+    calls.clear()
+    plain, plain_metrics = run_2025("off", spec, context=1, representation=representation)
+    assert not calls
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics,  # tolerances: see the test above
+                        run_2025("off", spec, updates=0, context=1, representation=representation)[0],
                         metric_abs=1e-8, param_abs=1e-9)
 
 

@@ -62,6 +62,20 @@ def test_current_dreamerv3_resumes_exactly(tmp_path):
     assert meta["added"] == 2 * N // 4 and "queue" in meta
 
 
+@pytest.mark.parametrize("agent", [["agent.module.representation=r2"],
+                                   ["agent=dreamerv3_2025", "agent.module.warmup=2",
+                                    "agent.module.representation=infonce"]],
+                         ids=["dreamerv3-r2", "dreamerv3_2025-infonce"])
+def test_decoder_free_objectives_resume_exactly(tmp_path, agent):
+    """Issue 29: a world model without decoders (its projector, the objective's metrics) continues exactly."""
+    run(tmp_path / "straight", f"train.steps={2 * N}", *agent)
+    run(tmp_path / "resumed", f"train.steps={N}", *agent)
+    run(tmp_path / "resumed", f"train.steps={2 * N}", *agent)
+    compare_runs(tmp_path / "straight", tmp_path / "resumed")
+    params = load_checkpoint(tmp_path / "resumed")["agent"]["modules"]
+    assert any(".projector." in k for k in params) and not any("decoder" in k for k in params)
+
+
 class Killed(BaseException):
     """Stands in for kill -9: nothing after it runs (no checkpoint, no summary)."""
 

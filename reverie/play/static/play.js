@@ -123,6 +123,8 @@ function show(s) {
   if (s.real.frame) real.unshift(["env render", s.real.frame]);
   images($("real-images"), real);
   images($("dream-images"), Object.entries(s.dream.images).map(([k, src]) => [`decoded ${k}`, src]));
+  $("dream-nodecoder").hidden = s.decoded;
+  $("dream-objective").textContent = s.representation;
 
   const h = s.history;
   const figures = [];
@@ -146,6 +148,8 @@ function show(s) {
   figures.push(plot("reward: true (solid) vs predicted (dashed)",
     [{values: h.true_reward, color: "#000"}, {values: h.pred_reward, color: "#d62728", dashed: true}]));
   if (h.cont.length && h.cont[0] !== null) figures.push(plot("continue probability", [{values: h.cont, color: "#1f77b4"}]));
+  if (h.latent.length) figures.push(plot("latent agreement: cos(dream, real posterior) features",
+    [{values: h.latent, color: "#2ca02c"}]));
   $("plots").replaceChildren(...figures);
 
   const rows = [];
