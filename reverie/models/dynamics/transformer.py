@@ -164,7 +164,8 @@ class TransformerDynamics(nn.Module):
 
     Raises:
         ValueError: ``heads`` does not divide ``deter``; a size below 1; ``dropout`` outside ``[0, 1)``; an unknown
-            ``kernels``.
+            ``kernels``; any other keyword (the keys of another dynamics' config block, e.g. ``hidden`` of the 2025
+            agent's: the message says how to replace the block).
     """
 
     loss_keys = ("dyn", "rep")
@@ -173,8 +174,17 @@ class TransformerDynamics(nn.Module):
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
                  units: int | None = None, layers: int = 2, heads: int = 8, context: int = 64, dropout: float = 0.1,
-                 unimix: float = 0.01, free_nats: float = 1.0, action_clip: float = 1.0, kernels: str = "auto"):
+                 unimix: float = 0.01, free_nats: float = 1.0, action_clip: float = 1.0, kernels: str = "auto",
+                 **foreign):
         super().__init__()
+        if foreign:  # keys of another dynamics' block that dynamics=storm merged into (Hydra merges, never deletes)
+            raise ValueError(
+                f"TransformerDynamics: agent.module.dynamics holds keys this dynamics does not read: "
+                f"{sorted(foreign)} (the agent's own dynamics block, e.g. agent=dreamerv3_2025's BlockRSSM, under "
+                f"dynamics=storm). dynamics=storm is made for agent=dreamerv3; with another agent replace the whole "
+                f"block: '~agent.module.dynamics' '+agent.module.dynamics={{_target_: "
+                f"reverie.models.dynamics.TransformerDynamics, _partial_: true, deter: 256, stoch: 32, classes: 32, "
+                f"context: 16}}' (agent=dreamerv3_2025 also needs agent.module.replay_context=0)")
         units = 2 * deter if units is None else int(units)
         if min(deter, stoch, classes, units, layers, heads, context) < 1:
             raise ValueError(f"TransformerDynamics: deter, stoch, classes, units, layers, heads and context must be "

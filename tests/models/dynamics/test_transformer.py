@@ -399,3 +399,14 @@ def test_naming_the_target_alone_builds_it_with_the_blocks_shared_keys():
     assert isinstance(dyn, TransformerDynamics)
     assert (dyn.deter, dyn.stoch, dyn.classes, dyn.units) == (32, 4, 4, 32)  # size=debug
     assert (dyn.layers, dyn.heads, dyn.context, dyn.dropout) == (2, 8, 64, 0.1)
+
+
+def test_the_keys_of_another_dynamics_block_are_refused_with_the_fix():
+    """``agent=dreamerv3_2025 dynamics=storm``: Hydra merges the transformer's keys into the block-GRU RSSM's block,
+    so the 2025 block's own keys arrive too; they are refused by name, with the command that replaces the block."""
+    cfg = load_config(["agent=dreamerv3_2025", "dynamics=storm", "exp=debug"])
+    block = {k: v for k, v in cfg.agent.module.dynamics.items() if k not in ("_target_", "_partial_")}
+    with pytest.raises(ValueError, match=r"\['blocks', 'dynlayers', 'hidden', 'imglayers', 'obslayers', 'outscale'\]"
+                                         r".*'~agent.module.dynamics'.*replay_context=0"):
+        TransformerDynamics(action_dim=2, embed_dim=8, **block)
+    TransformerDynamics(action_dim=2, embed_dim=8, deter=16, stoch=4, classes=4, heads=2, context=4)  # its own keys
