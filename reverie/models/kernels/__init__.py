@@ -74,7 +74,9 @@ def install(module: nn.Module, kernels: str | bool) -> bool:
     """
     if not resolve(kernels):
         return False
+    from reverie.models.dynamics.block import BlockRSSM
     from reverie.models.dynamics.categorical import CategoricalRSSM
+    from reverie.models.kernels.block_scan import BlockScan, scan_applies
     from reverie.models.kernels.mlp_tape import MLPTape
     from reverie.models.kernels.onehot_linear import take_split_features
     from reverie.models.kernels.rssm import RSSMKernels
@@ -83,6 +85,8 @@ def install(module: nn.Module, kernels: str | bool) -> bool:
     if any(isinstance(m, CategoricalRSSM) for m in modules):  # its features come split: every linear takes them
         take_split_features(module)  # nn.Linear -> FeatLinear: dense inputs as before, split ones by row gathers
     for m in modules:
+        if isinstance(m, BlockRSSM) and scan_applies(m):  # other depths than the official ones run the loop
+            m.observe_kernel = BlockScan(m)  # checks that its scan computes what the loop does
         if isinstance(m, CategoricalRSSM):
             m.kernels = RSSMKernels(m)  # checks that its fused scan computes what the readable step does
         if hasattr(m, "fast"):
