@@ -378,19 +378,22 @@ def check_block_scan(rssm: nn.Module) -> None:
     action = torch.rand(T, B, rssm.action_dim, generator=gen, dtype=dyn_dtype) * 2 - 1
     is_first = torch.zeros(T, B, dtype=torch.bool)
     is_first[1, :2] = True
+    state = rssm.initial(B)
+    state["deter"] = torch.randn(B, rssm.deter, generator=gen, dtype=dyn_dtype)
     outs = []
-    kernel, rssm.observe_kernel = getattr(rssm, "observe_kernel", None), None
-    try:
-        for use in (False, True):
-            rssm.observe_kernel = BlockScanProbe(rssm) if use else None
-            state = rssm.initial(B)
-            state["deter"] = torch.randn(B, rssm.deter, generator=torch.Generator().manual_seed(1), dtype=dyn_dtype)
-            with torch.enable_grad(), torch.random.fork_rng():
-                torch.manual_seed(2)
+    kernel = getattr(rssm, "observe_kernel", None)
+    # both runs draw from the CPU's global stream from the same point: its state is read and put back (never
+    # seeded: torch.manual_seed would also seed every CUDA device), and fork_rng hands it back as it was
+    with torch.random.fork_rng(devices=[]), torch.enable_grad(), torch.autocast("cpu", enabled=False):
+        start = torch.get_rng_state()
+        try:
+            for probe in (None, BlockScanProbe(rssm)):
+                rssm.observe_kernel = probe
+                torch.set_rng_state(start)
                 post, _ = rssm.observe(embed, action, is_first, state)
-            outs.append({k: v.detach() for k, v in post.items()})
-    finally:
-        rssm.observe_kernel = kernel
+                outs.append({k: v.detach() for k, v in post.items()})
+        finally:
+            rssm.observe_kernel = kernel
     problems = [k for k in outs[0] if outs[0][k].shape != outs[1][k].shape
                 or not torch.allclose(outs[0][k].double(), outs[1][k].double(), rtol=1e-4, atol=1e-5)]
     if problems:
