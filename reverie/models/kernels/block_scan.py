@@ -5,10 +5,10 @@ The current DreamerV3 observes ``T = 64`` steps of ``B = 16`` rows per update, a
 ``bench/vs_jax.py`` (deter 64, hidden 64, 16 x 16 latents) every op of a step is tiny: a step costs its number of
 ops. Under autograd a step is ~60 recorded ops (each RMSNorm alone is six: PyTorch's CPU ``rms_norm`` decomposes
 when it records) and ~80 backward nodes run one by one through the engine. :func:`block_observe_scan` runs the
-forward loop without recording (the fused ``rms_norm``), writes what the backward needs into ``(T, B, ...)``
-buffers, and its backward runs the reverse loop with the kernels autograd would call (``silu_backward``,
-``sigmoid_backward``, ``tanh_backward``, the straight-through gradient of the unimix probabilities, RMSNorm's
-gradient written out), then forms every weight's gradient once from all steps (``G^T @ X`` over ``T*B`` rows).
+forward loop without recording, writes what the backward needs into ``(T, B, ...)`` buffers (viewed per step once,
+no cast that does nothing dispatched), and its backward runs the reverse loop with the kernels autograd would
+call (``silu_backward``, ``sigmoid_backward``, ``tanh_backward``, the straight-through gradient of the unimix
+probabilities, RMSNorm's gradient written out), then forms every weight's gradient once from all steps (``G^T @ X`` over ``T*B`` rows).
 
 One step (official ``rssm.py`` ``_core`` and ``_observe``; :class:`reverie.models.dynamics.block.BlockGRU`), row
 ``t`` of the precomputed inputs ``ax_t = in_action(prev_action_t)`` and ``ex_t = embed_t @ W_e^T + b_e``::
@@ -72,8 +72,9 @@ def _to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor, rstd: torch.Tensor) -> None:
     """:class:`reverie.models.rmsnorm.RMSNorm` of ``x (B, n)`` written into ``out`` (``x``'s dtype), in float32 at
-    least as ``rms_norm`` computes it (``x * rsqrt(mean(x^2) + eps)``, back to ``x``'s dtype, times the scale: the same
-    values, without the op's own overhead on small rows); ``rstd (B, 1)`` float32 receives ``rsqrt(mean(x^2) + eps)``."""
+    least as ``rms_norm`` computes it (``x * rsqrt(mean(x^2) + eps)``, back to ``x``'s dtype, times the scale: the
+    same values, without the op's own overhead on small rows); ``rstd (B, 1)`` float32 receives
+    ``rsqrt(mean(x^2) + eps)``."""
     wide = torch.promote_types(x.dtype, torch.float32)
     xw = _to(x, wide)
     torch.rsqrt(torch.mean(xw * xw, -1, keepdim=True).add_(eps), out=rstd)
@@ -143,7 +144,8 @@ class _BlockObserveScan(torch.autograd.Function):
                         probs, stochs, ax, ex, target)  # each buffer's views of step t, made once
             h, s = deter0, stoch0
             for t, (prev_t, z_t, a0_t, a1_t, n0_t, n1_t, x_t, pre_t, npre_t, y_t, sr_t, cand_t, ct_t, upd_t, q_t,
-                    nq_t, p1_t, r0, r1, r2, r3, h_t, logits_t, probs_t, stoch_t, ax_t, ex_t, target_t) in enumerate(steps):
+                    nq_t, p1_t, r0, r1, r2, r3, h_t, logits_t, probs_t, stoch_t, ax_t, ex_t,
+                    target_t) in enumerate(steps):
                 if spec.resets[t]:
                     k = spec.keep[t]
                     h, s = h * k, s * k.unsqueeze(-1)
