@@ -8,7 +8,8 @@ when it records) and ~80 backward nodes run one by one through the engine. :func
 forward loop without recording, writes what the backward needs into ``(T, B, ...)`` buffers (viewed per step once,
 no cast that does nothing dispatched), and its backward runs the reverse loop with the kernels autograd would
 call (``silu_backward``, ``sigmoid_backward``, ``tanh_backward``, the straight-through gradient of the unimix
-probabilities, RMSNorm's gradient written out), then forms every weight's gradient once from all steps (``G^T @ X`` over ``T*B`` rows).
+probabilities, RMSNorm's gradient written out), then forms every weight's gradient once from all steps
+(``G^T @ X`` over ``T*B`` rows).
 
 One step (official ``rssm.py`` ``_core`` and ``_observe``; :class:`reverie.models.dynamics.block.BlockGRU`), row
 ``t`` of the precomputed inputs ``ax_t = in_action(prev_action_t)`` and ``ex_t = embed_t @ W_e^T + b_e``::
