@@ -6,12 +6,18 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size xs --compile   # the agent's compile option on
     OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --size xs --flops     # + FLOPs by module, time floor
     .venv/bin/python bench/profile_update.py --trace trace.json                       # + a Chrome trace
+    OMP_NUM_THREADS=1 .venv/bin/python bench/profile_update.py --agent dreamerv3_2025 --py-spy --flops
 
 (Not named ``profile.py``: run as a script from bench/, that name would shadow the standard library's ``profile``,
 which ``cProfile`` imports, in every other script there.)
 
 Run from the repository root. The update is reverie's full one (world model + imagination + actor + critic) on
 CartPole-sized vector inputs, batch 16 x 64, horizon 15 (the shapes of bench/run.py and bench/vs_sheeprl.py).
+``--agent dreamerv3_2025``: the current official agent's update at bench/vs_jax.py's matched widths and batch (DMC
+cartpole_swingup shapes, 16 x 64 trained rows plus the replay context's row; ``--size`` and ``--compile`` are not
+read, ``--precision`` and ``--kernels`` are), its phases being the world model's loss (of it the observe scan), the
+imagination rollout and its heads, the imagination and replay value losses, the one backward pass, the gradient
+norm, the LaProp step.
 
 Reports, per profiled update (after one untimed warm-up update):
 1. phases: wall ms of each part of the update, measured by wrapping the agent's own methods on the instance
@@ -114,6 +120,36 @@ def instrument(agent: DreamerV3, timer: PhaseTimer) -> None:
     agent.update = timed_update
 
 
+def instrument_2025(agent, timer: PhaseTimer) -> None:
+    """The phases of ``DreamerV3_2025.update`` (reverie/agents/dreamer2025.py), wrapped on the instance (and the
+    backward pass and gradient norm globally, for this process only)."""
+    agent.wm.loss = timer.wrap("wm forward (loss)", agent.wm.loss)
+    agent.wm.dynamics.observe = timer.wrap("  of it: observe scan", agent.wm.dynamics.observe)
+    agent._imagine = timer.wrap("imagine (rollout + heads)", agent._imagine)
+    agent.wm.dynamics.imagine = timer.wrap("  of it: rollout", agent.wm.dynamics.imagine)
+    agent._imagination_losses = timer.wrap("imagination losses (fwd)", agent._imagination_losses)
+    agent._replay_value_loss = timer.wrap("replay value loss (fwd)", agent._replay_value_loss)
+    agent.opt.step = timer.wrap("LaProp step (with AGC)", agent.opt.step)
+    torch.Tensor.backward = timer.wrap("backward", torch.Tensor.backward)
+    nn.utils.clip_grad_norm_ = timer.wrap("grad norm", nn.utils.clip_grad_norm_)
+    agent.update = timer.wrap("UPDATE (total)", agent.update)
+
+
+def build_2025(precision: str, kernels: str):
+    """``agent=dreamerv3_2025`` at bench/vs_jax.py's widths (``--precision`` and ``--kernels`` as given) and its
+    batch: ``(agent, batch)``."""
+    from bench.vs_jax import REVERIE_OVERRIDES, cartpole_swingup_batch
+    from reverie.agents.build import build_agent
+    from reverie.configs.compose import load_config
+
+    torch.manual_seed(0)
+    cfg = load_config([*REVERIE_OVERRIDES, f"agent.module.precision={precision}", f"agent.module.kernels={kernels}"])
+    agent = build_agent(cfg.agent, {"vector": (5,)}, ActionSpec(False, 1))
+    batch = cartpole_swingup_batch(cfg.agent.batch_length + agent.replay_context, cfg.agent.batch_size,
+                                   latents=agent.replay_latent_spec())
+    return agent, batch
+
+
 def build(size: str, precision: str, compile_: bool) -> DreamerV3:
     torch.manual_seed(0)
     return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(size, precision=precision, compile=compile_))
@@ -128,7 +164,8 @@ def run_py_spy(args: argparse.Namespace) -> None:
         raw = os.path.join(tmp, "stacks.txt")
         cmd = [exe, "record", "--format", "raw", "--rate", "200", "--output", raw, "--", sys.executable,
                os.path.abspath(__file__), "--size", args.size, "--updates", str(args.updates),
-               "--precision", args.precision, "--threads", str(args.threads), "--no-torch-profiler"]
+               "--precision", args.precision, "--threads", str(args.threads), "--agent", args.agent,
+               "--kernels", args.kernels, "--no-torch-profiler"]
         if args.compile:
             cmd.append("--compile")
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -141,7 +178,7 @@ def run_py_spy(args: argparse.Namespace) -> None:
             for line in f:
                 stack, _, count = line.rstrip().rpartition(" ")
                 frames = stack.split(";")
-                if not any(fr.startswith("DreamerV3.update ") for fr in frames):
+                if not any(fr.startswith(("DreamerV3.update ", "DreamerV3_2025.update ")) for fr in frames):
                     continue  # start-up, imports, agent construction
                 frames = [fr for fr in frames if "bench/profile_update.py" not in fr]  # the timing wrappers
                 n = int(count)
@@ -149,7 +186,7 @@ def run_py_spy(args: argparse.Namespace) -> None:
                 own[frames[-1]] += n
                 for fr in set(frames):
                     inclusive[fr] += n
-    print(f"\npy-spy: {total} samples inside DreamerV3.update (warm-up update included)")
+    print(f"\npy-spy: {total} samples inside the agent's update (warm-up update included)")
     print("  own samples (where the interpreter was when sampled):")
     for frame, n in own.most_common(args.top):
         print(f"  {100 * n / total:5.1f}%  {frame[:150]}")
@@ -161,7 +198,7 @@ def run_py_spy(args: argparse.Namespace) -> None:
             shown += 1
 
 
-def report_flops(agent: DreamerV3, batch, top: int) -> None:
+def report_flops(agent, batch, top: int) -> None:
     """FLOPs of one update by module (``torch.utils.flop_counter``) and the floor they put on its time here."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -192,6 +229,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--top", type=int, default=15, help="rows of the op and py-spy tables")
     parser.add_argument("--compile", action="store_true", help="DreamerV3(compile=True)")
+    parser.add_argument("--agent", default="dreamerv3", choices=["dreamerv3", "dreamerv3_2025"],
+                        help="dreamerv3_2025: the current official agent at bench/vs_jax.py's widths and batch")
+    parser.add_argument("--kernels", default="auto", choices=["auto", "off"], help="agent.module.kernels (2025 agent)")
     parser.add_argument("--trace", default=None, help="also write a Chrome trace JSON here")
     parser.add_argument("--py-spy", action="store_true", help="also sample Python frames with py-spy")
     parser.add_argument("--flops", action="store_true", help="also count FLOPs per module and the time floor")
@@ -200,10 +240,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as reverie train does on CPU (reverie/runtime/cpu_memory.py)
 
-    agent = build(args.size, args.precision, args.compile)
-    batch = cartpole_batch(64, 16)
     timer = PhaseTimer()
-    instrument(agent, timer)
+    if args.agent == "dreamerv3_2025":
+        agent, batch = build_2025(args.precision, args.kernels)
+        instrument_2025(agent, timer)
+        what = f"agent=dreamerv3_2025 at bench/vs_jax.py's widths, precision={args.precision} kernels={args.kernels}"
+    else:
+        agent = build(args.size, args.precision, args.compile)
+        batch = cartpole_batch(64, 16)
+        instrument(agent, timer)
+        what = f"size={args.size} precision={args.precision} compile={args.compile}"
     agent.update(batch)  # warm-up (and compilation with --compile)
     timer.reset()
     if args.no_torch_profiler:
@@ -216,8 +262,8 @@ def main() -> None:
             start = time.perf_counter()
             agent.update(batch)
             walls.append(time.perf_counter() - start)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); size={args.size} precision="
-          f"{args.precision} compile={args.compile}; B16 x T64, H15; {args.updates} profiled update(s)")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {what}; B16 x T64, H15; "
+          f"{args.updates} profiled update(s)")
     print(f"median {statistics.median(walls) * 1e3:.0f} ms/update under the profiler (it adds overhead; "
           f"bench/run.py gives the clean figure)\n")
     total = timer.seconds["UPDATE (total)"]
@@ -228,8 +274,8 @@ def main() -> None:
     accounted = sum(v for k, v in timer.seconds.items() if k != "UPDATE (total)" and not k.startswith("  "))
     print(f"{'rest (heads, losses, returns, ...)':<36} {(total - accounted) * 1e3 / args.updates:10.1f} "
           f"{100 * (total - accounted) / total:6.1f}%")
-    events = [e for e in prof.key_averages() if not e.key.startswith(("UPDATE", "wm ", "  of", "imagine",
-                                                                     "backward", "optimiser", "clip_grad"))]
+    phases = tuple(timer.seconds)  # the phase ranges are not ops
+    events = [e for e in prof.key_averages() if e.key not in phases]
     self_total = sum(e.self_cpu_time_total for e in events)
     print(f"\ntop {args.top} torch ops by self CPU time (sum over all ops: {self_total / 1e3 / args.updates:.0f} "
           f"ms/update of {total * 1e3 / args.updates:.0f} ms wall; the gap is Python between ops)")

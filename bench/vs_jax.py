@@ -120,27 +120,41 @@ def time_jax(python: Path, source: Path, args: argparse.Namespace) -> tuple[list
     return timed_peer_run(command, env, args.seconds + 900, "the official run", "vs_jax_", hint="; raise --seconds")
 
 
-def cartpole_swingup_batch(T: int, B: int, seed: int = 0) -> dict[str, np.ndarray]:
+def cartpole_swingup_batch(T: int, B: int, seed: int = 0,
+                           latents: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> dict[str, np.ndarray]:
     """A replay batch shaped like DMC proprio cartpole_swingup: ``vector`` (T, B, 5) (position 3 + velocity 2),
-    ``prev_action`` (T, B, 1) in [-1, 1], rewards in [0, 1]; DMC episodes never terminate."""
+    ``prev_action`` (T, B, 1) in [-1, 1], rewards in [0, 1]; DMC episodes never terminate. ``latents``: the agent's
+    :meth:`replay_latent_spec` (replay context): stored posteriors on every row, normal ``deter`` and one-hot
+    ``stoch`` ``(T, B, S, K)``, ``has_posterior`` true (the official train batch has ``batch_length + 1`` rows of
+    which the first is context, ``dreamerv3/main.py:187``)."""
     rng = np.random.default_rng(seed)
     is_first = np.zeros((T, B), bool)
     is_first[0] = True
-    return {"vector": rng.normal(size=(T, B, 5)).astype(np.float32),
-            "prev_action": rng.uniform(-1, 1, size=(T, B, 1)).astype(np.float32) * ~is_first[..., None],
-            "reward": rng.random((T, B)).astype(np.float32), "is_first": is_first,
-            "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
+    batch = {"vector": rng.normal(size=(T, B, 5)).astype(np.float32),
+             "prev_action": rng.uniform(-1, 1, size=(T, B, 1)).astype(np.float32) * ~is_first[..., None],
+             "reward": rng.random((T, B)).astype(np.float32), "is_first": is_first,
+             "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
+    for key, (shape, dtype) in (latents or {}).items():
+        if dtype == np.dtype(bool):
+            batch[key] = np.ones((T, B, *shape), bool)
+        elif len(shape) == 2:  # (S, K): one-hot latents
+            batch[key] = np.eye(shape[1], dtype=dtype)[rng.integers(shape[1], size=(T, B, shape[0]))]
+        else:
+            batch[key] = rng.normal(size=(T, B, *shape)).astype(dtype)
+    return batch
 
 
 def time_reverie(args: argparse.Namespace) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds per ``DreamerV3_2025.update`` at the matched widths (after ``--skip``)."""
+    """Wall and CPU seconds per ``DreamerV3_2025.update`` at the matched widths (after ``--skip``), on a batch of
+    ``batch_length`` trained rows plus the replay context's row (official default ``replay_context: 1``)."""
     from reverie.agents.build import build_agent
     from reverie.configs.compose import load_config
 
     torch.manual_seed(0)
     cfg = load_config(REVERIE_OVERRIDES)
     agent = build_agent(cfg.agent, {"vector": (5,)}, ActionSpec(False, 1))
-    batch = cartpole_swingup_batch(cfg.agent.batch_length, cfg.agent.batch_size)
+    batch = cartpole_swingup_batch(cfg.agent.batch_length + agent.replay_context, cfg.agent.batch_size,
+                                   latents=agent.replay_latent_spec())
     return time_calls(lambda: agent.update(batch), args.skip, max_seconds=args.seconds)
 
 

@@ -332,8 +332,8 @@ class DreamerV3_2025(WorldModelAgent):
     def _imagine(self, start: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Roll out the policy for ``H`` steps from ``start`` ``(N, ...)`` without gradients (official
         ``agent.py:188-200``: the imagined features are stop-gradient) and read rewards, continue probabilities
-        and slow values. Returns ``feat (H+1, N, F)``, ``action (H+1, N, A)``, ``reward``, ``cont``, ``slow``
-        ``(H+1, N)``."""
+        and slow values. Returns ``feat (H+1, N, F)``, ``action (H+1, N, A)``, ``reward``, ``cont`` ``(H+1, N)``
+        and ``slow`` ``(H, N)`` (the value loss's targets read rows ``t < H`` only)."""
         dynamics, actor = self.wm.dynamics, self.actor
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -344,15 +344,18 @@ class DreamerV3_2025(WorldModelAgent):
             feat = dynamics.features(states)  # (H+1, N, F)
             reward = self.wm.reward(feat).mean  # (H+1, N); row 0's is never read
             cont = self.wm.cont(feat).probs  # (H+1, N): probabilities, row 0 the start state's own prediction
-            slow = TwoHotSymexp(self.slow_critic(feat)).mean  # (H+1, N)
+            slow = TwoHotSymexp(self.slow_critic(feat[:-1])).mean  # (H, N)
         return {"feat": feat, "action": actions, "reward": reward, "cont": cont, "slow": slow}
 
     def _imagination_losses(self, imag: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Policy and value losses ``(H, N)`` on an imagined rollout (official ``imag_loss``, ``agent.py:382-446``);
         stores the returns ``ret (H, N)`` and metrics in ``imag``."""
         feat, cont = imag["feat"], imag["cont"]
-        value_out = self.critic(feat)  # (H+1, N, 255)
-        value = TwoHotSymexp(value_out).mean.detach()  # (H+1, N)
+        value_out = self.critic(feat[:-1])  # (H, N, 255): the loss's rows, with gradient
+        with torch.no_grad():  # one softmax for the values and (kernels) the loss's gradient; row H only bootstraps
+            probs = torch.softmax(value_out, -1, dtype=torch.promote_types(value_out.dtype, torch.float32))
+            last = TwoHotSymexp(self.critic(feat[-1:])).mean  # (1, N)
+            value = torch.cat([TwoHotSymexp(value_out, probs=probs).mean, last])  # (H+1, N)
         disc = 1.0 if self.contdisc else self.gamma
         ret = lambda_return(imag["reward"], value, cont, disc, self.lam)  # (H, N)
         weight = imagination_weights(cont, disc)[:-1]  # (H, N): cumprod(disc * cont) / disc
@@ -365,8 +368,8 @@ class DreamerV3_2025(WorldModelAgent):
         logpi = policy.log_prob(imag["action"][:-1])  # (H, N)
         entropy = policy.entropy()  # (H, N)
         policy_loss = -weight * (logpi * adv.detach() + self.actor_entropy * entropy)
-        value_loss = -weight * TwoHotSymexp(value_out[:-1], fast=self.fast).log_prob_mix([ret, imag["slow"][:-1]],
-                                                                                         [1.0, self.slow_reg])
+        value_loss = -weight * TwoHotSymexp(value_out, probs=probs, fast=self.fast).log_prob_mix(
+            [ret, imag["slow"]], [1.0, self.slow_reg])
         imag["ret"] = ret
         imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
                            "return/low": self.retnorm.low.clone(), "return/high": self.retnorm.high.clone(),
@@ -385,13 +388,13 @@ class DreamerV3_2025(WorldModelAgent):
             R_{K-1} = boot_{K-1}
 
         with ``lam_{t+1} = 0`` where ``is_last_{t+1}``; rows that are themselves ``is_last`` get weight 0."""
-        value_out = self.critic(rows["feat"])  # (K, B, 255), gradient into the world model (repval_grad: True)
+        feat = rows["feat"][:-1]  # (K-1, B, F): the loss's rows (the last one only bootstraps, through ``boot``)
+        value_out = self.critic(feat)  # (K-1, B, 255), gradient into the world model (repval_grad: True)
         with torch.no_grad():
-            slow = TwoHotSymexp(self.slow_critic(rows["feat"])).mean  # (K, B)
+            slow = TwoHotSymexp(self.slow_critic(feat)).mean  # (K-1, B)
         ret = replay_returns(rows["reward"], rows["boot"], rows["is_terminal"], rows["is_last"], self.gamma, self.lam)
         weight = 1.0 - rows["is_last"][:-1].float()  # (K-1, B)
-        return -weight * TwoHotSymexp(value_out[:-1], fast=self.fast).log_prob_mix([ret, slow[:-1]],
-                                                                                   [1.0, self.slow_reg])
+        return -weight * TwoHotSymexp(value_out, fast=self.fast).log_prob_mix([ret, slow], [1.0, self.slow_reg])
 
     def _optimize(self, loss: torch.Tensor, finite_returns: bool,
                   retnorm: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:

@@ -121,7 +121,7 @@ def test_reinforce_continuous_actor_loss_against_a_written_out_reference():
     F_ = agent.wm.dynamics.feat_dim
     imag = {"feat": torch.randn(H + 1, N, F_), "action": 1.5 * torch.randn(H + 1, N, A),
             "reward": 100.0 * torch.randn(H + 1, N), "cont": torch.rand(H + 1, N) * 0.5 + 0.5,
-            "slow": torch.randn(H + 1, N)}
+            "slow": torch.randn(H, N)}  # the value targets: rows t < H
     losses = agent._imagination_losses(dict(imag))
     # ---- reference, step by step ----
     feat, act, rew, cont = imag["feat"], imag["action"], imag["reward"], imag["cont"]

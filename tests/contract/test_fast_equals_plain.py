@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import reverie.models.kernels.block_scan as block_scan
 import reverie.models.kernels.mlp_tape as mlp_tape
 import reverie.models.kernels.onehot_linear as onehot_linear
 import reverie.models.kernels.rssm as kernels_rssm
@@ -56,6 +57,7 @@ def count_kernels(monkeypatch) -> collections.Counter:
     counted(straight_through.StraightThrough, "forward", "straight-through node", static=True)
     counted(onehot_linear._OneHotLinear, "forward", "one-hot gathers", static=True)
     counted(distributions.FastPaths, "count_below", "sign-bit search", static=True)  # where install plugged it in
+    counted(block_scan._BlockObserveScan, "forward", "block observe scan", static=True)
     return calls
 
 
@@ -130,17 +132,17 @@ def run_2025(kernels: str, spec: ActionSpec, updates: int = 3, context: int = 0,
 @pytest.mark.parametrize("context", [0, 1], ids=["no-context", "replay-context"])
 @pytest.mark.parametrize("discrete", [True, False], ids=["discrete", "continuous"])
 def test_kernels_auto_equals_off_for_the_current_dreamerv3(discrete, context, monkeypatch):
-    """agent=dreamerv3_2025 reads the switch too: the latent and policy draws and the two-hot losses (reward,
-    value, replay value) through their kernels with ``auto``, the same updates in float64; with the replay context
-    (windows starting from stored latents) too."""
+    """agent=dreamerv3_2025 reads the switch too: the observe scan as one node, the latent and policy draws and the
+    two-hot losses (reward, value, replay value) through their kernels with ``auto``, the same updates in float64;
+    with the replay context (windows starting from stored latents) too."""
     spec = ActionSpec(discrete, 2)
     calls = count_kernels(monkeypatch)
     fast, fast_metrics = run_2025("auto", spec, context=context)
     used = dict(calls)
     calls.clear()
     plain, plain_metrics = run_2025("off", spec, context=context)
-    assert set(used) == {"two-hot backward", "straight-through node", "sign-bit search"} and not calls, \
-        (used, dict(calls))
+    assert set(used) == {"block observe scan", "two-hot backward", "straight-through node", "sign-bit search"} \
+        and not calls, (used, dict(calls))
     # metric_abs 1e-8: the symexp two-hot mean (rewards, values, returns) sums probabilities times bins up to
     # symexp(20) = 4.85e8; near-uniform probabilities cancel to ~1e-7, so a feature that differs by one float64
     # rounding (1e-16) moves it by eps * sum(p |bins|) ~ 2.2e-16 * 2.6e7 ~ 6e-9 (seen: 1.1e-9 in return/mean).

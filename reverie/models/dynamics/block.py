@@ -126,7 +126,9 @@ class BlockRSSM(RowState, nn.Module):
             ``[-action_clip, action_clip]`` before the dynamics (the official ``_core``'s ``max(1, |a|)``: 1.0).
         kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the latent draw through
             :mod:`reverie.models.kernels.sampling` and :mod:`reverie.models.kernels.straight_through`, the same values
-            and gradient; an agent with ``kernels="auto"`` does); ``"off"``: plain autograd, whatever installs.
+            and gradient; an agent with ``kernels="auto"`` does) and ``observe_kernel`` (the sampled observe loop under
+            autograd as one node, :mod:`reverie.models.kernels.block_scan`); ``"off"``: plain autograd, whatever
+            installs.
 
     State entries: ``deter (..., D)`` float32, ``stoch (..., S, K)``, ``logits (..., S, K)``; features and the
     carry read ``deter`` and ``stoch``.
@@ -144,6 +146,8 @@ class BlockRSSM(RowState, nn.Module):
         super().__init__()
         self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
         self.fast = False  # install: the sampling kernels
+        # install: the fused observe scan (reverie.models.kernels.block_scan.BlockScan), used where not None
+        self.observe_kernel = None
         self.deter, self.stoch, self.classes, self.unimix, self.free_nats = deter, stoch, classes, unimix, free_nats
         self.action_dim, self.embed_dim, self.action_clip = action_dim, embed_dim, float(action_clip)
         self.feat_dim = deter + stoch * classes
@@ -174,7 +178,7 @@ class BlockRSSM(RowState, nn.Module):
         """Straight-through one-hot sample of the unimix latents ``(..., S, K)`` float32, or the mode."""
         if sample:
             return unimix_sample(logits, self.unimix, fast=self.fast)
-        return one_hot_index(logits.argmax(-1), self.classes)
+        return one_hot_index(logits.argmax(-1), self.classes, torch.promote_types(logits.dtype, torch.float32))
 
     def _step(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.core(deter, stoch.flatten(-2), scale_action(action, self.action_clip))  # (N, S, K) -> (N, S*K)
@@ -207,18 +211,26 @@ class BlockRSSM(RowState, nn.Module):
         embed_x = F.linear(embed, first.weight[:, self.deter:], first.bias)  # (T, B, hidden)
         deter_weight = first.weight[:, :self.deter]
         resets = is_first.any(1).tolist() if is_first.device.type == "cpu" else [True] * T  # no host sync off CPU
-        out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
-        for t in range(T):
-            if resets[t]:
-                k = keep[t].to(deter.dtype)
-                deter, stoch = deter * k, stoch * k.unsqueeze(-1)
-            deter = self.core.step(deter, stoch.flatten(-2), action_x[t], shared_weight)  # (B, S, K) -> (B, S*K)
-            logits = rest(F.linear(deter.to(embed_x.dtype), deter_weight) + embed_x[t])  # (B, S*K)
-            logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
-            stoch = self._draw(logits, sample)
-            for key, value in (("deter", deter), ("stoch", stoch), ("logits", logits)):
-                out[key].append(value)
-        post = {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
+        scan = None
+        if self.observe_kernel is not None and sample and torch.is_grad_enabled():  # kernels: one autograd node
+            scan = self.observe_kernel(action_x, embed_x, keep.to(deter.dtype), resets, deter, stoch)
+        if scan is not None:
+            deter, logits, stoch = scan
+            post = {"deter": deter, "stoch": stoch,
+                    "logits": logits.unflatten(-1, (self.stoch, self.classes))}  # (T, B, S*K) -> (T, B, S, K)
+        else:
+            out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
+            for t in range(T):
+                if resets[t]:
+                    k = keep[t].to(deter.dtype)
+                    deter, stoch = deter * k, stoch * k.unsqueeze(-1)
+                deter = self.core.step(deter, stoch.flatten(-2), action_x[t], shared_weight)  # (B, S, K) -> (B, S*K)
+                logits = rest(F.linear(deter.to(embed_x.dtype), deter_weight) + embed_x[t])  # (B, S*K)
+                logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
+                stoch = self._draw(logits, sample)
+                for key, value in (("deter", deter), ("stoch", stoch), ("logits", logits)):
+                    out[key].append(value)
+            post = {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
         prior_logits = self._logits(self.prior_net, post["deter"])  # all rows at once: (T, B, D) -> (T, B, S, K)
         return post, {"deter": post["deter"], "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
 

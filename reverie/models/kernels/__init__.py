@@ -11,6 +11,9 @@ kernel                 replaces                                             meas
 =====================  ===================================================  =========================================
 observe_scan.py        the categorical RSSM's step-by-step observe loop     1.056x per update at size xs, 1.035x at s
                        under autograd (one node, its backward written out)  (the scan alone: 70 -> 53 ms at xs)
+block_scan.py          the block-GRU RSSM's (``agent=dreamerv3_2025``)      1.18x per update at bench/vs_jax.py's widths
+                       observe loop under autograd (one node, its           in float32, 1.29x under bf16 autocast (the
+                       backward written out)                                scan's forward 76 -> 38 ms; docs/speed.md)
 scan_linear.py         each step's weight gradients in that loop (where     2.1% at xs, 3.3% at s (measured on CPU
                        the fused scan does not apply: GPUs)                 before the fused scan replaced it there)
 onehot_linear.py       ``cat(deter, one-hot) @ W^T`` in every first layer   128 -> 58 GFLOP per xs update; 1.51x per
@@ -32,7 +35,8 @@ FeatLinear` (the same parameters and ``state_dict`` keys; it also takes the RSSM
 :class:`reverie.models.dynamics.CategoricalRSSM` its :class:`.rssm.RSSMKernels` (observe scan, scan linears,
 features, imagination, straight-through, sampling), sets ``fast`` on the world models (two-hot reward loss),
 :class:`reverie.models.dynamics.BlockRSSM` (sampling, straight-through) and the agents (critic or value losses, the
-policy's draw), and gives :class:`reverie.agents.DreamerV3` the actor tape. Importing this package plugs the
+policy's draw), gives each ``BlockRSSM`` of the official depths its :class:`.block_scan.BlockScan` (the observe scan),
+and gives :class:`reverie.agents.DreamerV3` the actor tape. Importing this package plugs the
 distributions' kernels into :class:`reverie.models.distributions.FastPaths`. Each kernel's module docstring says
 what it replaces and how it is tested against the readable code.
 """
@@ -74,7 +78,9 @@ def install(module: nn.Module, kernels: str | bool) -> bool:
     """
     if not resolve(kernels):
         return False
+    from reverie.models.dynamics.block import BlockRSSM
     from reverie.models.dynamics.categorical import CategoricalRSSM
+    from reverie.models.kernels.block_scan import BlockScan, scan_applies
     from reverie.models.kernels.mlp_tape import MLPTape
     from reverie.models.kernels.onehot_linear import take_split_features
     from reverie.models.kernels.rssm import RSSMKernels
@@ -83,6 +89,8 @@ def install(module: nn.Module, kernels: str | bool) -> bool:
     if any(isinstance(m, CategoricalRSSM) for m in modules):  # its features come split: every linear takes them
         take_split_features(module)  # nn.Linear -> FeatLinear: dense inputs as before, split ones by row gathers
     for m in modules:
+        if isinstance(m, BlockRSSM) and scan_applies(m):  # other depths than the official ones run the loop
+            m.observe_kernel = BlockScan(m)  # checks that its scan computes what the loop does
         if isinstance(m, CategoricalRSSM):
             m.kernels = RSSMKernels(m)  # checks that its fused scan computes what the readable step does
         if hasattr(m, "fast"):
