@@ -115,7 +115,8 @@ def test_keys_step_both_panes_and_the_page_shows_the_model_rewards(run_dir, addr
             np.testing.assert_allclose([float(v) for v in table(page, 3)], predicted_rewards(run_dir, actions, True),
                                        rtol=0, atol=1e-6)
             assert float(page.get_attribute("#dream-reward", "data-value")) == float(table(page, 3)[-1])
-            assert page.locator("#plots canvas").count() == 4 + 2  # CartPole's 4 features, reward, continue
+            # CartPole's 4 features, reward, continue and the latent agreement (cosine of dream and real features)
+            assert page.locator("#plots canvas").count() == 4 + 3
 
             page.select_option("#dream-start", "initial")  # the dream restarts from the model's initial state
             wait_steps(page, 5, 0)
