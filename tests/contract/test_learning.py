@@ -23,7 +23,8 @@ previous 2-action check took 42 s here against its documented 28 s), mean of the
 - planet-discrete (4 actions, 400 steps, threshold 7.0; random 2.5, untrained 2.8 / 2.2 / 2.5): 9.23 / 9.27 / 8.87;
   21-22 CPU s. Reward loss at 0 (``reward_scale=0``): 2.87 / 2.77 / 2.67.
 
-Slow checks (``make test-slow``) train the default presets on CartPole and Pendulum, and ``exp=dmc_cpu`` on DMC
+Slow checks (``make test-slow``) train the default presets on CartPole (judged on its last evaluations; an
+expected failure until the run keeps what it learns) and Pendulum, and ``exp=dmc_cpu`` on DMC
 proprio cartpole_swingup (30k frames, ~18 min).
 """
 
@@ -122,13 +123,18 @@ def test_broken_learning_fails_the_check(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_dreamerv3_learns_cartpole(tmp_path):
-    """`make train`'s default run, stopped once the mean eval return over 10 episodes reaches 475."""
+@pytest.mark.xfail(strict=True, reason="the default CartPole run reaches 475 but does not keep it (docs/dreamerv3.md, "
+                   "'CartPole under exp=classic'); strict: a fix that makes it pass must update this mark")
+def test_dreamerv3_keeps_cartpole_solved(tmp_path):
+    """`make train`'s default run, all 30k env steps: the mean of its last 3 evaluations (10 episodes each, at 25k,
+    27.5k and 30k env steps) must reach 475, README's "solved". A random policy scores ~22, the first evaluation
+    (2.5k env steps) 10-12.
+    Measured (seed 0, one thread): 201 / 487 / 211, mean 300 (the first evaluation >= 475 was at 5k)."""
     run_dir = tmp_path / "cartpole"
-    assert main(["train", f"run_dir={run_dir}", "train.progress=false", "train.video=false",
-                 "train.stop_return=475"]) == 0
-    best = max(ret for _, ret in eval_returns(run_dir))
-    assert best >= 475.0
+    assert main(["train", f"run_dir={run_dir}", "train.progress=false", "train.video=false"]) == 0
+    returns = eval_returns(run_dir)
+    assert max(ret for _, ret in returns) >= 475.0, returns  # it is solved at some point
+    assert learned(returns, 475.0), returns  # and stays solved to the end
 
 
 @pytest.mark.slow
