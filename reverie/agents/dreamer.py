@@ -33,6 +33,7 @@ from reverie.types import ActionSpec
 #: scales every decoded key), with the decoder-free objectives' (R2-Dreamer ``configs/model/_base_.yaml:22-23``:
 #: barlow 0.05, infonce 1.0); the table is checked against the world model's losses as a set (``loss_scale_table``)
 LOSS_SCALES = {"rec": 1.0, "barlow": 0.05, "infonce": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}
+IMAG_CONT = ("mode", "prob")  # how imagination reads the continue head (DreamerV3 imag_cont)
 
 
 class Actor(nn.Module):
@@ -112,6 +113,12 @@ class DreamerV3(WorldModelAgent):
             (``N = K*B`` starts instead of ``T*B``); 0 (the 2023 reference) starts from every row. The current
             official code has the same knob (``imag_last``, default 0): a CPU preset's lever on the behaviour
             cost, which grows with ``N``.
+        imag_cont: how an imagined step's continue flag is read from the continue head: ``"mode"`` (the 2023
+            reference, ``agent.py:194`` ``heads['cont'](traj).mode()``: 1 or 0) or ``"prob"`` (its probability, as
+            the current official code does, ``agent.py:206`` ``con(...).prob(1)``). With ``"mode"`` an imagined
+            trajectory ends only where the head is past 0.5; on an env whose terminations are rare (CartPole's cart
+            leaving the track) the head stays above 0.5 until the last step, so the 15-step returns never see the
+            end coming and the critic stays flat (docs/dreamerv3.md, 'CartPole under exp=classic').
         loss_scales: world-model loss scales by key, over :data:`LOSS_SCALES` (reference: rec 1 for every decoded
             key, reward 1, cont 1, dyn 0.5, rep 0.1; barlow 0.05, infonce 1.0 for the decoder-free objectives);
             after ``rec`` is spread over the decoded keys (an observation key's own entry wins) and the other
@@ -141,7 +148,7 @@ class DreamerV3(WorldModelAgent):
 
     Raises:
         ValueError: a world-model loss without a scale or a ``loss_scales`` key that is no loss; an unknown
-            ``representation``, objective setting, ``kernels``, ``planner`` or ``plan`` setting.
+            ``imag_cont``, ``representation``, objective setting, ``kernels``, ``planner`` or ``plan`` setting.
         TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
@@ -149,7 +156,7 @@ class DreamerV3(WorldModelAgent):
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *,
                  dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
-                 mlp_units: int | None = 1024, mlp_layers: int | None = 5, cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15, imag_last: int = 0,
+                 mlp_units: int | None = 1024, mlp_layers: int | None = 5, cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15, imag_last: int = 0, imag_cont: str = "mode",
                  gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, unimix: float = 0.01,
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
@@ -162,6 +169,10 @@ class DreamerV3(WorldModelAgent):
             raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
         self.spec, self.horizon, self.gamma, self.lam = action_spec, horizon, gamma, lam
         self.imag_last = int(imag_last)
+        if imag_cont not in IMAG_CONT:
+            raise ValueError(f"DreamerV3: imag_cont must be one of {IMAG_CONT} (mode: the 2023 reference's 0/1 flag; "
+                             f"prob: the continue probability, as the current official code), got {imag_cont!r}")
+        self.imag_cont = imag_cont
         self.planner = make_dreamer_planner(action_spec, planner, plan)  # None: the actor acts
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
@@ -325,7 +336,9 @@ class DreamerV3(WorldModelAgent):
             states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
             feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F), cast once, read by every head
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
-            cont = torch.cat([start_cont[None], self.wm.cont(feat[1:]).mode])  # start's own flag is known
+            cont_dist = self.wm.cont(feat[1:])  # Bernoulli over (H, N)
+            cont_step = cont_dist.mode if self.imag_cont == "mode" else cont_dist.mean  # 0/1 or the probability
+            cont = torch.cat([start_cont[None], cont_step.to(start_cont.dtype)])  # start's own flag is known
         # Discrete: one critic pass serves the returns (detached) and the critic loss, and one softmax of it the
         # values and the loss's backward. Continuous: the returns need values differentiable in the imagined
         # states, so the critic loss gets its own pass below.
