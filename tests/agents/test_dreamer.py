@@ -1,9 +1,12 @@
+import math
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from reverie.agents.dreamer import DreamerV3
-from reverie.models.distributions import TwoHotSymlog
+from reverie.models.distributions import Bernoulli, TwoHotSymlog
 from reverie.types import ActionSpec
 from helpers.agents import dreamer
 
@@ -263,3 +266,33 @@ def test_load_pretrained_takes_the_world_model_or_everything():
     assert fresh.load_pretrained(state, behavior=True) == ["world model", "actor", "critic", "slow_critic", "retnorm"]
     for key, value in fresh.state_dict()["modules"].items():
         assert torch.equal(value, state["modules"][key]), key
+
+
+@pytest.mark.parametrize("imag_cont, c", [("mode", 1.0), ("prob", 0.6)])
+def test_imag_cont_reads_the_continue_heads_mode_or_its_probability(monkeypatch, imag_cont, c):
+    """Imagined reward 1 per step, the critic's zero-initialised value 0, continue probability 0.6 at every imagined
+    step (its mode: 1). By hand, with ``q = gamma * c * lam``: ``R_2 = 1``, ``R_1 = 1 + q``, ``R_0 = 1 + q + q^2``
+    (H = 3), where ``c`` is 1 for ``imag_cont="mode"`` (2023 reference) and 0.6 for ``"prob"`` (current official)."""
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **dreamer(deter=16, units=16, horizon=3, kernels="off"),
+                      imag_cont=imag_cont)
+    monkeypatch.setattr(agent.wm, "cont", lambda feat: Bernoulli(torch.full(feat.shape[:-1], math.log(0.6 / 0.4))))
+    monkeypatch.setattr(agent.wm, "reward", lambda feat: SimpleNamespace(mean=torch.ones(feat.shape[:-1])))
+    start = {k: v.expand(8, *v.shape[1:]).clone() for k, v in agent.wm.dynamics.initial(1).items()}
+    metrics = agent._behavior(start, torch.ones(8))
+    assert abs(float(metrics["value/mean"])) < 1e-6  # the critic's output layer starts at zero
+    q = agent.gamma * c * agent.lam
+    assert float(metrics["return/mean"]) == pytest.approx((1 + (1 + q) + (1 + q + q * q)) / 3, abs=1e-5)
+
+
+def test_imag_cont_refuses_an_unknown_reading():
+    with pytest.raises(ValueError, match="imag_cont must be one of \\('mode', 'prob'\\)"):
+        DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_cont="mean")
+
+
+def test_the_classic_preset_reads_the_probability_and_the_reference_the_mode():
+    from reverie.configs.compose import load_config
+
+    assert load_config([]).agent.module.imag_cont == "prob"  # exp=classic, the default
+    assert load_config(["exp=reference"]).agent.module.imag_cont == "mode"
+    assert load_config(["exp=dmc_cpu", "env=dmc_proprio"]).agent.module.imag_cont == "mode"
