@@ -4,6 +4,7 @@ reproduce."""
 
 import pytest
 import torch
+from helpers.scan_checks import check_backward_twice, compare, run_observe, scan_inputs
 
 from reverie.models.dynamics import BlockRSSM
 from reverie.models.kernels import install
@@ -20,57 +21,16 @@ def make(dtype=torch.float64, kernels="auto", **kwargs):
 
 
 def inputs(dtype):
-    torch.manual_seed(3)
-    embed = torch.randn(T, B, 10, dtype=dtype, requires_grad=True)
-    action = torch.randn(T, B, 2, dtype=dtype, requires_grad=True)  # scaled into [-1, 1] by the RSSM
-    first = torch.zeros(T, B, dtype=torch.bool)
-    first[0] = True
-    first[4, 1] = True  # one row mid-sequence
-    first[6, :2] = True
-    return embed, action, first
+    return scan_inputs(dtype, action_dim=2, T=T, B=B)  # actions scaled into [-1, 1] by the RSSM
 
-
-def run(rssm, embed, action, first, state=None, autocast=False, passes=1):
-    """Posterior values and the gradients of every parameter and input of a loss that reads every output (and the
-    prior, which reads the posterior's deter)."""
-    rssm.zero_grad(set_to_none=True)
-    for t in (embed, action, *(state or {}).values()):
-        t.grad = None
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        torch.manual_seed(1)
-        post, prior = rssm.observe(embed, action, first, state)
-        torch.manual_seed(2)
-        loss = sum((post[k].float() * torch.randn(post[k].shape)).sum() for k in post)
-        loss = loss + prior["logits"].float().square().sum() + post["logits"].float().softmax(-1).square().sum()
-    for i in range(passes):
-        loss.backward(retain_graph=i + 1 < passes)
-    grads = {n: p.grad for n, p in rssm.named_parameters()}
-    grads |= {"embed": embed.grad, "action": action.grad}
-    grads |= {f"state/{k}": v.grad for k, v in (state or {}).items()}
-    return {k: v.detach() for k, v in post.items()}, grads
-
-
-def compare(a, b, rtol):
-    values_a, grads_a = a
-    values_b, grads_b = b
-    assert list(values_a) == list(values_b)
-    for key in values_a:
-        assert values_a[key].dtype == values_b[key].dtype, key
-        assert torch.equal(values_a[key], values_b[key]), key  # same ops on the same values: same draws and values
-    assert grads_a.keys() == grads_b.keys()
-    for name in grads_a:
-        assert (grads_a[name] is None) == (grads_b[name] is None), name
-        if grads_a[name] is not None:
-            scale = grads_a[name].abs().max()
-            assert float((grads_a[name] - grads_b[name]).abs().max()) <= rtol * float(scale) + 1e-12, name
 
 
 def test_block_scan_equals_the_loop_in_float64():
     """Values, draws and every gradient (all parameters, embeddings, actions through rows that reset mid-sequence),
     up to the order of float64 additions."""
     embed, action, first = inputs(torch.float64)
-    loop = run(make(kernels="off"), embed, action, first)
-    fused = run(make(), embed, action, first)
+    loop = run_observe(make(kernels="off"), embed, action, first)
+    fused = run_observe(make(), embed, action, first)
     assert all(g is not None and float(g.abs().max()) > 0 for n, g in loop[1].items() if not n.startswith("prior"))
     compare(loop, fused, rtol=1e-9)
 
@@ -83,33 +43,28 @@ def test_block_scan_from_a_given_state():
     torch.manual_seed(5)
     stoch = torch.nn.functional.one_hot(torch.randint(0, 4, (B, 3)), 4).double().requires_grad_()
     state = {"deter": torch.randn(B, 16, dtype=torch.float64, requires_grad=True), "stoch": stoch}
-    loop = run(make(kernels="off"), embed, action, first, state)
-    fused = run(make(), embed, action, first, state)
+    loop = run_observe(make(kernels="off"), embed, action, first, state)
+    fused = run_observe(make(), embed, action, first, state)
     assert float(loop[1]["state/deter"].abs().max()) > 0 and float(loop[1]["state/stoch"].abs().max()) > 0
     compare(loop, fused, rtol=1e-9)
 
 
 def test_block_scan_in_float32_draws_and_values_are_the_loops():
     embed, action, first = inputs(torch.float32)
-    compare(run(make(torch.float32, kernels="off"), embed, action, first),
-            run(make(torch.float32), embed, action, first), rtol=1e-5)
+    compare(run_observe(make(torch.float32, kernels="off"), embed, action, first),
+            run_observe(make(torch.float32), embed, action, first), rtol=1e-5)
 
 
 def test_block_scan_in_bfloat16_autocast():
     embed, action, first = inputs(torch.float32)
-    loop = run(make(torch.float32, kernels="off"), embed, action, first, autocast=True)
-    fused = run(make(torch.float32), embed, action, first, autocast=True)
+    loop = run_observe(make(torch.float32, kernels="off"), embed, action, first, autocast=True)
+    fused = run_observe(make(torch.float32), embed, action, first, autocast=True)
     assert fused[0]["deter"].dtype == torch.float32 and fused[0]["logits"].dtype == torch.bfloat16  # state float32
     compare(loop, fused, rtol=2e-2)  # bf16: sums rounded in another order (measured 6e-3)
 
 
 def test_block_scan_backward_twice_on_a_retained_graph():
-    rssm = make()
-    embed, action, first = inputs(torch.float64)
-    once = run(rssm, embed, action, first)[1]
-    twice = run(rssm, embed, action, first, passes=2)[1]
-    for name, grad in once.items():
-        torch.testing.assert_close(twice[name], 2 * grad, rtol=1e-9, atol=1e-12, msg=name)
+    check_backward_twice(make(), *inputs(torch.float64))
 
 
 def test_the_scan_runs_where_it_applies_and_the_loop_elsewhere():

@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers.scan_checks import check_backward_twice, compare, run_observe, scan_inputs
 
 from reverie.models.dynamics import CategoricalRSSM
 from reverie.models.kernels import install
@@ -19,45 +20,12 @@ def make(dtype=torch.float64, kernels="auto"):
 
 
 def inputs(dtype):
-    torch.manual_seed(3)
-    embed = torch.randn(T, B, 10, dtype=dtype, requires_grad=True)
-    action = torch.randn(T, B, 3, dtype=dtype, requires_grad=True)
-    first = torch.zeros(T, B, dtype=torch.bool)
-    first[0] = True
-    first[4, 1] = True  # one row mid-sequence
-    first[6, :2] = True
-    return embed, action, first
+    return scan_inputs(dtype, action_dim=3, T=T, B=B)
 
 
 def run(rssm, embed, action, first, state=None, autocast=False, passes=1):
-    """Posterior values and the gradients of every parameter and input of a loss that reads every output."""
-    rssm.zero_grad(set_to_none=True)
-    for t in (embed, action, *(state or {}).values()):
-        t.grad = None
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        torch.manual_seed(1)
-        post, prior = rssm.observe(embed.bfloat16() if autocast else embed, action, first, state)
-        torch.manual_seed(2)
-        loss = sum((post[k].float() * torch.randn(post[k].shape)).sum() for k in post)
-        loss = loss + prior["logits"].float().square().sum() + post["logits"].float().softmax(-1).square().sum()
-    for i in range(passes):
-        loss.backward(retain_graph=i + 1 < passes)
-    grads = {n: p.grad for n, p in rssm.named_parameters()}
-    grads |= {"embed": embed.grad, "action": action.grad}
-    grads |= {f"state/{k}": v.grad for k, v in (state or {}).items()}
-    return {k: v.detach() for k, v in post.items()}, grads
-
-
-def compare(a, b, rtol):
-    values_a, grads_a = a
-    values_b, grads_b = b
-    for key in values_a:
-        assert torch.equal(values_a[key], values_b[key]), key  # same ops in the same order: same draws and values
-    for name in grads_a:
-        assert (grads_a[name] is None) == (grads_b[name] is None), name
-        if grads_a[name] is not None:
-            scale = grads_a[name].abs().max()
-            assert float((grads_a[name] - grads_b[name]).abs().max()) <= rtol * float(scale) + 1e-12, name
+    """:func:`run_observe`, the embedding handed in as bf16 under autocast (an encoder's output there)."""
+    return run_observe(rssm, embed, action, first, state, autocast, passes, cast_embed=True)
 
 
 def test_fused_scan_equals_the_per_op_loop_in_float64():
@@ -92,12 +60,7 @@ def test_fused_scan_in_bfloat16_autocast():
 
 
 def test_fused_scan_backward_twice_on_a_retained_graph():
-    rssm = make()
-    embed, action, first = inputs(torch.float64)
-    once = run(rssm, embed, action, first)[1]
-    twice = run(rssm, embed, action, first, passes=2)[1]
-    for name, grad in once.items():
-        torch.testing.assert_close(twice[name], 2 * grad, rtol=1e-9, atol=1e-12, msg=name)
+    check_backward_twice(make(), *inputs(torch.float64))
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
