@@ -30,6 +30,7 @@ RANGES: dict[str, tuple[float, bool, bool, bool, str]] = {
     "train.report_every": (0, True, True, False, "updates between open-loop reports; 0: off"),
     "train.policy_sync_every": (1, True, True, False, "updates between policy-copy refreshes"),
     "train.control_hz": (0, False, False, True, "collector steps per second; null: off"),
+    "train.max_minutes": (0, False, False, True, "wall minutes before the run stops; null: never"),
     "agent.train_ratio": (0, False, False, False, "replayed steps per env step"),
     "agent.batch_size": (1, True, True, False, "sequences per batch (B)"),
     "agent.batch_length": (1, True, True, False, "steps per sequence (T)"),

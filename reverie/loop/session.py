@@ -223,7 +223,8 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
 
     def tick(self) -> bool:
         """After an env step (an update offline): stop on divergence; evaluate, log and checkpoint on their clocks;
-        True when the run stops (``train.stop_return`` reached, a signal on any rank, or divergence)."""
+        True when the run stops (``train.stop_return`` reached, ``train.max_minutes`` spent, a signal on any rank, or
+        divergence)."""
         if self.diverged:
             return True
         loop, clocks, tc, step = self.loop, self.loop.clocks, self.cfg.train, self.step
@@ -231,6 +232,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         if clocks["eval"](step) and self.eval_episodes and self.info.is_main:  # the others wait at `agree`
             mean_return = self.evaluate()
             stop = tc.stop_return is not None and mean_return >= tc.stop_return
+        stop = stop or loop.out_of_time(tc.max_minutes)
         if clocks["log"](step) or stop:
             self.write_metrics()
         if clocks["checkpoint"](step):
@@ -266,6 +268,8 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         if not stopped and info.is_main:
             write_summary(self.run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
         outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"
+        if outcome == "done" and loop.out_of_time(cfg.train.max_minutes):
+            outcome = f"done (train.max_minutes={cfg.train.max_minutes:g} spent)"
         where = "update" if self.offline else "env step"
         kept = f" (best {best[1]:.1f} at {where} {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
         last = f"last eval return {final:.1f}" if np.isfinite(final) else "no evaluation yet"

@@ -68,6 +68,13 @@ class LoopState:
         """Wall seconds of the run so far, its time before a resume included."""
         return self.wall_before + time.time() - self.started
 
+    def out_of_time(self, max_minutes: float | None) -> bool:
+        """True once the run's wall time (:meth:`wall_s`, resumes included) has reached ``max_minutes`` minutes
+        (``train.max_minutes``; ``None``: never). The loop checks it at step boundaries, so a run stops at most one
+        env step (or one update) after its budget is spent, then finishes as at ``train.steps``: a final
+        evaluation, a checkpoint and ``summary.json``."""
+        return max_minutes is not None and self.wall_s() >= 60.0 * max_minutes
+
     def state_dict(self, frames_per_step: int = 1) -> dict[str, Any]:
         """The checkpoint entries: ``counters`` (with ``frames`` and ``wall_s``), ``ratio``, ``clocks``, ``evals``,
         ``last_return`` and ``rng`` (every global random stream and the loop's generator)."""

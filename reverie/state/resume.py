@@ -21,7 +21,7 @@ from typing import Any
 #: shapes the state being resumed, so changing it would not continue the same run.
 SAFE_KEYS = (
     "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
-    "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
+    "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return", "train.max_minutes",
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
     "logger", "exp_name",
     "run_dir",

@@ -1,0 +1,69 @@
+"""train.max_minutes: a run stops once its wall budget is spent, resumes included, and finishes as at train.steps.
+
+Runs of equal wall-clock budget (the two DreamerV3 agents side by side in docs/dreamerv3.md) need a stop on wall
+time. These tests check the rule itself on a state with a known clock, and whole runs on both loops (synchronous
+and ``train.async_collect``): a spent budget stops the run early with a final evaluation, a checkpoint and
+``summary.json``; an ample budget changes nothing.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from reverie.cli import main
+from reverie.configs.ranges import range_errors
+from reverie.loop.state import LoopState
+from reverie.replay.cycle import StepRatio
+
+RUN = ["exp=debug", "env.num_envs=2", "replay.capacity=400", "seed=3", "agent.train_ratio=32", "train.prefill=16",
+       "train.steps=96", "train.eval_every=48", "train.eval_episodes=1", "train.log_every=16",
+       "train.checkpoint_every=48", "env.time_limit=12", "train.progress=false", "train.video=false",
+       "train.report_every=0"]
+
+
+def state(wall_before: float, started: float) -> LoopState:
+    loop = LoopState.create(StepRatio(1.0, 1, 1), seed=0, every={})
+    loop.wall_before, loop.started = wall_before, started
+    return loop
+
+
+def test_budget_counts_the_wall_time_before_a_resume(monkeypatch):
+    """90 s before the resume + 20 s since = 110 s: spent for a 1.5-minute (90 s) budget, not for 2 minutes."""
+    monkeypatch.setattr("reverie.loop.state.time.time", lambda: 1020.0)
+    loop = state(wall_before=90.0, started=1000.0)
+    assert loop.wall_s() == pytest.approx(110.0)
+    assert loop.out_of_time(1.5)
+    assert loop.out_of_time(110.0 / 60.0)  # reached exactly: stop
+    assert not loop.out_of_time(2.0)
+    assert not loop.out_of_time(None)
+
+
+def test_budget_must_be_positive_or_null():
+    assert range_errors({"train": {"max_minutes": 0}}) == [
+        "train.max_minutes=0 must be > 0 (wall minutes before the run stops; null: never)"]
+    assert range_errors({"train": {"max_minutes": None}}) == []
+    assert range_errors({"train": {"max_minutes": 0.5}}) == []
+
+
+def summary(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("loop", ["sync", "async"])
+def test_a_spent_budget_stops_the_run_early_with_a_final_evaluation(tmp_path, capsys, loop):
+    """A budget of 1e-6 minutes is spent before the first step boundary after start-up: the run stops there, far
+    short of train.steps=96, evaluates once at its last step and writes its checkpoint and summary.json. The same
+    run with a budget of an hour goes to 96 steps with evaluations at 48 and 96 (the counter-check)."""
+    extra = ["train.async_collect=true", "env.vector_mode=async"] if loop == "async" else []
+    short, full = tmp_path / "short", tmp_path / "full"
+    assert main(["train", *RUN, *extra, "train.max_minutes=1e-6", f"run_dir={short}"]) == 0
+    assert "[reverie] done (train.max_minutes=1e-06 spent):" in capsys.readouterr().out
+    assert main(["train", *RUN, *extra, "train.max_minutes=60", f"run_dir={full}"]) == 0
+    assert "[reverie] done: 96 env steps" in capsys.readouterr().out
+    s, f = summary(short), summary(full)
+    assert 0 < s["env_steps"] < 48  # stopped before the first clocked evaluation
+    assert [e[0] for e in s["evals"]] == [s["env_steps"]]  # the final evaluation, at the stop
+    assert np.isfinite(s["eval_return"])
+    assert sorted(p.name for p in (short / "checkpoints").glob("ckpt_*.pt"))  # the stop's checkpoint
+    assert f["env_steps"] == 96 and [e[0] for e in f["evals"]] == [48, 96]
