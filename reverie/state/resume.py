@@ -143,11 +143,40 @@ def finished(run_dir: str | Path, cfg: Any, saved_config: Mapping[str, Any],
     raised above the saved config's), with a message saying how to continue it; else None."""
     group, key = length
     done = read_summary(run_dir)
-    if done is not None and int(cfg[group][key]) <= int(saved_config[group][key]):
+    if done is None:
+        return None
+    if length == ("train", "steps") and done["env_steps"] < int(saved_config["train"]["steps"]):
+        why = early_stop(done, cfg["train"], saved_config["train"])  # stopped before train.steps
+        if why is None:
+            return None  # the new limits let it go on
+        print(f"[reverie] {run_dir} stopped at {done['env_steps']} of {saved_config['train']['steps']} env steps "
+              f"(summary.json): {why}")
+        return done
+    if int(cfg[group][key]) <= int(saved_config[group][key]):
         print(f"[reverie] {run_dir} already finished ({done['updates']} updates, {done['env_steps']} env steps, "
               f"summary.json); raise {group}.{key} above {saved_config[group][key]} to continue it")
         return done
     return None
+
+
+def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: Mapping[str, Any]) -> str | None:
+    """Why a run that stopped before ``train.steps`` (its ``summary.json``: ``done``) still stops under the new
+    ``train`` settings, with how to continue it; None when they let it go on: a larger (or null)
+    ``train.max_minutes`` than the wall time it has spent, or a higher (or null) ``train.stop_return`` than the
+    return it stopped at."""
+    budget, saved_budget = train.get("max_minutes"), saved_train.get("max_minutes")
+    if saved_budget is not None and done["wall_s"] >= 60.0 * saved_budget:  # the budget stopped it
+        if budget is None or done["wall_s"] < 60.0 * budget:
+            return None
+        return (f"its train.max_minutes={saved_budget:g} is spent ({done['wall_s'] / 60:.1f} min); give a larger "
+                f"train.max_minutes (or train.max_minutes=null) to continue it")
+    target, saved_target = train.get("stop_return"), saved_train.get("stop_return")
+    if saved_target is not None and done["eval_return"] >= saved_target:  # the return target stopped it
+        if target is None or done["eval_return"] < target:
+            return None
+        return (f"its eval return {done['eval_return']:.1f} reached train.stop_return={saved_target:g}; give a higher "
+                f"train.stop_return (or train.stop_return=null) to continue it")
+    return "it stopped early; resume it with a larger train.steps to continue"
 
 
 def save_overrides(run_dir: str | Path, overrides: list[str]) -> None:

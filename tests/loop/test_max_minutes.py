@@ -67,3 +67,40 @@ def test_a_spent_budget_stops_the_run_early_with_a_final_evaluation(tmp_path, ca
     assert np.isfinite(s["eval_return"])
     assert sorted(p.name for p in (short / "checkpoints").glob("ckpt_*.pt"))  # the stop's checkpoint
     assert f["env_steps"] == 96 and [e[0] for e in f["evals"]] == [48, 96]
+
+
+def test_a_run_stopped_by_its_budget_resumes_with_a_larger_one(tmp_path, capsys):
+    """The budget is a resume-safe key: a run stopped by train.max_minutes=1e-6 and resumed with the same budget does
+    nothing and says why and what to give; resumed with an hour it goes on to train.steps=96, with the clocked
+    evaluations after the stop (48 and 96)."""
+    run = tmp_path / "r"
+    assert main(["train", *RUN, "train.max_minutes=1e-6", f"run_dir={run}"]) == 0
+    stopped = summary(run)["env_steps"]
+    assert main(["train", "--resume", str(run), "train.max_minutes=1e-6"]) == 0
+    again = summary(run)
+    assert again == summary(run) and again["env_steps"] == stopped  # nothing ran
+    out = capsys.readouterr().out
+    assert f"stopped at {stopped} of 96 env steps (summary.json): its train.max_minutes=1e-06 is spent" in out
+    assert "give a larger train.max_minutes (or train.max_minutes=null) to continue it" in out
+    assert main(["train", "--resume", str(run), "train.max_minutes=60"]) == 0
+    done = summary(run)
+    assert done["env_steps"] == 96 and [e[0] for e in done["evals"]][-2:] == [48, 96]
+    assert done["resumed_from"] == stopped
+
+
+def test_early_stops_say_what_lets_the_run_go_on():
+    """A run stopped by stop_return goes on with a higher target or none; one stopped by its budget with more
+    minutes than it spent (90 s) or none; otherwise the message names the key and what to give."""
+    from reverie.state.resume import early_stop
+
+    by_target = {"env_steps": 5000, "wall_s": 90.0, "eval_return": 480.0}
+    saved = {"stop_return": 475.0, "max_minutes": None}
+    assert early_stop(by_target, {"stop_return": None, "max_minutes": None}, saved) is None
+    assert early_stop(by_target, {"stop_return": 490.0, "max_minutes": None}, saved) is None
+    assert early_stop(by_target, saved, saved) == ("its eval return 480.0 reached train.stop_return=475; give a "
+                                                   "higher train.stop_return (or train.stop_return=null) to continue it")
+    by_budget, saved = dict(by_target, eval_return=100.0), {"stop_return": 475.0, "max_minutes": 1.5}
+    assert early_stop(by_budget, {"stop_return": 475.0, "max_minutes": 2.0}, saved) is None
+    assert early_stop(by_budget, {"stop_return": 475.0, "max_minutes": None}, saved) is None
+    assert early_stop(by_budget, {"stop_return": 475.0, "max_minutes": 1.5}, saved).startswith(
+        "its train.max_minutes=1.5 is spent (1.5 min)")
