@@ -10,9 +10,9 @@ thread, ``train.max_minutes`` (the budget: the run stops there with a final eval
 ``<out>/<env>_<agent>_s<seed>``. Run them one per core (``taskset -c 0 ...``), two at a time.
 
 ``report`` reads each finished run's ``summary.json`` (its evaluations: env step, wall seconds, mean return) and
-writes, per env and agent, the return at the budget (equal wall-clock: every run had the same minutes) and the
-return at equal env steps (the fewest env steps any run of that env reached; each run's last evaluation at or before
-that step), per seed and as a mean with a 95% t interval over seeds. Runs without ``summary.json`` (still going,
+writes, per env and agent, the return at the budget (equal wall-clock: every run had the same minutes, its
+evaluations included) and the return at equal env steps (the last clocked evaluation, on the ``train.eval_every``
+grid, that every run of that env reached), per seed and as a mean with a 95% t interval over seeds. Runs without ``summary.json`` (still going,
 or stopped before their budget) are listed as unfinished and left out of the means.
 """
 
@@ -26,6 +26,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: bench/ is a folder at the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from omegaconf import OmegaConf  # noqa: E402
+
 from bench.fidelity import mean_ci  # noqa: E402
 
 #: env name in run folders -> the overrides that select the env and its CPU preset (the same for both agents)
@@ -35,7 +37,8 @@ ENVS: dict[str, list[str]] = {
     "dmc_cartpole_swingup": ["exp=dmc_cpu", "env=dmc_proprio", "env.task=cartpole_swingup"],
 }
 AGENTS = ("dreamerv3", "dreamerv3_2025")
-FIXED = ["threads=1", "train.progress=false", "train.video=false"]
+FIXED = ["threads=1", "train.progress=false", "train.video=false",
+         "train.steps=1000000"]  # more than any run reaches in its budget: the budget is what stops every run
 
 
 def run_name(env: str, agent: str, seed: int) -> str:
@@ -100,16 +103,20 @@ def report(out: Path) -> str:
             unfinished.append(run_dir.name)
             continue
         s = json.loads(summary_file.read_text())
+        every = int(OmegaConf.load(run_dir / "config.yaml").train.eval_every)
         runs.setdefault(env, {}).setdefault(agent, []).append(
             {"seed": seed, "steps": int(s["env_steps"]), "updates": int(s["updates"]), "wall": s["wall_s"] / 60.0,
-             "evals": s["evals"], "final": float(s["eval_return"])})
+             "evals": s["evals"], "final": float(s["eval_return"]), "every": every})
     lines = ["| env | agent | seeds | env steps reached | updates | wall min | return at the budget (per seed) | "
              "mean [95% CI] | return at equal env steps (step) | mean [95% CI] |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for env in ENVS:
         if env not in runs:
             continue
-        equal = min(r["steps"] for items in runs[env].values() for r in items)
+        items_all = [r for items in runs[env].values() for r in items]
+        equal, every = min(r["steps"] for r in items_all), max(r["every"] for r in items_all)
+        if every > 0 and equal >= every:  # down to the evaluation grid: a clocked evaluation of every run
+            equal -= equal % every
         for agent in AGENTS:
             items = sorted(runs[env].get(agent, []), key=lambda r: r["seed"])
             if not items:

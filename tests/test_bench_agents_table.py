@@ -22,6 +22,7 @@ def test_plan_gives_each_env_both_agents_under_one_preset_and_budget(tmp_path):
            [a for a in second if not a.startswith(("agent=", "run_dir="))]
     assert "agent=dreamerv3" in first and "agent=dreamerv3_2025" in second
     assert "train.max_minutes=25" in first and f"run_dir={tmp_path}/cartpole_dreamerv3_2025_s0" in second
+    assert "train.steps=1000000" in first  # the budget, not the preset's length, ends every run
     for line in (lines[0], lines[1], lines[-1]):  # every key exists (load_config refuses unknown keys)
         cfg = load_config([a for a in line.split()[4:]])
         assert cfg.train.max_minutes == 25 and cfg.threads == 1
@@ -43,6 +44,7 @@ def write_run(out: Path, name: str, evals, updates=100, finished=True):
     run.mkdir(parents=True)
     if finished:
         steps = evals[-1][0]
+        run.joinpath("config.yaml").write_text("train:\n  eval_every: 2500\n")
         run.joinpath("summary.json").write_text(json.dumps(
             {"env_steps": steps, "updates": updates, "wall_s": evals[-1][1], "evals": evals,
              "eval_return": evals[-1][2]}))
@@ -60,11 +62,12 @@ def test_report_reads_the_budget_return_and_the_return_at_equal_env_steps(tmp_pa
     old, new = rows["dreamerv3"], rows["dreamerv3_2025"]
     assert old[3] == "7,500 / 6,000" and old[5] == "25.0 / 25.0"
     assert old[6] == "500.0 / 250.0" and old[7].startswith("375.0 [")  # (500 + 250) / 2 at the budget
-    # equal env steps: the fewest any cartpole run reached, 5,100; each run's last evaluation at or before it
-    assert old[8] == "300.0 / 200.0 (5,100)" and old[9].startswith("250.0 [")
-    assert new[8] == "400.0 / 120.0 (5,100)"  # seed 1 stopped at 5,100 itself: its final evaluation
-    # t interval over 2 seeds: 260 +- t(0.975, 1) * std(ddof=1) / sqrt(2) = 260 +- 12.7062 * 197.99 / 1.4142
-    assert new[9] == "260.0 [-1518.9, 2038.9] |"
+    # equal env steps: the fewest any cartpole run reached (5,100) down to the eval grid (2,500): 5,000, where every
+    # run has a clocked evaluation (not the final one at 5,100 of the 2025 seed 1)
+    assert old[8] == "300.0 / 200.0 (5,000)" and old[9].startswith("250.0 [")
+    assert new[8] == "400.0 / 100.0 (5,000)"
+    # t interval over 2 seeds: 250 +- t(0.975, 1) * std(ddof=1) / sqrt(2) = 250 +- 12.7062 * 212.13 / 1.4142
+    assert new[9] == "250.0 [-1655.9, 2155.9] |"
     assert "Unfinished (no summary.json): pendulum_dreamerv3_s0" in table
     assert main(["report", str(tmp_path)]) == 0 and capsys.readouterr().out == table
     with pytest.raises(SystemExit):

@@ -355,7 +355,8 @@ def run_with_collector(run: Any) -> None:
                         loop.schedule.updates -= owed  # the owed updates are owed again after a resume
                         run.checkpoint()
                         loop.schedule.updates += owed
-            stop = stop or loop.out_of_time(tc.max_minutes)
+            run.stop_reason(stop)
+            stop = stop or run.stopped_by is not None
             if clocks["log"](loop.env_steps) or stop:
                 run.logger.scalar("collect/late_steps", late)
                 run.write_metrics()

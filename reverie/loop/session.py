@@ -95,6 +95,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         self.row, self.act_state, self._step = None, None, None
         self.row_latent: dict[str, np.ndarray] = {}  # what act() computed for the row add_and_step adds
         self.diverged = self.interrupted = False
+        self.stopped_by: str | None = None  # "stop_return" | "max_minutes": what ended the run before its length
         self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
         self.progress: Progress | None = None
         self._flag: SignalFlag | None = None  # several ranks: the signal flag they agree on (see running)
@@ -221,6 +222,16 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
             with self.replay_lock:
                 self.replay.write(batch["replay_column"], batch["replay_start"] + self.context, writes)
 
+    def stop_reason(self, reached: bool) -> None:
+        """Record why the run stops early (``stopped_by`` in ``summary.json``): ``reached`` (``train.stop_return``
+        met at the evaluation just run), else ``train.max_minutes`` spent. Offline runs (``reverie pretrain``) count
+        updates, not minutes: the budget does not apply to them."""
+        if self.stopped_by is None:
+            if reached:
+                self.stopped_by = "stop_return"
+            elif not self.offline and self.loop.out_of_time(self.cfg.train.max_minutes):
+                self.stopped_by = "max_minutes"
+
     def tick(self) -> bool:
         """After an env step (an update offline): stop on divergence; evaluate, log and checkpoint on their clocks;
         True when the run stops (``train.stop_return`` reached, ``train.max_minutes`` spent, a signal on any rank, or
@@ -232,7 +243,8 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         if clocks["eval"](step) and self.eval_episodes and self.info.is_main:  # the others wait at `agree`
             mean_return = self.evaluate()
             stop = tc.stop_return is not None and mean_return >= tc.stop_return
-        stop = stop or loop.out_of_time(tc.max_minutes)
+        self.stop_reason(stop)
+        stop = stop or self.stopped_by is not None
         if clocks["log"](step) or stop:
             self.write_metrics()
         if clocks["checkpoint"](step):
@@ -262,13 +274,13 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         summary = {"env_steps": loop.env_steps, "updates": loop.updates, "eval_return": final, "evals": loop.evals,
                    "wall_s": wall, "best_eval_step": None if best is None else best[0],
                    "best_eval_return": float("nan") if best is None else best[1],
-                   "interrupted": self.interrupted, "diverged": self.diverged,
+                   "interrupted": self.interrupted, "diverged": self.diverged, "stopped_by": self.stopped_by,
                    "resumed_from": None if self.saved is None else self.saved["counters"]["updates" if self.offline
                                                                                         else "env_steps"]}
         if not stopped and info.is_main:
             write_summary(self.run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
         outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"
-        if outcome == "done" and loop.out_of_time(cfg.train.max_minutes):
+        if outcome == "done" and self.stopped_by == "max_minutes":
             outcome = f"done (train.max_minutes={cfg.train.max_minutes:g} spent)"
         where = "update" if self.offline else "env step"
         kept = f" (best {best[1]:.1f} at {where} {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""

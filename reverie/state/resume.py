@@ -21,7 +21,8 @@ from typing import Any
 #: shapes the state being resumed, so changing it would not continue the same run.
 SAFE_KEYS = (
     "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
-    "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return", "train.max_minutes",
+    "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
+    "train.max_minutes",
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
     "logger", "exp_name",
     "run_dir",
@@ -84,8 +85,23 @@ def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dic
         raise ResumeError(
             f"cannot resume with these config changes (they change the run being continued):\n{listed}\n"
             f"Keys that may change on resume: {', '.join(SAFE_KEYS)}. Drop those overrides to resume, or start a "
-            f"new run in another run_dir (optionally from this run's config.yaml).")
+            f"new run in another run_dir (optionally from this run's config.yaml). If you gave none of them, a preset "
+            f"changed since the run started: add the run's own values to the resume command: "
+            f"{' '.join(override_text(k, old) for k, (old, _) in unsafe.items())}")
     return changes
+
+
+def override_text(key: str, value: Any) -> str:
+    """``key=value`` as a command-line override (``null``, ``true``/``false``, lists in brackets)."""
+    def text(v: Any) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(text(x) for x in v) + "]"
+        return str(v)
+    return f"{key}={text(value)}"
 
 
 RESUME_KEYS = ("agent", "replay_meta", "ratio", "counters", "clocks", "rng", "stepper", "row", "act_state", "config")
@@ -145,38 +161,49 @@ def finished(run_dir: str | Path, cfg: Any, saved_config: Mapping[str, Any],
     done = read_summary(run_dir)
     if done is None:
         return None
+    lengthened = int(cfg[group][key]) > int(saved_config[group][key])
     if length == ("train", "steps") and done["env_steps"] < int(saved_config["train"]["steps"]):
-        why = early_stop(done, cfg["train"], saved_config["train"])  # stopped before train.steps
+        why = early_stop(done, cfg["train"], saved_config["train"], lengthened)  # stopped before train.steps
         if why is None:
             return None  # the new limits let it go on
         print(f"[reverie] {run_dir} stopped at {done['env_steps']} of {saved_config['train']['steps']} env steps "
               f"(summary.json): {why}")
         return done
-    if int(cfg[group][key]) <= int(saved_config[group][key]):
+    if not lengthened:
         print(f"[reverie] {run_dir} already finished ({done['updates']} updates, {done['env_steps']} env steps, "
               f"summary.json); raise {group}.{key} above {saved_config[group][key]} to continue it")
         return done
     return None
 
 
-def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: Mapping[str, Any]) -> str | None:
+def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: Mapping[str, Any],
+               lengthened: bool = False) -> str | None:
     """Why a run that stopped before ``train.steps`` (its ``summary.json``: ``done``) still stops under the new
     ``train`` settings, with how to continue it; None when they let it go on: a larger (or null)
     ``train.max_minutes`` than the wall time it has spent, or a higher (or null) ``train.stop_return`` than the
-    return it stopped at."""
+    return it stopped at. The cause is the summary's ``stopped_by``; summaries from before that key are judged by
+    their numbers. A run stopped for another reason goes on when ``lengthened`` (``train.steps`` raised)."""
     budget, saved_budget = train.get("max_minutes"), saved_train.get("max_minutes")
-    if saved_budget is not None and done["wall_s"] >= 60.0 * saved_budget:  # the budget stopped it
+    target, saved_target = train.get("stop_return"), saved_train.get("stop_return")
+    cause = done.get("stopped_by")
+    if cause is None and "stopped_by" not in done:  # an older summary
+        if saved_budget is not None and done["wall_s"] >= 60.0 * saved_budget:
+            cause = "max_minutes"
+        elif saved_target is not None and done["eval_return"] >= saved_target:
+            cause = "stop_return"
+    if cause == "max_minutes":
         if budget is None or done["wall_s"] < 60.0 * budget:
             return None
         return (f"its train.max_minutes={saved_budget:g} is spent ({done['wall_s'] / 60:.1f} min); give a larger "
                 f"train.max_minutes (or train.max_minutes=null) to continue it")
-    target, saved_target = train.get("stop_return"), saved_train.get("stop_return")
-    if saved_target is not None and done["eval_return"] >= saved_target:  # the return target stopped it
-        if target is None or done["eval_return"] < target:
+    if cause == "stop_return":
+        if target is None or not done["eval_return"] >= target:
             return None
         return (f"its eval return {done['eval_return']:.1f} reached train.stop_return={saved_target:g}; give a higher "
                 f"train.stop_return (or train.stop_return=null) to continue it")
-    return "it stopped early; resume it with a larger train.steps to continue"
+    if lengthened:
+        return None
+    return f"it stopped early; raise train.steps above {saved_train['steps']} to continue it"
 
 
 def save_overrides(run_dir: str | Path, overrides: list[str]) -> None:
