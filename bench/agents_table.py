@@ -12,14 +12,13 @@ thread, ``train.max_minutes`` (the budget: the run stops there with a final eval
 ``report`` reads each finished run's ``summary.json`` (its evaluations: env step, wall seconds, mean return) and
 writes, per env and agent, the return at the budget (equal wall-clock: every run had the same minutes, its
 evaluations included) and the return at equal env steps (the last clocked evaluation, on the ``train.eval_every``
-grid, that every run of that env reached), per seed and as a mean with a 95% t interval over seeds. Runs without ``summary.json`` (still going,
-or stopped before their budget) are listed as unfinished and left out of the means.
+grid, that every run of that env reached), per seed and as a mean with a 95% t interval over seeds. Runs without
+``summary.json`` (still going, or stopped before their budget) are listed as unfinished and left out of the means.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ if __package__ in (None, ""):  # run as a script: bench/ is a folder at the repo
 from omegaconf import OmegaConf  # noqa: E402
 
 from bench.fidelity import mean_ci  # noqa: E402
+from reverie.state.resume import read_summary  # noqa: E402
 
 #: env name in run folders -> the overrides that select the env and its CPU preset (the same for both agents)
 ENVS: dict[str, list[str]] = {
@@ -98,11 +98,10 @@ def report(out: Path) -> str:
         if parsed is None:
             continue
         env, agent, seed = parsed
-        summary_file = run_dir / "summary.json"
-        if not summary_file.is_file():
+        s = read_summary(run_dir)
+        if s is None:
             unfinished.append(run_dir.name)
             continue
-        s = json.loads(summary_file.read_text())
         every = int(OmegaConf.load(run_dir / "config.yaml").train.eval_every)
         runs.setdefault(env, {}).setdefault(agent, []).append(
             {"seed": seed, "steps": int(s["env_steps"]), "updates": int(s["updates"]), "wall": s["wall_s"] / 60.0,
