@@ -34,6 +34,7 @@ from reverie.types import ActionSpec
 #: barlow 0.05, infonce 1.0); the table is checked against the world model's losses as a set (``loss_scale_table``)
 LOSS_SCALES = {"rec": 1.0, "barlow": 0.05, "infonce": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}
 IMAG_CONT = ("mode", "prob")  # how imagination reads the continue head (DreamerV3 imag_cont)
+ACTOR_GRAD_DISC = ("reinforce", "backprop")  # how a discrete actor learns (2023 reference actor_grad_disc)
 
 
 class Actor(nn.Module):
@@ -119,6 +120,13 @@ class DreamerV3(WorldModelAgent):
             trajectory ends only where the head is past 0.5; on an env whose terminations are rare (CartPole's cart
             leaving the track) the head stays above 0.5 until the last step, so the 15-step returns never see the
             end coming and the critic stays flat (docs/dreamerv3.md, 'CartPole under exp=classic').
+        actor_grad_disc: how a discrete actor learns (2023 reference ``configs.yaml:84`` ``actor_grad_disc``):
+            ``"reinforce"`` (the reference's default: the detached advantage weights ``log pi(a_t | s_t)``, the
+            rollout needs no gradients) or ``"backprop"`` (the reference's other choice, ``agent.py`` ``loss``'s
+            ``'backprop': -adv``: the imagined actions are straight-through one-hot samples, ``one_hot + p -
+            sg(p)`` as the reference's ``OneHotDist.sample``, and the return's gradient flows through the imagined
+            dynamics, reward, continue and critic into the actor, as for continuous actions). Continuous actions
+            always learn by backprop (``actor_grad_cont: backprop``).
         loss_scales: world-model loss scales by key, over :data:`LOSS_SCALES` (reference: rec 1 for every decoded
             key, reward 1, cont 1, dyn 0.5, rep 0.1; barlow 0.05, infonce 1.0 for the decoder-free objectives);
             after ``rec`` is spread over the decoded keys (an observation key's own entry wins) and the other
@@ -148,7 +156,8 @@ class DreamerV3(WorldModelAgent):
 
     Raises:
         ValueError: a world-model loss without a scale or a ``loss_scales`` key that is no loss; an unknown
-            ``imag_cont``, ``representation``, objective setting, ``kernels``, ``planner`` or ``plan`` setting.
+            ``imag_cont``, ``actor_grad_disc``, ``representation``, objective setting, ``kernels``, ``planner`` or
+            ``plan`` setting.
         TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
     """
 
@@ -156,14 +165,16 @@ class DreamerV3(WorldModelAgent):
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec: ActionSpec, *,
                  dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
-                 mlp_units: int | None = 1024, mlp_layers: int | None = 5, cnn_depth: int = 32, cnn: dict | None = None, horizon: int = 15, imag_last: int = 0, imag_cont: str = "mode",
+                 mlp_units: int | None = 1024, mlp_layers: int | None = 5, cnn_depth: int = 32,
+                 cnn: dict | None = None, horizon: int = 15, imag_last: int = 0, imag_cont: str = "mode",
                  gamma: float = 1.0 - 1.0 / 333.0, lam: float = 0.95, unimix: float = 0.01,
                  loss_scales: dict[str, float] | None = None, actor_entropy: float = 3e-4,
                  slow_critic_fraction: float = 0.02, slow_reg: float = 1.0, model_lr: float = 1e-4,
                  model_eps: float = 1e-8, model_clip: float = 1000.0, actor_lr: float = 3e-5, critic_lr: float = 3e-5,
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
                  compile: bool = False, kernels: str = "auto", planner: str = "actor", plan: dict | None = None,
-                 representation: str = "reconstruction", objectives: dict | None = None):
+                 representation: str = "reconstruction", objectives: dict | None = None,
+                 actor_grad_disc: str = "reinforce"):
         super().__init__()
         if imag_last < 0:
             raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
@@ -173,6 +184,11 @@ class DreamerV3(WorldModelAgent):
             raise ValueError(f"DreamerV3: imag_cont must be one of {IMAG_CONT} (mode: the 2023 reference's 0/1 flag; "
                              f"prob: the continue probability, as the current official code), got {imag_cont!r}")
         self.imag_cont = imag_cont
+        if actor_grad_disc not in ACTOR_GRAD_DISC:
+            raise ValueError(f"DreamerV3: actor_grad_disc must be one of {ACTOR_GRAD_DISC} (reinforce: the 2023 "
+                             f"reference's default; backprop: the return's gradient through the imagined dynamics "
+                             f"with straight-through one-hot actions), got {actor_grad_disc!r}")
+        self.actor_grad_disc = actor_grad_disc
         self.planner = make_dreamer_planner(action_spec, planner, plan)  # None: the actor acts
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
@@ -318,41 +334,44 @@ class DreamerV3(WorldModelAgent):
 
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
-        dynamics, discrete = self.wm.dynamics, self.spec.discrete
-        dists: list[torch.distributions.Distribution] = []  # continuous: pi(. | s_t), t = 0..H, for the actor loss
+        dynamics = self.wm.dynamics
+        # `reinforce`: discrete actions by REINFORCE (actor_grad_disc, the default); else backprop (continuous
+        # actions always; discrete ones with actor_grad_disc=backprop, through straight-through one-hot samples)
+        reinforce = self.spec.discrete and self.actor_grad_disc == "reinforce"
+        dists: list[torch.distributions.Distribution] = []  # backprop: pi(. | s_t), t = 0..H, for the actor loss
         passes = self._actor_passes()
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
             feat = dynamics.features(state).to(self.compute_dtype)  # (N, F)
-            if discrete:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
+            if reinforce:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
                 return self.actor.sample(passes(feat), fast=self.fast)
             dist = self.actor(feat.detach())  # the actor's input is detached; its action is not
             dists.append(dist)
-            return dist.rsample()
+            return dist.rsample()  # continuous: reparameterised; discrete: straight-through one-hot
 
-        # Discrete actions learn by REINFORCE: the rollout needs no gradients. Continuous actions learn by
-        # backpropagating returns through the dynamics (straight through the world model into the actions).
-        with torch.no_grad() if discrete else nullcontext():
+        # REINFORCE: the rollout needs no gradients. Backprop: the returns' gradient flows through the dynamics
+        # (straight through the world model into the actions).
+        with torch.no_grad() if reinforce else nullcontext():
             states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
             feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F), cast once, read by every head
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
             cont_dist = self.wm.cont(feat[1:])  # Bernoulli over (H, N)
             cont_step = cont_dist.mode if self.imag_cont == "mode" else cont_dist.mean  # 0/1 or the probability
             cont = torch.cat([start_cont[None], cont_step.to(start_cont.dtype)])  # start's own flag is known
-        # Discrete: one critic pass serves the returns (detached) and the critic loss, and one softmax of it the
-        # values and the loss's backward. Continuous: the returns need values differentiable in the imagined
+        # REINFORCE: one critic pass serves the returns (detached) and the critic loss, and one softmax of it the
+        # values and the loss's backward. Backprop: the returns need values differentiable in the imagined
         # states, so the critic loss gets its own pass below.
         critic_probs = None
-        with torch.enable_grad() if discrete else nullcontext():
+        with torch.enable_grad() if reinforce else nullcontext():
             critic_out = self.critic(feat)  # (H+1, N, 255)
-        if discrete:
+        if reinforce:
             with torch.no_grad():
                 critic_probs = torch.softmax(critic_out, -1, dtype=torch.promote_types(critic_out.dtype,
                                                                                         torch.float32))
                 value = TwoHotSymlog(critic_out, probs=critic_probs).mean  # (H+1, N)
         else:
             value = TwoHotSymlog(critic_out).mean  # (H+1, N)
-        ret = lambda_return(reward, value if not discrete else value.detach(), cont, self.gamma, self.lam)  # (H, N)
+        ret = lambda_return(reward, value.detach() if reinforce else value, cont, self.gamma, self.lam)  # (H, N)
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
         # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
@@ -362,11 +381,11 @@ class DreamerV3(WorldModelAgent):
         if finite_ret:
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
-        # continuous (dynamics backprop): the baseline keeps its gradient through the imagined states, as the 2023
-        # reference's `adv = normed_ret - normed_base` with `base = value[:-1]` (agent.py, ImagActorCritic.loss);
-        # discrete: REINFORCE weights log pi by the detached advantage either way
+        # backprop: the baseline keeps its gradient through the imagined states, as the 2023 reference's
+        # `adv = normed_ret - normed_base` with `base = value[:-1]` (agent.py, ImagActorCritic.loss);
+        # REINFORCE weights log pi by the detached advantage either way
         adv = (ret - value[:-1]) / scale  # (H, N)
-        if discrete:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
+        if reinforce:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
             policy_dist = self.actor.dist(passes.replay(feat[:-1].detach()))  # (H, N)
             objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)
             entropy = policy_dist.entropy()  # (H, N)
@@ -384,7 +403,7 @@ class DreamerV3(WorldModelAgent):
 
         # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
         critic_feat = feat[:-1].detach()
-        critic_dist = TwoHotSymlog(critic_out[:-1], probs=critic_probs[:-1], fast=self.fast) if discrete else \
+        critic_dist = TwoHotSymlog(critic_out[:-1], probs=critic_probs[:-1], fast=self.fast) if reinforce else \
             TwoHotSymlog(self.critic(critic_feat), fast=self.fast)
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean

@@ -8,12 +8,11 @@ import numpy as np
 import torch
 
 from reverie.agents.dreamer import DreamerV3
-from reverie.agents.returns import imagination_weights, lambda_return
-from reverie.models.distributions import TwoHotSymlog
 from reverie.models.dynamics import CategoricalRSSM, scale_action
 from reverie.types import ActionSpec
 
 from helpers.agents import dreamer
+from helpers.actor_grads import reference_actor_grads
 
 TINY = dreamer(deter=16, units=16, horizon=3)
 
@@ -69,33 +68,6 @@ def test_imagined_actions_enter_the_dynamics_inside_the_unit_box():
     assert max(float(m) for m in seen) <= 1.0  # ... and are scaled back into it before the dynamics read them
 
 
-def _reference_actor_grads(agent, start, start_cont, detach_baseline):
-    """The 2023 reference's continuous actor loss written out step by step on dense features: roll the prior with
-    reparameterised actor samples, lambda-returns through the reward head and critic, advantage ``(ret - value[:-1])
-    / scale`` (``ImagActorCritic.loss``: ``base = value[:-1]`` keeps its gradient), entropy bonus, weights."""
-    rssm, H = agent.wm.dynamics, agent.horizon
-    state, feats, entropies = start, [], []
-    for t in range(H + 1):
-        feat = torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # (N, D + S*K), dense
-        feats.append(feat)
-        dist = agent.actor(feat.detach())
-        entropies.append(dist.entropy())
-        action = dist.rsample()
-        if t < H:
-            state = rssm.img_step(state, action)
-    feat = torch.stack(feats)  # (H+1, N, F)
-    reward = torch.cat([torch.zeros_like(start_cont)[None], agent.wm.reward(feat[1:]).mean])
-    cont = torch.cat([start_cont[None], agent.wm.cont(feat[1:]).mode])
-    value = TwoHotSymlog(agent.critic(feat)).mean
-    ret = lambda_return(reward, value, cont, agent.gamma, agent.lam)
-    agent.retnorm.update(ret.detach())
-    base = value[:-1].detach() if detach_baseline else value[:-1]
-    adv = (ret - base) / agent.retnorm.scale()
-    weight = imagination_weights(cont, agent.gamma)[:-1]
-    loss = -(weight * (adv + agent.actor_entropy * torch.stack(entropies[:-1]))).mean()
-    return torch.autograd.grad(loss, list(agent.actor.parameters()))
-
-
 def test_continuous_actor_gradient_is_the_reference_with_the_baseline_gradient():
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
@@ -110,10 +82,10 @@ def test_continuous_actor_gradient_is_the_reference_with_the_baseline_gradient()
     start_cont = torch.ones(start["deter"].shape[0])
     rng, norm = torch.get_rng_state(), copy.deepcopy(agent.retnorm.state_dict())
 
-    expected = _reference_actor_grads(agent, start, start_cont, detach_baseline=False)
+    expected = reference_actor_grads(agent, start, start_cont, detach_baseline=False)
     torch.set_rng_state(rng)
     agent.retnorm.load_state_dict(norm)
-    detached = _reference_actor_grads(agent, start, start_cont, detach_baseline=True)
+    detached = reference_actor_grads(agent, start, start_cont, detach_baseline=True)
     torch.set_rng_state(rng)
     agent.retnorm.load_state_dict(norm)
 

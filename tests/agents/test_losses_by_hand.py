@@ -69,10 +69,11 @@ def returns_and_weights(v: float) -> tuple[list[list[float]], list[list[float]]]
     return ret, weight
 
 
-def fixed_agent(discrete: bool, monkeypatch):
+def fixed_agent(discrete: bool, monkeypatch, **kwargs):
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), gamma=GAMMA, lam=LAM, actor_entropy=ETA,
-                      slow_reg=SLOW_REG, **dreamer(deter=8, units=8, horizon=H, kernels="off", precision="float64"))
+                      slow_reg=SLOW_REG, **dreamer(deter=8, units=8, horizon=H, kernels="off", precision="float64"),
+                      **kwargs)
     biases = {}
     for name, net, size in (("actor", agent.actor.net, 2 if discrete else 4), ("critic", agent.critic, 255),
                             ("slow", agent.slow_critic, 255)):
@@ -139,6 +140,23 @@ def test_continuous_actor_loss_by_hand(monkeypatch):
     std_raw = biases["actor"][2:]  # the net's output (mean_raw, std_raw) = its bias
     entropy = sum(0.5 * math.log(2 * math.pi * math.e * (0.9 / (1 + math.exp(-(float(u) + 2))) + 0.1) ** 2)
                   for u in std_raw)
+    actor = sum(weight[n][t] * ((ret[n][t] - v) + ETA * entropy) for n in range(N) for t in range(H))
+    assert float(metrics["return/scale"]) == 1.0
+    assert float(metrics["actor/entropy"]) == pytest.approx(entropy, rel=1e-9)
+    assert float(metrics["loss/actor"]) == pytest.approx(-actor / (H * N), rel=1e-6, abs=1e-9)
+
+
+def test_discrete_backprop_actor_loss_by_hand(monkeypatch):
+    """``actor_grad_disc=backprop`` (reference ``agent.py``: ``'backprop': -adv``): as the continuous loss, the
+    objective is the normalised advantage itself, ``L = -mean_{t,n} w_t ((R_t - v) / S + eta H[pi])``, here with
+    the entropy of the unimix categorical ``p = 0.99 softmax(b) + 0.01 / 2``: ``-sum_a p_a log p_a``."""
+    agent, start, actions, biases = fixed_agent(True, monkeypatch, actor_grad_disc="backprop")
+    metrics = agent._behavior(start, torch.ones(N, dtype=torch.float64))
+
+    v = head_value(biases["critic"])
+    ret, weight = returns_and_weights(v)
+    p = 0.99 * torch.softmax(biases["actor"], 0) + 0.01 / 2
+    entropy = -float((p * p.log()).sum())
     actor = sum(weight[n][t] * ((ret[n][t] - v) + ETA * entropy) for n in range(N) for t in range(H))
     assert float(metrics["return/scale"]) == 1.0
     assert float(metrics["actor/entropy"]) == pytest.approx(entropy, rel=1e-9)

@@ -88,6 +88,22 @@ def test_kernels_auto_equals_off_over_whole_updates_in_float64(discrete, image, 
     assert_same_updates(fast, fast_metrics, plain, plain_metrics, run("off", spec, image, updates=0)[0])
 
 
+def test_kernels_auto_equals_off_with_the_discrete_actor_by_backprop(monkeypatch):
+    """``actor_grad_disc=backprop``: the rollout runs under autograd with straight-through one-hot actions, so the
+    actor tape (REINFORCE's) is not used; every other kernel is."""
+    spec = ActionSpec(True, 2)
+    calls = count_kernels(monkeypatch)
+    fast, fast_metrics = run("auto", spec, False, actor_grad_disc="backprop")
+    used = dict(calls)
+    calls.clear()
+    plain, plain_metrics = run("off", spec, False, actor_grad_disc="backprop")
+    expected = {"fused observe scan", "two-hot backward", "straight-through node", "one-hot gathers",
+                "sign-bit search"}
+    assert set(used) == expected and not calls, (used, dict(calls))
+    assert_same_updates(fast, fast_metrics, plain, plain_metrics,
+                        run("off", spec, False, updates=0, actor_grad_disc="backprop")[0])
+
+
 def assert_same_updates(fast, fast_metrics, plain, plain_metrics, initial, metric_abs: float = 1e-12,
                         param_abs: float = 1e-12) -> None:
     """Every metric and every parameter equal up to the order of float64 additions, and the updates changed the
