@@ -26,13 +26,15 @@ def test_cfg_diff_prints_it_and_diff_alone_is_refused(capsys):
     assert main(["train", "exp=classic", "--cfg", "--diff"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "agent.train_ratio: 512 -> 128" in out and "agent.module.model_lr: 0.0001 -> 0.0003" in out
-    # the header and what exp=classic changes for DreamerV3: learning rates, train_ratio, run length, and size xs
-    # (with the vector encoder/decoder sized by it) against the reference's size s and 5 x 1024 MLPs
+    # the header and what exp=classic changes for DreamerV3: the world model's and critic's learning rates (the
+    # actor's is the reference's 3e-5), the imagined continue's reading, train_ratio, run length, and size xs (with
+    # the vector encoder/decoder sized by it) against the reference's size s and 5 x 1024 MLPs
+    assert "agent.module.critic_lr: 3e-05 -> 0.001" in out and "agent.module.imag_cont: mode -> prob" in out
     assert sorted(line.split(":")[0] for line in out[1:]) == [
-        "agent.module.actor_lr", "agent.module.cnn_depth", "agent.module.critic_lr", "agent.module.dynamics.deter",
-        "agent.module.dynamics.units", "agent.module.layers", "agent.module.mlp_layers", "agent.module.mlp_units",
-        "agent.module.model_lr", "agent.module.units", "agent.train_ratio", "exp_name", "size.cnn_depth",
-        "size.deter", "size.layers", "size.units", "train.steps"]
+        "agent.module.cnn_depth", "agent.module.critic_lr", "agent.module.dynamics.deter",
+        "agent.module.dynamics.units", "agent.module.imag_cont", "agent.module.layers", "agent.module.mlp_layers",
+        "agent.module.mlp_units", "agent.module.model_lr", "agent.module.units", "agent.train_ratio", "exp_name",
+        "size.cnn_depth", "size.deter", "size.layers", "size.units", "train.steps"]
     assert main(["train", "--diff"]) == 2 and "--diff goes with --cfg" in capsys.readouterr().err
 
 
