@@ -108,7 +108,7 @@ def test_presets_resolve_per_agent_and_agent_planet_builds_under_the_default_pre
     assert (cfg.agent.module.act, cfg.agent.module.planet_dreamer_nets) == ("relu", False)
     assert "actor_lr" not in cfg.agent.module  # DreamerV3's classic learning rates stay with DreamerV3
     dreamer = load_config([])  # exp=classic -> agent_exp/dreamerv3_classic.yaml
-    assert (dreamer.agent.train_ratio, dreamer.agent.module.actor_lr) == (128, 1.0e-4)
+    assert (dreamer.agent.train_ratio, dreamer.agent.module.critic_lr) == (128, 1.0e-3)
     assert load_config(["agent=planet", "exp=debug"]).agent.module.dynamics.deter == 16
     check_setup(load_config(["agent=planet", "env=pendulum"]))  # builds env and agent without error
 

@@ -24,8 +24,8 @@ previous 2-action check took 42 s here against its documented 28 s), mean of the
   21-22 CPU s. Reward loss at 0 (``reward_scale=0``): 2.87 / 2.77 / 2.67.
 
 Slow checks (``make test-slow``) train the default presets on CartPole (judged on its last evaluations, with a
-counter-check: the preset's values before its CartPole change do not keep the solve) and Pendulum, and ``exp=dmc_cpu`` on DMC
-proprio cartpole_swingup (30k frames, ~18 min).
+counter-check: the preset's values before its CartPole change do not keep the solve; ~45 min each) and Pendulum,
+and ``exp=dmc_cpu`` on DMC proprio cartpole_swingup (30k frames, ~18 min).
 """
 
 from dataclasses import dataclass
@@ -130,7 +130,8 @@ def cartpole_run(tmp_path, *extra: str) -> list[tuple[int, float]]:
     """`make train`'s default run (CartPole-v1, exp=classic, 30k env steps, seed 0) on one thread, as measured, with
     ``extra`` overrides."""
     run_dir = tmp_path / "cartpole"
-    assert main(["train", f"run_dir={run_dir}", "threads=1", "train.progress=false", "train.video=false", *extra]) == 0
+    assert main(["train", f"run_dir={run_dir}", "seed=0", "threads=1", "train.progress=false", "train.video=false",
+                 *extra]) == 0
     return eval_returns(run_dir)
 
 
@@ -138,21 +139,24 @@ def cartpole_run(tmp_path, *extra: str) -> list[tuple[int, float]]:
 def test_dreamerv3_keeps_cartpole_solved(tmp_path):
     """`make train`'s default run, all 30k env steps: the mean of its last 3 evaluations (10 episodes each, at 25k,
     27.5k and 30k env steps) must reach 475, README's "solved". A random policy scores ~22, the first evaluation
-    (2.5k env steps) 10-12.
-    Measured (one thread, AMD EPYC, ~42 min each), last 3 evaluations: seed 0 500 / 496 / 500 (mean 498.7),
-    seed 1 500 / 500 / 496 (498.7); the curves are in docs/dreamerv3.md."""
+    (2.5k env steps) 9-12.
+    Measured (one thread, AMD EPYC, bf16, 42-44 min each), last 3 evaluations: seed 0 500 / 496 / 500 (mean 498.7),
+    seed 1 500 / 500 / 496 (498.7), seed 2 486 / 478 / 491 (485.0); the curves are in docs/dreamerv3.md. The runs
+    are exact per machine, not across machines (bf16 and float sums differ by CPU): seed 2's margin of 10 says a
+    seed can end near the threshold."""
     returns = cartpole_run(tmp_path)
-    assert max(ret for _, ret in returns) >= 475.0, returns  # it is solved at some point
-    assert learned(returns, 475.0), returns  # and stays solved to the end
+    assert learned(returns, 475.0), returns
 
 
 @pytest.mark.slow
 def test_cartpole_without_the_fix_does_not_keep_it(tmp_path):
     """The counter-check: the same run with exp=classic's earlier actor and critic learning rates (1e-4 each) and
     the imagined continue read as its mode reaches 475 and falls back: last 3 evaluations 201 / 487 / 211 (seed 0,
-    mean 300; docs/dreamerv3.md)."""
+    mean 300), measured on an Intel Xeon from the tree before the dynamics-protocol merge (docs/dreamerv3.md; not
+    rerun since: at ~45 min a run, the cores went to the screens of the fix)."""
     returns = cartpole_run(tmp_path, *CARTPOLE_FIX_REMOVED)
-    assert not learned(returns, 475.0), returns
+    assert max(ret for _, ret in returns) >= 475.0, returns  # it learns: solved at some point
+    assert not learned(returns, 475.0), returns  # and does not keep it
 
 
 @pytest.mark.slow
