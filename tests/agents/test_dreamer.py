@@ -8,26 +8,17 @@ import torch
 from reverie.agents.dreamer import DreamerV3
 from reverie.models.distributions import Bernoulli, TwoHotSymlog
 from reverie.types import ActionSpec
-from helpers.agents import dreamer
+from helpers.agents import dreamer, vector_batch
 
 TINY = dreamer(deter=16, units=16, horizon=3)
 
-
-def batch(T=6, B=3, F=4, A=2, seed=0):
-    rng = np.random.default_rng(seed)
-    is_first = np.zeros((T, B), bool)
-    is_first[0] = True
-    return {"vector": rng.normal(size=(T, B, F)).astype(np.float32),
-            "prev_action": np.eye(A, dtype=np.float32)[rng.integers(A, size=(T, B))] * ~is_first[..., None],
-            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
-            "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
 
 
 @pytest.mark.parametrize("discrete", [True, False])
 def test_update_returns_finite_metrics_and_act_shapes(discrete):
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
-    metrics = agent.update(batch())
+    metrics = agent.update(vector_batch())
     for key in ("loss/vector", "loss/reward", "loss/cont", "loss/dyn", "loss/rep", "loss/actor", "loss/critic"):
         assert np.isfinite(metrics[key]), key
     obs = {"vector": np.zeros((5, 4), np.float32), "is_first": np.ones(5, bool)}
@@ -52,7 +43,7 @@ def test_loss_scales_must_match_world_model_losses():
 def test_state_dict_round_trip_acts_identically():
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
-    agent.update(batch())
+    agent.update(vector_batch())
     other = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
     other.load_state_dict(agent.state_dict())
     obs = {"vector": np.ones((2, 4), np.float32), "is_first": np.ones(2, bool)}
@@ -68,7 +59,7 @@ def test_slow_critic_tracks_critic_by_ema():
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), slow_critic_fraction=0.02, **TINY)
     slow_before = [p.clone() for p in agent.slow_critic.parameters()]
-    agent.update(batch())
+    agent.update(vector_batch())
     for before, slow, fast in zip(slow_before, agent.slow_critic.parameters(), agent.critic.parameters()):
         torch.testing.assert_close(slow, 0.98 * before + 0.02 * fast)
 
@@ -113,7 +104,7 @@ def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
 def test_return_normaliser_range_metrics_match_its_state():
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
-    metrics = agent.update(batch())
+    metrics = agent.update(vector_batch())
     low, high = agent.retnorm.low.item(), agent.retnorm.high.item()
     assert (metrics["return/low"], metrics["return/high"]) == pytest.approx((low, high), abs=1e-7)
     assert low < high  # one update moves the EMAs 1% of the way from 0 towards the 5th / 95th percentiles
@@ -130,7 +121,7 @@ def test_acting_then_updating_in_each_precision(precision):
     obs = {"vector": np.zeros((20, 4), np.float32), "is_first": np.ones(20, bool)}
     for _ in range(2):
         agent.act(obs, None, "explore")
-        metrics = agent.update(batch(T=8, B=40))  # 320 imagination starts: the gather path
+        metrics = agent.update(vector_batch(T=8, B=40))  # 320 imagination starts: the gather path
         assert np.isfinite(metrics["loss/actor"]) and np.isfinite(metrics["loss/model"])
 
 
@@ -144,7 +135,7 @@ def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: boo
 
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
-    agent.update(batch())  # move the heads off their zero-initialised outputs
+    agent.update(vector_batch())  # move the heads off their zero-initialised outputs
     dynamics, module, opt, rollout, checked = agent.wm.dynamics, getattr(agent, name), getattr(agent, f"{name}_opt"), \
         {}, {}
     imagine, step = dynamics.imagine, opt.step
@@ -165,7 +156,7 @@ def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: boo
         return step(*args, **kwargs)
 
     opt.step = reference_then_step
-    agent.update(batch(seed=1))
+    agent.update(vector_batch(seed=1))
     assert checked["grads"] > 0.0
 
 
@@ -211,7 +202,7 @@ def test_imag_last_imagines_from_the_last_rows_only():
     for imag_last, rows in ((2, slice(4, 6)), (0, slice(0, 6))):
         torch.manual_seed(0)
         agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY, imag_last=imag_last)
-        data = batch(T=6, B=3)
+        data = vector_batch(T=6, B=3)
         data["is_terminal"][5, 1] = True
         seen = {}
         behavior = agent._behavior
@@ -235,9 +226,9 @@ def test_update_model_is_the_world_model_step_of_update(discrete):
     model_only.load_state_dict(full.state_dict())
     before = {k: v.clone() for k, v in model_only.state_dict()["modules"].items()}
     torch.manual_seed(1)
-    full_metrics = full.update(batch())
+    full_metrics = full.update(vector_batch())
     torch.manual_seed(1)
-    metrics = model_only.update_model(batch())
+    metrics = model_only.update_model(vector_batch())
     assert metrics == {k: v for k, v in full_metrics.items() if k in metrics}
     assert "loss/vector" in metrics and "loss/actor" not in metrics and metrics["guard/nonfinite"] == 0.0
     after = model_only.state_dict()
@@ -252,7 +243,7 @@ def test_update_model_is_the_world_model_step_of_update(discrete):
 def test_load_pretrained_takes_the_world_model_or_everything():
     torch.manual_seed(0)
     trained = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)
-    trained.update(batch())
+    trained.update(vector_batch())
     state = trained.state_dict()
     torch.manual_seed(1)
     fresh = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **TINY)

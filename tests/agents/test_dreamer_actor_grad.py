@@ -6,7 +6,6 @@ continuous actions; ``reinforce`` (the default) weights ``log pi`` by the detach
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 
@@ -15,19 +14,10 @@ from reverie.configs.compose import load_config
 from reverie.types import ActionSpec
 
 from helpers.actor_grads import reference_actor_grads
-from helpers.agents import dreamer
+from helpers.agents import dreamer, vector_batch
 
 TINY = dreamer(deter=16, units=16, horizon=3)
 
-
-def discrete_batch(T=6, B=3, F=4, A=3, seed=0):
-    rng = np.random.default_rng(seed)
-    is_first = np.zeros((T, B), bool)
-    is_first[0] = True
-    return {"vector": rng.normal(size=(T, B, F)).astype(np.float32),
-            "prev_action": np.eye(A, dtype=np.float32)[rng.integers(A, size=(T, B))] * ~is_first[..., None],
-            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
-            "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
 
 
 def trained_agent(actor_grad_disc):
@@ -35,11 +25,11 @@ def trained_agent(actor_grad_disc):
     (values that vary by state), and imagination starts from the posterior of another batch."""
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 3), **TINY, actor_grad_disc=actor_grad_disc)
-    agent.update(discrete_batch())
+    agent.update(vector_batch(A=3))
     with torch.no_grad():
         for p in [*agent.critic.parameters(), *agent.wm.reward_head.parameters()]:
             p.add_(0.3 * torch.randn_like(p))
-    data = agent._update_inputs(discrete_batch(seed=5))
+    data = agent._update_inputs(vector_batch(A=3, seed=5))
     with torch.no_grad():
         _, post, _ = agent.wm.loss(data)
     start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)

@@ -4,27 +4,17 @@ window starting from the initial state with a zero previous action."""
 
 import copy
 
-import numpy as np
 import torch
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.models.dynamics import CategoricalRSSM, scale_action
 from reverie.types import ActionSpec
 
-from helpers.agents import dreamer
+from helpers.agents import dreamer, vector_batch
 from helpers.actor_grads import reference_actor_grads
 
 TINY = dreamer(deter=16, units=16, horizon=3)
 
-
-def continuous_batch(T=6, B=3, F=4, A=2, seed=0):
-    rng = np.random.default_rng(seed)
-    is_first = np.zeros((T, B), bool)
-    is_first[0] = True
-    return {"vector": rng.normal(size=(T, B, F)).astype(np.float32),
-            "prev_action": rng.uniform(-1, 1, size=(T, B, A)).astype(np.float32) * ~is_first[..., None],
-            "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
-            "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
 
 
 def test_scale_action_values_and_gradient():
@@ -61,7 +51,7 @@ def test_imagined_actions_enter_the_dynamics_inside_the_unit_box():
     hook = rssm.in_a.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().abs().max()))
     imagine = rssm.imagine
     rssm.imagine = lambda *a, **k: rolled.setdefault("out", imagine(*a, **k))
-    agent.update(continuous_batch())
+    agent.update(vector_batch(discrete=False))
     hook.remove()
     actions = rolled["out"][1]  # (H+1, N, A) as the actor sampled them
     assert float(actions.detach().abs().max()) > 1.0  # the normal's samples leave the box ...
@@ -71,11 +61,11 @@ def test_imagined_actions_enter_the_dynamics_inside_the_unit_box():
 def test_continuous_actor_gradient_is_the_reference_with_the_baseline_gradient():
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
-    agent.update(continuous_batch())
+    agent.update(vector_batch(discrete=False))
     with torch.no_grad():  # critic and reward head off their zero-initialised outputs: values that vary by state
         for p in [*agent.critic.parameters(), *agent.wm.reward_head.parameters()]:
             p.add_(0.3 * torch.randn_like(p))
-    data = agent._update_inputs(continuous_batch(seed=5))
+    data = agent._update_inputs(vector_batch(seed=5, discrete=False))
     with torch.no_grad():
         _, post, _ = agent.wm.loss(data)
     start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
@@ -105,7 +95,7 @@ def test_replay_window_row_zero_starts_from_the_initial_state_with_no_previous_a
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(False, 2), **TINY)
     twin = copy.deepcopy(agent)
-    mid = continuous_batch(seed=3)
+    mid = vector_batch(seed=3, discrete=False)
     mid["is_first"][0] = False  # a window that starts inside an episode, with a real previous action
     mid["prev_action"][0] = 0.75
     other = {k: v.copy() for k, v in mid.items()}
