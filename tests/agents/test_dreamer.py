@@ -13,7 +13,6 @@ from helpers.agents import dreamer, vector_batch
 TINY = dreamer(deter=16, units=16, horizon=3)
 
 
-
 @pytest.mark.parametrize("discrete", [True, False])
 def test_update_returns_finite_metrics_and_act_shapes(discrete):
     torch.manual_seed(0)

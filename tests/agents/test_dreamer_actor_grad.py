@@ -19,7 +19,6 @@ from helpers.agents import dreamer, vector_batch
 TINY = dreamer(deter=16, units=16, horizon=3)
 
 
-
 def trained_agent(actor_grad_disc):
     """A tiny discrete agent after one update, its critic and reward head moved off their zero-initialised outputs
     (values that vary by state), and imagination starts from the posterior of another batch."""

@@ -16,7 +16,6 @@ from helpers.actor_grads import reference_actor_grads
 TINY = dreamer(deter=16, units=16, horizon=3)
 
 
-
 def test_scale_action_values_and_gradient():
     a = torch.tensor([-4.25, -1.0, 0.5, 2.0], requires_grad=True)
     out = scale_action(a, 1.0)
