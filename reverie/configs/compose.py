@@ -23,6 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
+CONFIG_DIR = Path(__file__).parent  # reverie/configs: config.yaml and one folder per group
+
+
 class ConfigError(ValueError):
     """A config that cannot be composed or validated; the message names the key and the fix."""
 
@@ -57,8 +60,24 @@ def load_config(overrides: list[str]) -> DictConfig:
 def _explain(err: Exception, overrides: list[str]) -> str:
     """A short message for a Hydra/OmegaConf composition error: which key or option, and what exists."""
     text = str(err).strip().split("\nConfig search path:")[0]
+    missing_option = re.search(r"Could not find '([\w]+)/([^']+)'", text)
+    if missing_option:
+        return _unknown_option(*missing_option.groups())
     match = re.search(r"Could not override '([^']+)'", text)
     return _unknown_key(match.group(1), overrides) if match else f"config error: {text}"
+
+
+def _unknown_option(group: str, option: str) -> str:
+    """``config error: env=Acrobot-v1: the group 'env' has no option 'Acrobot-v1'`` with the close names, the
+    options, and for the env group a Gymnasium-style id the ``env=gym env.id=...`` form."""
+    options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    text = f"config error: {group}={option}: the group '{group}' has no option '{option}'."
+    if group == "env" and re.search(r"-v\d+$|/", option):
+        text += f" A Gymnasium id goes in `env=gym env.id={option}`."
+    close = difflib.get_close_matches(option.lower(), options, n=3, cutoff=0.6)
+    if close:
+        text += f" Did you mean {' or '.join(f'{group}={c}' for c in close)}?"
+    return text + f" Options: {', '.join(options)}."
 
 
 def _unknown_key(key: str, overrides: list[str]) -> str:
@@ -139,8 +158,9 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
         agent = build_agent(cfg.agent, obs_shapes, spec)
     except (InstantiationException, ValueError, TypeError) as err:
         cause = err.__cause__ or err
-        raise ConfigError(f"agent error: {cause}\n(the agent is built from `agent.module`; `reverie train --cfg` "
-                          f"prints it)") from err
+        hint = _dynamics_hint(cfg) if "unexpected keyword argument" in str(cause) else ""
+        raise ConfigError(f"agent error: {cause}{hint}\n(the agent is built from `agent.module`; `reverie train "
+                          f"--cfg` prints it)") from err
     if cfg.replay.get("preflight", True):  # before any run directory exists
         from reverie.state.preflight import PreflightError, preflight
         from reverie.replay import Replay
@@ -176,9 +196,46 @@ def config_diff(cfg: DictConfig) -> list[str]:
     return lines
 
 
+def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
+    """What this run's agent changes against its agent config's own pieces: ``(tag, what, text)`` for another
+    dynamics than the agent's (``dynamics=storm``: ``("transformer", "dynamics", "TransformerDynamics")``), another
+    representation objective than reconstruction (``("r2", "representation", "r2")``) and a start from another run
+    (``("init", "init_from", RUN)``); empty for a plain run. The run folder's name and the start-up lines use it."""
+    agent = cfg.get("agent") or {}
+    module = agent.get("module") or {}
+    out: list[tuple[str, str, str]] = []
+    target = str((module.get("dynamics") or {}).get("_target_") or "")
+    own = CONFIG_DIR / "agent" / f"{agent.get('name')}.yaml"
+    default = str(OmegaConf.load(own).get("module", {}).get("dynamics", {}).get("_target_", "")) if own.is_file() \
+        else target
+    if target and target != default:
+        name = target.rsplit(".", 1)[-1]
+        out.append((re.sub(r"(Dynamics|RSSM)$", "", name).lower() or name.lower(), "dynamics", name))
+    representation = module.get("representation")
+    if representation and representation != "reconstruction":
+        out.append((str(representation), "representation", str(representation)))
+    if cfg.get("init_from"):
+        out.append(("init", "init_from", str(cfg.init_from)))
+    return out
+
+
+def _dynamics_hint(cfg: DictConfig) -> str:
+    """For an agent that refuses a key a ``dynamics=`` group option added to ``agent.module``: which agents that
+    option serves (the agents whose config builds with it: the DreamerV3 agents take ``imag_last``)."""
+    target = str(((cfg.agent.get("module") or {}).get("dynamics") or {}).get("_target_") or "")
+    for path in sorted((CONFIG_DIR / "dynamics").glob("*.yaml")):
+        block = OmegaConf.load(path).get("agent", {}).get("module", {})
+        if str(block.get("dynamics", {}).get("_target_", "")) == target:
+            return (f"; dynamics={path.stem} sets agent.module keys for the DreamerV3 agent and serves agent=dreamerv3 "
+                    f"(agent=dreamerv3_2025 with its dynamics block replaced: docs/transformer.md), not "
+                    f"agent={cfg.agent.get('name')}")
+    return ""
+
+
 def run_name(cfg: DictConfig) -> str:
     """``<exp>_<agent>_<env>``: what tells runs apart in ``runs/``, e.g. ``classic_dreamerv3_CartPole-v1``,
-    ``debug_planet_dmc_vision-walker_walk``, ``atari100k_dreamerv3_atari-pong``. The env is ``<suite>-<task>`` (DMC:
+    ``debug_planet_dmc_vision-walker_walk``, ``atari100k_dreamerv3_atari-pong``; the agent part carries the
+    :func:`variant` tags, e.g. ``classic_dreamerv3-transformer-r2_CartPole-v1``. The env is ``<suite>-<task>`` (DMC:
     dmc_vision, dmc_proprio or dmc for both; Atari) or the Gymnasium id (an import path: its last part;
     ``ALE/Pong-v5`` -> ``ALE-Pong-v5``); characters other than letters, digits, ``.``, ``_`` and ``-`` become
     ``-``; the env part is cut to 40 characters."""
@@ -194,7 +251,7 @@ def run_name(cfg: DictConfig) -> str:
         if ":" in label or ("." in label and not re.search(r"-v\d+$", label)):  # an import path: the class
             label = re.split(r"[.:]", label)[-1]
     safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.") or "x"  # noqa: E731
-    agent = (cfg.get("agent") or {}).get("name") or "agent"
+    agent = "-".join([(cfg.get("agent") or {}).get("name") or "agent"] + [tag for tag, _, _ in variant(cfg)])
     return f"{safe(cfg.get('exp_name', 'run'))}_{safe(agent)}_{safe(label)[:40]}"
 
 

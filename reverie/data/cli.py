@@ -91,9 +91,7 @@ def cmd_pretrain(argv: list[str]) -> int:
     except DatasetError as err:
         raise ConfigError(str(err)) from err
     if dataset is not None:
-        returns = dataset.returns()
-        print(f"[reverie] dataset {dataset.source}: {len(dataset.episodes)} episodes, {dataset.steps} steps, mean "
-              f"return {sum(returns) / len(returns):.1f}")
+        print(f"[reverie] dataset {dataset.source}: {dataset.describe()}")
     run_dir = make_run_dir(cfg, kind="_pretrain")
     save_overrides(run_dir, args)
     return exit_code(pretrain(cfg, run_dir, dataset=dataset))
@@ -212,6 +210,6 @@ def _record(cfg: DictConfig, args: argparse.Namespace) -> int:
                                   "env": OmegaConf.to_container(cfg.env, resolve=True)}))
         where = f"Minari dataset {folder.parent}" + (f" (id {args.minari_id})" if args.minari_id else "")
     mean = sum(returns) / len(returns)
-    print(f"[reverie] recorded {len(returns)} episodes, {dataset.steps} steps, mean return {mean:.1f} "
-          f"(min {min(returns):.1f}, max {max(returns):.1f}) with {description}; wrote {where}")
+    print(f"[reverie] recorded {dataset.describe()} (min {min(returns):.1f}, max {max(returns):.1f}) with "
+          f"{description}; wrote {where}")
     return 0

@@ -69,6 +69,15 @@ class Dataset:
         """Each episode's sum of rewards (float64)."""
         return [float(np.sum(e.rows["reward"], dtype=np.float64)) for e in self.episodes]
 
+    def describe(self) -> str:
+        """The one description ``record``, ``pretrain`` and ``init_from`` print: ``30 episodes (29 finished),
+        743 steps, mean return 24.8`` (an episode is finished when its last row has ``is_last``; a run's replay
+        holds one unfinished piece per env column)."""
+        finished = sum(bool(np.asarray(e.rows["is_last"])[-1]) for e in self.episodes if len(e))
+        returns = self.returns()
+        mean = f", mean return {sum(returns) / len(returns):.1f}" if returns else ""
+        return f"{len(self.episodes)} episodes ({finished} finished), {self.steps} steps{mean}"
+
 
 def fail(episode: str, key: str | None, problem: str) -> DatasetError:
     """The error for ``problem`` with ``key`` of ``episode`` (``key`` None: the episode as a whole)."""

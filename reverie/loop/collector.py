@@ -349,8 +349,8 @@ def run_with_collector(run: Any) -> None:
                     late = catch_up()
                     run.row, run.act_state = collector.row, collector.state
                     if clocks["eval"](loop.env_steps):
-                        mean_return = run.evaluate()
-                        stop = tc.stop_return is not None and mean_return >= tc.stop_return
+                        run.evaluate()
+                        stop = loop.reached(tc.stop_return, int(tc.get("stop_evals", 1)))
                     if clocks["checkpoint"](loop.env_steps):
                         loop.schedule.updates -= owed  # the owed updates are owed again after a resume
                         run.checkpoint()

@@ -7,7 +7,7 @@ import csv
 import json
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ EVAL_SEED_OFFSET = 10_000  # eval env copies get seeds disjoint from the trainin
 
 
 def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str = "eval",
-             max_envs: int = 16, recorder: Any = None) -> dict[str, Any]:
+             max_envs: int = 16, recorder: Any = None,
+             on_episode: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
     """Run ``episodes`` full episodes with the agent's policy and return their returns and lengths.
 
     Episodes are spread over ``min(episodes, max_envs)`` parallel copies with fixed per-copy quotas, so
@@ -39,6 +40,7 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
         recorder: optional :class:`reverie.viz.episodes.EpisodeRecorder`: the env copies are then built with
             ``render_mode="rgb_array"`` (when ``recorder.render``) and every kept episode ``k`` (the order of
             ``returns``) gets its video. Rendering does not change the dynamics or the seeds.
+        on_episode: called as ``on_episode(done, episodes, episode_return)`` after each kept episode (progress).
 
     Returns:
         ``{"returns": [float] * episodes, "lengths": [int] * episodes, "mean", "std", "min", "max"}``.
@@ -78,6 +80,8 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
                     returns.append(ep["return"])
                     lengths.append(ep["length"])
                     done[ep["env"]] += 1
+                    if on_episode is not None:
+                        on_episode(len(returns), episodes, float(ep["return"]))
                 if recorder is not None:
                     recorder.finish(ep["env"], len(returns) - 1 if keep else None)
     finally:

@@ -9,8 +9,9 @@ shrinks, then the fields of lower priority go: the label, updates/s, the bar, th
 (:func:`format_line`). The estimate of the time left comes from
 the speed of the phase the run is in (:func:`remaining_s`): during the prefill (random actions, fast) it is
 the time to the end of the prefill (``prefill eta``); once learning runs, the time to the end from the speed
-since the first update finished (the first update compiles and allocates and can take minutes: meanwhile
-:meth:`Progress.status` shows ``first update (compiling/allocating)...`` in place of the estimate).
+over the last ``ETA_WINDOW_S`` seconds since the first update finished (the first update compiles and allocates
+and can take minutes: meanwhile :meth:`Progress.status` shows ``first update (compiling/allocating)...`` in place of
+the estimate), and ``eta estimating`` for the first ``ETA_WARMUP_S`` seconds, when a few updates say little.
 
 Without a terminal (CI logs, ``> file``, ``| tee``) rich draws nothing live and prints the final line once at
 ``close``; so that a long run still shows signs of life, this class then also prints one plain status line
@@ -32,6 +33,9 @@ from rich.text import Text
 
 #: Seconds of history behind the env steps/s and updates/s figures.
 RATE_WINDOW_S = 30.0
+#: The learning phase's estimate: shown after ETA_WARMUP_S seconds of it ("estimating" before), from the speed over
+#: its last ETA_WINDOW_S seconds (a moving window: a run that speeds up or slows down is followed within minutes).
+ETA_WARMUP_S, ETA_WINDOW_S = 30.0, 300.0
 BAR_MIN, BAR_MAX = 10, 40  # bar width bounds, in columns
 
 
@@ -113,6 +117,8 @@ class Progress:
         clock: seconds as a float, for the rates, the estimate and the plain-line interval (tests pass a fake).
         prefill: ``train.prefill``: env steps below it are the prefill phase.
         start_steps: env steps already done when this display starts (a resumed run).
+        unit: what the count counts: ``"steps"`` (env steps) or ``"updates"`` (``reverie pretrain``: no env steps;
+            the rate reads ``upd/s`` and no second updates rate is shown).
 
     Use as a context manager, or call ``close`` at the end::
 
@@ -132,6 +138,7 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
         prefill: int = 0,
         start_steps: int = 0,
+        unit: str = "steps",
     ) -> None:
         if int(total_steps) <= 0:
             raise ValueError(f"Progress needs total_steps > 0 (env steps of the run), got {total_steps!r}.")
@@ -140,6 +147,7 @@ class Progress:
         self.enabled = bool(enabled)
         self.plain_interval_s = plain_interval_s
         self.description = description
+        self.unit = unit
         self._steps = int(start_steps)
         self._updates: int | None = None
         self._last_return: float | None = None
@@ -148,6 +156,7 @@ class Progress:
         self._clock = clock
         self._start = clock()
         self._phase_start: tuple[float, int] | None = (self._start, self._steps)  # (time, steps) of this phase
+        self._window: deque[tuple[float, int]] = deque([self._phase_start])  # this phase's last ETA_WINDOW_S
         self._learning = self._steps >= self.prefill
         self._last_plain = self._start
         self._closed = False
@@ -173,8 +182,12 @@ class Progress:
         metrics = metrics or {}
         now = self._clock()
         if not self._learning and int(env_steps) >= self.prefill:  # prefill done: the learning phase starts
-            self._learning, self._phase_start = True, (now, int(env_steps))
+            self._learning = True
+            self._new_phase(now, int(env_steps))
         self._steps = int(env_steps)
+        self._window.append((now, self._steps))
+        while len(self._window) > 2 and now - self._window[1][0] >= ETA_WINDOW_S:
+            self._window.popleft()
         if metrics.get("updates") is not None:
             self._updates = int(metrics["updates"])
         if metrics.get("last_return") is not None and not math.isnan(float(metrics["last_return"])):
@@ -187,19 +200,22 @@ class Progress:
         if now - self._last_plain >= (self.plain_interval_s if self.plain_interval_s is not None else float("inf")):
             self._plain(now)
 
-    def status(self, text: str | None) -> None:
+    def status(self, text: str | None, restart: bool = True) -> None:
         """Show ``text`` (e.g. ``"first update (compiling/allocating)..."``) in place of the estimate until
-        ``status(None)``, which also restarts the phase's clock: the estimate then counts from that moment, so a
-        one-off cost (the first update) does not slow it. Without a terminal, each new status is printed."""
+        ``status(None)``, which also restarts the phase's clock when ``restart``: the estimate then counts from
+        that moment, so a one-off cost (the first update) does not slow it (an evaluation, which recurs, passes
+        ``restart=False``). Without a terminal, each new status is printed (a ``restart=False`` one at most every
+        ``plain_interval_s``)."""
         if not self.enabled or self._closed:
             return
         now = self._clock()
-        if text is None and self._status is not None:
-            self._phase_start = (now, self._steps)
+        if text is None and self._status is not None and restart:
+            self._new_phase(now, self._steps)
         self._status = text
         assert self._progress is not None
         self._progress.refresh()
-        if text is not None:
+        interval = self.plain_interval_s if self.plain_interval_s is not None else float("inf")
+        if text is not None and (restart or now - self._last_plain >= interval):
             self._plain(now)
 
     def rates(self) -> tuple[float | None, float | None]:
@@ -216,24 +232,37 @@ class Progress:
         updates_rate = (u1 - u0) / dt if u0 is not None and u1 is not None else None
         return (s1 - s0) / dt, updates_rate
 
+    def _new_phase(self, now: float, steps: int) -> None:
+        self._phase_start = (now, steps)
+        self._window = deque([self._phase_start])
+
     def remaining(self) -> tuple[str, float | None]:
-        """``(label, seconds)``: ``("prefill eta", s)`` to the end of the prefill during it, else ``("eta", s)`` to
-        the end of the run, both at the speed since the phase started (:func:`remaining_s`)."""
+        """``(label, seconds)``: ``("prefill eta", s)`` to the end of the prefill during it, at the speed since the
+        prefill started; else ``("eta", s)`` to the end of the run at the speed over the phase's last
+        ``ETA_WINDOW_S`` seconds, None during its first ``ETA_WARMUP_S`` (:func:`remaining_s`)."""
         now = self._clock()
         if self._learning:
-            return "eta", remaining_s(self._steps, self.total_steps, self._phase_start, now)
+            assert self._phase_start is not None
+            if now - self._phase_start[0] < ETA_WARMUP_S:
+                return "eta", None
+            return "eta", remaining_s(self._steps, self.total_steps, self._window[0], now)
         return "prefill eta", remaining_s(self._steps, self.prefill, self._phase_start, now)
+
+    def _eta_text(self) -> str:
+        label, left = self.remaining()
+        if left is None and self._learning:
+            return f"{label} estimating"
+        return f"{label} {clock_text(left)}"
 
     def line(self, width: int) -> str:
         """The live line at ``width`` columns (:func:`format_line`)."""
         steps_rate, updates_rate = self.rates()
-        label, left = self.remaining()
-        last = self._status if self._status is not None else f"{label} {clock_text(left)}"
+        last = self._status if self._status is not None else self._eta_text()
         optional = [("status" if self._status is not None else "eta", last),
-                    ("steps/s", "" if steps_rate is None else f"{steps_rate:,.0f} steps/s"),
+                    ("steps/s", "" if steps_rate is None else self._rate_text(steps_rate, short=True)),
                     ("ret", "" if self._last_return is None else f"ret {self._last_return:.1f}"),
                     ("bar", ""),
-                    ("upd/s", "" if updates_rate is None else f"{updates_rate:,.1f} upd/s"),
+                    ("upd/s", "" if updates_rate is None or self.unit == "updates" else f"{updates_rate:,.1f} upd/s"),
                     ("label", self.description)]
         return format_line(width, f"{self._steps:,}/{self.total_steps:,}", clock_text(self._clock() - self._start),
                            optional, self._steps / self.total_steps)
@@ -242,15 +271,20 @@ class Progress:
         """One plain line: ``train 4,096/10,000 (41%) | 812 steps/s | 25.3 updates/s | return 21.0 | 0:00:05 |
         eta 0:00:07`` (the status, when one is set, in place of the estimate)."""
         steps_rate, updates_rate = self.rates()
-        label, left = self.remaining()
         percent = 100.0 * self._steps / self.total_steps
         parts = [f"{self._steps:,}/{self.total_steps:,} ({percent:.0f}%)",
-                 "- steps/s" if steps_rate is None else f"{steps_rate:,.0f} steps/s",
-                 "- updates/s" if updates_rate is None else f"{updates_rate:,.1f} updates/s",
-                 "return -" if self._last_return is None else f"return {self._last_return:.1f}",
-                 clock_text(self._clock() - self._start),
-                 self._status if self._status is not None else f"{label} {clock_text(left)}"]
+                 f"- {self.unit}/s" if steps_rate is None else self._rate_text(steps_rate, short=False)]
+        if self.unit != "updates":
+            parts.append("- updates/s" if updates_rate is None else f"{updates_rate:,.1f} updates/s")
+        parts += ["return -" if self._last_return is None else f"return {self._last_return:.1f}",
+                  clock_text(self._clock() - self._start),
+                  self._status if self._status is not None else self._eta_text()]
         return f"{self.description} " + " | ".join(parts)
+
+    def _rate_text(self, rate: float, short: bool) -> str:
+        if self.unit == "updates":
+            return f"{rate:,.1f} {'upd' if short else 'updates'}/s"
+        return f"{rate:,.0f} steps/s"
 
     def close(self) -> None:
         """Stops the live display (without a terminal, rich prints the final line here). Idempotent."""

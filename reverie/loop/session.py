@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from reverie.configs.compose import variant
 from reverie.loop.progress import Progress
 from reverie.loop.session_build import NoEnvs, SessionBuild, random_actions
 from reverie.loop.session_checkpoint import SessionCheckpoint
@@ -43,6 +44,7 @@ from reverie.runtime import collectives
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.runtime.process_group import DistInfo, rank_seed
 from reverie.runtime.signals import SignalFlag
+from reverie.runtime.threads import choose_threads
 from reverie.state.checkpoint import BEST_FILE
 from reverie.state.resume import resume_command, write_summary
 from reverie.state.rng import seed_everything
@@ -72,8 +74,10 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         counted = cfg.pretrain if offline else tc  # the run's length and clocks: updates offline, else env steps
         self.seed = rank_seed(cfg.seed, info.rank)  # the run seed itself on rank 0
         seed_everything(self.seed)
-        if cfg.get("threads"):
-            torch.set_num_threads(int(cfg.threads))
+        threads, why = choose_threads(cfg.get("threads"), info.world_size)
+        torch.set_num_threads(threads)
+        if info.is_main:
+            print(f"[reverie] threads: {threads} ({why})")
         if str(cfg.device).startswith("cpu") and cfg.get("cpu_keep_freed_memory", True):
             keep_freed_memory()  # no page faults on every big tensor (reverie/runtime/cpu_memory.py)
         self.steps = int(counted.updates if offline else tc.steps)
@@ -105,6 +109,9 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
                   else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
         print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x"
               f"{self.batch[1]}, {length}; run dir {run_dir}")
+        changed = variant(cfg)
+        if changed and info.is_main:
+            print(f"[reverie] agent {cfg.agent.name} with " + ", ".join(f"{what} {text}" for _, what, text in changed))
         if not offline and self.prefill >= self.steps:
             print(f"[reverie] warning: prefill {self.prefill} >= {self.steps} env steps: this run only collects random "
                   f"actions and never updates; lower train.prefill or raise train.steps", file=sys.stderr)
@@ -234,15 +241,15 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
 
     def tick(self) -> bool:
         """After an env step (an update offline): stop on divergence; evaluate, log and checkpoint on their clocks;
-        True when the run stops (``train.stop_return`` reached, ``train.max_minutes`` spent, a signal on any rank, or
-        divergence)."""
+        True when the run stops (``train.stop_return`` reached at ``train.stop_evals`` evaluations in a row,
+        ``train.max_minutes`` spent, a signal on any rank, or divergence)."""
         if self.diverged:
             return True
         loop, clocks, tc, step = self.loop, self.loop.clocks, self.cfg.train, self.step
         stop = False
         if clocks["eval"](step) and self.eval_episodes and self.info.is_main:  # the others wait at `agree`
-            mean_return = self.evaluate()
-            stop = tc.stop_return is not None and mean_return >= tc.stop_return
+            self.evaluate()
+            stop = loop.reached(tc.stop_return, int(tc.get("stop_evals", 1)))
         self.stop_reason(stop)
         stop = stop or self.stopped_by is not None
         if clocks["log"](step) or stop:
@@ -261,6 +268,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         stopped = self.interrupted or self.diverged
         evaluated = loop.evals and loop.evals[-1][0] == self.step
         if not stopped and not evaluated and self.eval_episodes and info.is_main:
+            print(f"[reverie] final evaluation: {self.eval_episodes} episode(s)", flush=True)
             self.evaluate()
         final = loop.evals[-1][2] if loop.evals else float("nan")
         if self.logger.pending or self.written != self.step:  # no second, empty row after the loop's own

@@ -4,10 +4,38 @@ episode video."""
 
 from __future__ import annotations
 
+import time
+
 from reverie.loop.evaluate import evaluate, record_episode
 from reverie.state.checkpoint import save_best
 from reverie.state.rng import preserved_rng
 from reverie.viz import report
+
+
+class EvalProgress:
+    """What an evaluation shows while it runs: ``evaluating 3/10 episodes`` in place of the bar's estimate, or,
+    without a live bar (the final evaluation, ``train.progress=false``), a plain line at most every
+    ``every_s`` seconds once the evaluation has lasted that long (short evaluations print nothing)."""
+
+    def __init__(self, progress, enabled: bool = True, every_s: float = 10.0, clock=time.monotonic):
+        self.progress, self.enabled, self.every_s, self.clock = progress, enabled, every_s, clock
+        self.start = self.last = clock()
+
+    def __call__(self, done: int, episodes: int, episode_return: float) -> None:
+        text = f"evaluating {done}/{episodes} episodes"
+        if not self.enabled:
+            return
+        if self.progress is not None:
+            self.progress.status(text, restart=False)
+            return
+        now = self.clock()
+        if now - self.last >= self.every_s:
+            self.last = now
+            print(f"[reverie] {text} (last return {episode_return:.1f}, {now - self.start:.0f} s)", flush=True)
+
+    def close(self) -> None:
+        if self.enabled and self.progress is not None:
+            self.progress.status(None, restart=False)
 
 
 class SessionReport:
@@ -34,11 +62,16 @@ class SessionReport:
         """Evaluate the agent (``train.eval_episodes``, or ``pretrain.eval_episodes`` offline; policy mode) without
         moving the training random streams; logged at the run's step; returns the mean return."""
         tc, loop, step = self.cfg.train, self.loop, self.step
+        shown = EvalProgress(self.progress if self.info.is_main else None, self.info.is_main)
         with preserved_rng():
-            result = evaluate(self.agent, self.cfg.env, self.eval_episodes, self.cfg.seed, mode=tc.eval_mode)
+            result = evaluate(self.agent, self.cfg.env, self.eval_episodes, self.cfg.seed, mode=tc.eval_mode,
+                              on_episode=shown)
+        shown.close()
         for ret, length in zip(result["returns"], result["lengths"]):
             self.logger.episode(step, loop.env_steps * self.repeat, ret, length, mode="eval")
         loop.evals.append((step, loop.wall_s(), result["mean"]))
+        if loop.updates == 0 and not self.cfg.get("init_from") and loop.untrained == len(loop.evals) - 1:
+            loop.untrained += 1  # the untrained policy: logged, never best.pt
         self.logger.scalars({"eval/return_mean": result["mean"], "eval/return_std": result["std"]})
         if loop.best_eval() == (step, result["mean"]):  # it beats every earlier evaluation: keep it
             save_best(self.run_dir / "checkpoints", self.best_payload(result["mean"]))

@@ -40,7 +40,7 @@ class SessionSignals:
         try:
             with Progress(self.steps, enabled=bool(self.cfg.train.progress) and self.info.is_main,
                           description="pretrain" if self.offline else "train", prefill=self.prefill,
-                          start_steps=self.step) as self.progress:
+                          start_steps=self.step, unit="updates" if self.offline else "steps") as self.progress:
                 yield
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
             self.interrupted = True

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from reverie.state import ranks
 
@@ -34,11 +33,9 @@ class SessionStart:
         if dataset is not None:
             filled = fill_replay(self.replay, dataset.episodes)
             left = filled["left_out"]
-            ends = sum(int(np.asarray(e.rows["is_last"]).sum()) for e in dataset.episodes)  # finished episodes
-            pieces = "" if ends == len(dataset.episodes) else f" in {len(dataset.episodes)} pieces"  # a run's columns
-            print(f"[reverie] replay filled with {ends} finished episodes{pieces} of {dataset.source}: "
-                  f"{filled['steps']} steps, {filled['rows_per_column']} rows per env column"
-                  + (f" ({left} rows of the last episode left out)" if left else ""))
+            print(f"[reverie] dataset {dataset.source}: {dataset.describe()}; replay filled with {filled['steps']} "
+                  f"steps, {filled['rows_per_column']} rows in each of {self.replay.num_envs} env column(s)"
+                  + (f" (the last {left} rows left out: the columns take equal pieces)" if left else ""))
 
     def _restore(self, saved: dict) -> None:
         """Resume: the agent, the replay as saved, the envs where they pickle (else their episodes restart), and

@@ -35,6 +35,8 @@ class LoopState:
         env_steps: env steps collected (summed over the ``N`` envs). updates: agent updates run. episodes:
             training episodes finished. skipped: updates with a skipped optimiser step (non-finite).
         evals: ``(env_step, wall_s, mean_return)`` per evaluation. last_return: the last training episode's.
+        untrained: how many of the first ``evals`` were taken before the first update (the untrained policy:
+            never the best, so ``best.pt`` always holds learned weights).
         wall_before: wall seconds of the run before its last resume (see :meth:`wall_s`).
     """
 
@@ -47,6 +49,7 @@ class LoopState:
     skipped: int = 0
     evals: list[tuple[int, float, float]] = field(default_factory=list)
     last_return: float = math.nan
+    untrained: int = 0
     wall_before: float = 0.0
     started: float = field(default_factory=time.time)
 
@@ -56,13 +59,20 @@ class LoopState:
         return cls(schedule, np.random.default_rng(seed), {name: Clock(every.get(name, 0)) for name in CLOCKS})
 
     def best_eval(self) -> tuple[int, float] | None:
-        """``(env_step, mean_return)`` of the best evaluation so far: the first one with the highest finite mean
-        (each evaluation that beats every earlier one writes ``checkpoints/best.pt``); None without one."""
+        """``(env_step, mean_return)`` of the best evaluation of a trained policy so far: the first one with the
+        highest finite mean (each evaluation that beats every earlier one writes ``checkpoints/best.pt``); None
+        without one. The first :attr:`untrained` evaluations (before any update) never count."""
         best = None
-        for step, _, mean in self.evals:
+        for step, _, mean in self.evals[self.untrained:]:
             if math.isfinite(mean) and (best is None or mean > best[1]):
                 best = (int(step), float(mean))
         return best
+
+    def reached(self, target: float | None, in_a_row: int = 1) -> bool:
+        """True when the last ``in_a_row`` evaluations all have a mean return of at least ``target``
+        (``train.stop_return``, ``train.stop_evals``); always False for ``target`` None or fewer evaluations."""
+        last = [mean for _, _, mean in self.evals[-in_a_row:]]
+        return target is not None and len(last) == in_a_row and all(mean >= target for mean in last)
 
     def wall_s(self) -> float:
         """Wall seconds of the run so far, its time before a resume included."""
@@ -80,7 +90,8 @@ class LoopState:
         ``last_return`` and ``rng`` (every global random stream and the loop's generator)."""
         return {"counters": {"env_steps": self.env_steps, "updates": self.updates,
                              "frames": self.env_steps * frames_per_step, "episodes": self.episodes,
-                             "skipped_updates": self.skipped, "wall_s": self.wall_s()},
+                             "skipped_updates": self.skipped, "wall_s": self.wall_s(),
+                             "untrained_evals": self.untrained},
                 "ratio": self.schedule.state_dict(), "clocks": {name: c.last for name, c in self.clocks.items()},
                 "evals": list(self.evals), "last_return": self.last_return, "rng": rng_state(self.rng)}
 
@@ -91,6 +102,7 @@ class LoopState:
         self.env_steps, self.updates, self.episodes, self.skipped = (c["env_steps"], c["updates"], c["episodes"],
                                                                      c["skipped_updates"])
         self.wall_before, self.started = c["wall_s"], time.time()
+        self.untrained = int(c.get("untrained_evals", 0))  # checkpoints before this count: every evaluation counts
         self.schedule.load_state_dict(saved["ratio"])
         for name, clock in self.clocks.items():
             clock.last = saved["clocks"][name]

@@ -165,7 +165,8 @@ def compare_sets(a: np.ndarray, b: np.ndarray, reps: int = 2000, permutations: i
     Returns:
         ``iqm_a, iqm_b, diff (= iqm_a - iqm_b), lo, hi`` (bootstrap CI of ``diff``), ``p_permutation``
         (two-sided, ``|diff|``), ``permutations`` (count used), ``exact`` (1.0 when all relabellings were
-        enumerated), ``p_welch`` and ``t_welch`` (Welch's t-test on per-run means over tasks), ``mean_a, mean_b``.
+        enumerated), ``p_welch`` and ``t_welch`` (Welch's t-test on per-run means over tasks), ``mean_a, mean_b``,
+        ``runs_a, runs_b`` (runs per set: with one run on a side there is no interval and no test).
 
     Raises:
         ValueError: different numbers of tasks, or a set with no runs.
@@ -192,7 +193,8 @@ def compare_sets(a: np.ndarray, b: np.ndarray, reps: int = 2000, permutations: i
     return dict(iqm_a=float(rlm.aggregate_iqm(a)), iqm_b=float(rlm.aggregate_iqm(b)), diff=observed,
                 lo=float(intervals["diff"][0, 0]), hi=float(intervals["diff"][1, 0]), p_permutation=p_perm,
                 permutations=float(used), exact=float(exact), p_welch=float(welch.pvalue),
-                t_welch=float(welch.statistic), mean_a=float(ra.mean()), mean_b=float(rb.mean()))
+                t_welch=float(welch.statistic), mean_a=float(ra.mean()), mean_b=float(rb.mean()),
+                runs_a=float(len(a)), runs_b=float(len(b)))
 
 
 def permutation_test(a: np.ndarray, b: np.ndarray, permutations: int = 10000,

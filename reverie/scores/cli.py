@@ -131,7 +131,9 @@ def run_compare(args: argparse.Namespace) -> str:
     protocol = protocols.get_protocol(suite, window=args.window, budget=args.budget, final_fraction=args.final_fraction)
     names = _reference_names(args, suite)
     if args.reference_only and not names:
-        raise ValueError(f"--reference-only needs a reference; suite {suite!r} has none")
+        note = references.missing_folder_note(args.reference_dir)
+        raise ValueError(f"--reference-only needs a reference; suite {suite!r} has none"
+                         + (f": {note}" if note else f" in {args.reference_dir or references.default_reference_dir()}"))
 
     ours = [_read_set(run_dirs, suite, args.name, mode)] if run_dirs else []
     if baseline_dirs:

@@ -156,8 +156,11 @@ def plot_intervals(aggregates: pd.DataFrame, stem: Path, xlabel: str = "normalis
         for i, method in enumerate(methods):
             row = aggregates[(aggregates["metric"] == metric) & (aggregates["method"] == method)].iloc[0]
             color = COLORS[i % len(COLORS)]
-            ax.barh(i, row["hi"] - row["lo"], left=row["lo"], height=0.6, color=color, alpha=0.5)
-            ax.plot([row["value"]] * 2, [i - 0.3, i + 0.3], color="black", lw=1.5)
+            if row["hi"] > row["lo"]:
+                ax.barh(i, row["hi"] - row["lo"], left=row["lo"], height=0.6, color=color, alpha=0.5)
+                ax.plot([row["value"]] * 2, [i - 0.3, i + 0.3], color="black", lw=1.5)
+            else:  # no interval (one run, or every run equal): the point alone, visibly
+                ax.plot([row["value"]], [i], marker="o", color=color, markeredgecolor="black", ms=6)
         ax.set_yticks(range(len(methods)))
         ax.set_yticklabels(methods if ax is axes[0, 0] else [""] * len(methods), fontsize=8)
         ax.set_title(METRIC_TITLES.get(metric, metric), fontsize=9)
@@ -174,13 +177,18 @@ def plot_difference(result: dict[str, float], stem: Path, label_a: str, label_b:
                     xlabel: str = "normalised score") -> list[Path]:
     """The IQM difference ``a - b`` of ``aggregate.compare_sets`` with its CI and the zero line."""
     fig, ax = plt.subplots(figsize=(5.0, 1.4))
-    ax.barh(0, result["hi"] - result["lo"], left=result["lo"], height=0.5, color=COLORS[0], alpha=0.5)
-    ax.plot([result["diff"]] * 2, [-0.25, 0.25], color="black", lw=1.5)
+    if result["hi"] > result["lo"]:
+        ax.barh(0, result["hi"] - result["lo"], left=result["lo"], height=0.5, color=COLORS[0], alpha=0.5)
+        ax.plot([result["diff"]] * 2, [-0.25, 0.25], color="black", lw=1.5)
+    else:  # no interval: the point alone
+        ax.plot([result["diff"]], [0], marker="o", color=COLORS[0], markeredgecolor="black", ms=6)
     ax.axvline(0.0, color="#555555", lw=1, ls="--")
     ax.set_yticks([0])
     ax.set_yticklabels([f"IQM({label_a}) - IQM({label_b})"], fontsize=8)
     ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_title(f"permutation p = {result['p_permutation']:.3g}, Welch p = {result['p_welch']:.3g}", fontsize=9)
+    single = min(result.get("runs_a", 2), result.get("runs_b", 2)) < 2
+    ax.set_title("one run on a side: no interval, no test" if single else
+                 f"permutation p = {result['p_permutation']:.3g}, Welch p = {result['p_welch']:.3g}", fontsize=9)
     ax.tick_params(labelsize=7)
     fig.tight_layout()
     return save(fig, stem)

@@ -139,6 +139,16 @@ def _tasks(count: int) -> str:
 def comparison_text(result: dict[str, float], name_a: str, name_b: str, suite: str) -> str:
     """The two-set comparison as Markdown lines."""
     kind = "exact" if result["exact"] else "Monte Carlo"
+    if min(result.get("runs_a", 2), result.get("runs_b", 2)) < 2:
+        return "\n".join([
+            f"## {name_a} vs {name_b} ({baselines.score_label(suite)})", "",
+            f"- IQM {name_a} = {result['iqm_a']:.4g}, IQM {name_b} = {result['iqm_b']:.4g}",
+            f"- IQM difference = {result['diff']:.4g}",
+            f"- no interval and no test: {name_a} has {int(result['runs_a'])} run(s) and {name_b} "
+            f"{int(result['runs_b'])}; with one run on a side the bootstrap interval is the point itself, every "
+            f"relabelling gives the same difference (p = 1) and Welch's t is undefined. Run 3 or more seeds a side "
+            f"to tell the sets apart.",
+        ])
     return "\n".join([
         f"## {name_a} vs {name_b} ({baselines.score_label(suite)})", "",
         f"- IQM {name_a} = {result['iqm_a']:.4g}, IQM {name_b} = {result['iqm_b']:.4g}",

@@ -22,7 +22,7 @@ from typing import Any
 SAFE_KEYS = (
     "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
     "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
-    "train.max_minutes",
+    "train.stop_evals", "train.max_minutes",
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
     "logger", "exp_name",
     "run_dir",
@@ -180,8 +180,8 @@ def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: M
                lengthened: bool = False) -> str | None:
     """Why a run that stopped before ``train.steps`` (its ``summary.json``: ``done``) still stops under the new
     ``train`` settings, with how to continue it; None when they let it go on: a larger (or null)
-    ``train.max_minutes`` than the wall time it has spent, or a higher (or null) ``train.stop_return`` than the
-    return it stopped at. The cause is the summary's ``stopped_by``; summaries from before that key are judged by
+    ``train.max_minutes`` than the wall time it has spent, a higher (or null) ``train.stop_return`` than the
+    return it stopped at, or a larger ``train.stop_evals``. The cause is the summary's ``stopped_by``; summaries from before that key are judged by
     their numbers. A run stopped for another reason goes on when ``lengthened`` (``train.steps`` raised)."""
     budget, saved_budget = train.get("max_minutes"), saved_train.get("max_minutes")
     target, saved_target = train.get("stop_return"), saved_train.get("stop_return")
@@ -199,8 +199,10 @@ def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: M
     if cause == "stop_return":
         if target is None or not done["eval_return"] >= target:
             return None
+        if int(train.get("stop_evals", 1)) > int(saved_train.get("stop_evals", 1)):
+            return None  # more evaluations in a row asked for than the run stopped at
         return (f"its eval return {done['eval_return']:.1f} reached train.stop_return={saved_target:g}; give a higher "
-                f"train.stop_return (or train.stop_return=null) to continue it")
+                f"train.stop_return (or train.stop_return=null, or a larger train.stop_evals) to continue it")
     if lengthened:
         return None
     return f"it stopped early; raise train.steps above {saved_train['steps']} to continue it"

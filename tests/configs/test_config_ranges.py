@@ -30,7 +30,7 @@ def test_every_bad_key_is_named_with_its_range():
         "agent.train_ratio=0 must be > 0 (replayed steps per env step)",
         "agent.batch_size=0 must be >= 1 (sequences per batch (B))",
         "replay.capacity=0 must be >= 1 (replay steps over all envs)",
-        "threads=0 must be >= 1 (torch threads; null: torch's default)",
+        "threads=0 must be >= 1 (torch threads; null: the idle cores at start)",
     ]
     # pretrain.eval_episodes defaults to train.eval_episodes: named where it is set, once
     assert range_errors(load_config(["exp=debug", "pretrain.eval_episodes=1.5"])) == [

@@ -73,7 +73,7 @@ def test_a_key_that_moved_into_a_sub_block_is_suggested_with_its_path():
 
 
 def test_unknown_group_option_lists_options():
-    with pytest.raises(ConfigError, match=r"env/nope(.|\n)*cartpole"):
+    with pytest.raises(ConfigError, match=r"env=nope: the group 'env' has no option 'nope'. Options: .*cartpole"):
         load_config(["env=nope"])
 
 
@@ -187,7 +187,7 @@ def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, mo
 
     means = iter([5.0, 9.0, 7.0, 9.0])
 
-    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval"):
+    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
         mean = next(means)
         return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
 
@@ -215,3 +215,65 @@ def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, mo
     assert main(["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path / "e2"),
                  "--checkpoint", "last"]) == 0
     assert "[reverie] eval: checkpoints/ckpt_0000000200.pt (last; env step 200)" in capsys.readouterr().err
+
+
+def test_an_evaluation_before_the_first_update_never_becomes_best(tmp_path, monkeypatch):
+    """Evaluations at env steps 64 (the prefill of 100 is not done: no update yet), 128 and 192 return 9, 5, 7:
+    the untrained 9 is logged but best.pt holds step 192's weights (7), and the summary names step 192. The
+    counter-check: the same run with a prefill of 16 has updated before step 64, so its 9 is the best."""
+    import sys
+
+    import torch
+
+    def fake(values):
+        means = iter(values)
+
+        def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
+            mean = next(means)
+            return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
+        return fake_evaluate
+
+    module = sys.modules["reverie.loop.session_report"]
+    monkeypatch.setattr(module, "evaluate", fake([9.0, 5.0, 7.0, 6.0]))
+    run_dir = train(tmp_path, "untrained", "train.eval_every=64", "train.steps=192", "train.prefill=100")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [e[2] for e in summary["evals"]] == [9.0, 5.0, 7.0]
+    assert (summary["best_eval_step"], summary["best_eval_return"]) == (192, 7.0)
+    assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)["counters"]["env_steps"] == 192
+    monkeypatch.setattr(module, "evaluate", fake([9.0, 5.0, 7.0, 6.0]))
+    run_dir = train(tmp_path, "trained", "train.eval_every=64", "train.steps=192", "train.prefill=16")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["best_eval_step"], summary["best_eval_return"]) == (64, 9.0)
+
+
+def test_stop_evals_asks_for_evaluations_in_a_row(tmp_path, monkeypatch):
+    """train.stop_return=8 with train.stop_evals=2: evaluations 1, 9, 5, 9, 9 (every 48 env steps) stop the run at
+    the second 9 in a row (240), not at the first 9 (96); with stop_evals=1 the run stops at 96."""
+    import sys
+
+    from reverie.loop.state import LoopState
+    from reverie.replay.cycle import StepRatio
+
+    loop = LoopState.create(StepRatio(1.0, 1, 1), seed=0, every={})
+    loop.evals = [(1, 0.0, 9.0), (2, 0.0, 5.0), (3, 0.0, 9.0)]
+    assert loop.reached(8.0, 1) and not loop.reached(8.0, 2) and not loop.reached(None, 1)
+    loop.evals.append((4, 0.0, 8.0))
+    assert loop.reached(8.0, 2) and not loop.reached(8.0, 3) and not loop.reached(8.5, 2)
+
+    def fake(values):
+        means = iter(values)
+
+        def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
+            mean = next(means)
+            return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
+        return fake_evaluate
+
+    module = sys.modules["reverie.loop.session_report"]
+    monkeypatch.setattr(module, "evaluate", fake([1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0]))
+    run_dir = train(tmp_path, "two", "train.eval_every=48", "train.steps=400", "train.stop_return=8",
+                    "train.stop_evals=2")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 240 and summary["stopped_by"] == "stop_return"
+    monkeypatch.setattr(module, "evaluate", fake([1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0]))
+    run_dir = train(tmp_path, "one", "train.eval_every=48", "train.steps=400", "train.stop_return=8")
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 96

@@ -72,8 +72,10 @@ def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, m
     assert main(["train", "exp=debug", f"run_dir={online}", f"init_from={pretrained}", "seed=1", "train.steps=16",
                  "agent.train_ratio=1", "train.eval_episodes=1"]) == 0
     # the pretrain run held 8 recorded episodes less the last one's tail rows (left out when its replay was filled),
-    # split over exp=debug's 4 env columns: 7 finished episodes, read back as 11 column pieces
-    assert f"replay filled with 7 finished episodes in 11 pieces of {pretrained}: 144 steps" in capsys.readouterr().out
+    # split over exp=debug's 4 env columns: 7 finished episodes, read back as 11 column pieces (144 / 4 = 36 rows each)
+    out = capsys.readouterr().out
+    assert f"[reverie] dataset {pretrained}: 11 episodes (7 finished), 144 steps, mean return " in out
+    assert "; replay filled with 144 steps, 36 rows in each of 4 env column(s)\n" in out
     assert acted[:4] == ["explore"] * 4  # init.prefill=0: the agent acts from the first env step
     pre, now = load_checkpoint(pretrained), load_checkpoint(online)
     assert same(modules(pre, "wm."), modules(now, "wm.")) and not same(modules(pre, "actor."), modules(now, "actor."))

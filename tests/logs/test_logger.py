@@ -381,9 +381,9 @@ def test_progress_rates_are_per_second():
     now[0] = 4.0
     progress.update(50, {"last_return": float("nan")})  # updates unknown: the last count is kept; NaN: no episode yet
     assert progress.rates() == (10.0, 1.25)
-    # 50 steps in 4 s since the start (no prefill: one phase) -> 50 more take 4 s
+    # 4 s into the learning phase (no prefill: one phase): too early for an estimate (ETA_WARMUP_S = 30 s)
     assert progress.status_line() == ("train 50/100 (50%) | 10 steps/s | 1.2 updates/s | return - | 0:00:04 | "
-                                      "eta 0:00:04")
+                                      "eta estimating")
     # Only the last RATE_WINDOW_S (30 s) count: a sudden speed-up shows within the window.
     now[0] = 64.0
     progress.update(650, {"updates": 9})
@@ -393,6 +393,28 @@ def test_progress_rates_are_per_second():
     assert progress.rates() == (100.0, 0.0)  # only t=64 and t=65 are within 30 s of now
     progress.close()
     assert out.getvalue().count("\n") == 1
+
+
+def test_the_estimate_waits_for_its_warm_up_then_follows_the_last_minutes():
+    """Issue 47: a run that starts slow (10 steps in its first 60 s, e.g. a busy core) and then runs at 10 steps/s
+    must not keep the slow start in its estimate: after ETA_WINDOW_S (300 s) of the fast speed the estimate is the
+    fast one's. Before ETA_WARMUP_S (30 s) it says "estimating"."""
+    now = [0.0]
+    progress = Progress(100_000, console=Console(file=io.StringIO(), force_terminal=False), plain_interval_s=None,
+                        clock=lambda: now[0])
+    now[0] = 20.0
+    progress.update(5)
+    assert progress.remaining() == ("eta", None) and progress.status_line().endswith("| eta estimating")
+    now[0] = 60.0
+    progress.update(10)  # 10 steps in 60 s: 99,990 more would take 599,940 s
+    assert progress.remaining() == ("eta", 599_940.0)
+    for t in range(70, 371, 10):  # then 10 steps/s for 5 minutes
+        now[0] = float(t)
+        progress.update(10 + 100 * (t - 60) // 10)
+    steps = 10 + 100 * 31
+    label, left = progress.remaining()  # the window holds only the fast 300 s: (100,000 - 3,110) / 10 steps/s
+    assert label == "eta" and left == pytest.approx((100_000 - steps) / 10.0)
+    progress.close()
 
 
 def test_remaining_time_comes_from_the_phase_the_run_is_in():
@@ -463,3 +485,17 @@ def test_tensorboard_purge_step_hides_the_rows_a_resumed_run_logs_again(tmp_path
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(100, 1.0), (200, 20.0)]
+
+
+def test_an_offline_bar_counts_updates_not_env_steps():
+    """Issue 47: reverie pretrain takes no env step: its rate reads updates/s, with no second updates rate."""
+    now = [0.0]
+    progress = Progress(1000, console=Console(file=io.StringIO(), force_terminal=False), plain_interval_s=None,
+                        clock=lambda: now[0], description="pretrain", unit="updates")
+    progress.update(0, {"updates": 0})
+    now[0] = 4.0
+    progress.update(10, {"updates": 10})
+    line = progress.status_line()
+    assert line.startswith("pretrain 10/1,000 (1%) | 2.5 updates/s | return - | 0:00:04 | ")
+    assert "steps/s" not in line and "steps/s" not in progress.line(120) and "2.5 upd/s" in progress.line(120)
+    progress.close()

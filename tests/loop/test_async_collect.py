@@ -80,6 +80,7 @@ def test_one_step_in_flight_at_a_time_and_no_state_while_one_is():
     stepper.close()
 
 
+@pytest.mark.filterwarnings("ignore:.*ERROR:UserWarning")  # the async env worker reports the intended crash
 def test_a_worker_that_raises_during_an_overlapped_step_is_restarted():
     """The error surfaces in step_wait: the episodes close (is_last), then the rebuilt envs' reset row."""
     def vec(fail_at=None, offset=0):

@@ -135,7 +135,10 @@ def test_early_stops_say_what_lets_the_run_go_on():
     assert early_stop(by_target, {"stop_return": 490.0, "max_minutes": None}, saved) is None
     assert early_stop(by_target, saved, saved) == (
         "its eval return 480.0 reached train.stop_return=475; give a higher train.stop_return "
-        "(or train.stop_return=null) to continue it")
+        "(or train.stop_return=null, or a larger train.stop_evals) to continue it")
+    # more evaluations in a row than the run stopped at (1, the default when absent) let it go on; the same do not
+    assert early_stop(by_target, dict(saved, stop_evals=3), saved) is None
+    assert early_stop(by_target, dict(saved, stop_evals=3), dict(saved, stop_evals=3)) is not None
     old_summary = {k: v for k, v in by_target.items() if k != "stopped_by"}
     assert early_stop(old_summary, saved, saved).startswith("its eval return 480.0 reached")
     by_budget = dict(by_target, eval_return=100.0, stopped_by="max_minutes")

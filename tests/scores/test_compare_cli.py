@@ -147,3 +147,13 @@ def test_task_without_baseline_keeps_its_return_and_is_named(tmp_path, capsys):
     assert ("left out: atari_skiing (reverie: no random/human baseline).\nThe per-task table's mean and median rows "
             "average the same 1 task.") in captured.out
     assert f"{(4 + 20.7) / 35.3:.3f} (1 task)" in captured.out
+
+
+def test_reference_only_without_score_files_names_the_fetch_command(tmp_path, capsys, monkeypatch):
+    """Issue 47: before `reverie scores fetch`, --reference-only names the folders looked in and the command."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REVERIE_REFERENCE_SCORES", raising=False)
+    assert cmd_compare(["--reference-only", "--suite", "atari100k", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "suite 'atari100k' has none: no reference score folder found" in err
+    assert "reverie scores fetch" in err

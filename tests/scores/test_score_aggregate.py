@@ -122,3 +122,32 @@ def test_mean_interval_per_column_matches_one_column_at_a_time():
         assert (lo[j], hi[j]) == pytest.approx(aggregate.mean_interval(table[:, j], reps=500, seed=7), rel=1e-12)
     assert (lo[2], hi[2]) == (min(table[4:, 2]), max(table[4:, 2]))
     assert np.isnan(lo[3]) and np.isnan(hi[3])
+
+
+def test_one_run_a_side_says_there_is_no_interval_and_draws_points(tmp_path):
+    """Issue 47: one run per set gives a zero-width interval, p = 1 and an undefined t; the report says so instead
+    of printing nan, and the plots draw the points (a bar of width zero would look empty)."""
+    from reverie.scores import plots
+    from reverie.scores.report import comparison_text
+
+    result = compare_sets(np.array([[0.5, 0.7]]), np.array([[0.2, 0.3]]), reps=200)
+    assert (result["runs_a"], result["runs_b"]) == (1.0, 1.0)
+    assert result["lo"] == result["hi"] == pytest.approx(result["diff"])
+    text = comparison_text(result, "a", "b", "dmc")
+    assert "no interval and no test: a has 1 run(s) and b 1" in text
+    assert "nan" not in text and "Welch t-test" not in text
+    several = compare_sets(np.array([[0.5, 0.7], [0.6, 0.8]]), np.array([[0.2, 0.3], [0.1, 0.2]]), reps=200)
+    assert "Welch t-test on per-run means" in comparison_text(several, "a", "b", "dmc")  # counter-check
+    paths = plots.plot_difference(result, tmp_path / "diff", "a", "b")
+    assert all(p.stat().st_size > 0 for p in paths)
+    fig_axes = []
+    original = plots.save
+    plots.save = lambda fig, stem: fig_axes.append(fig.axes[0]) or []
+    try:
+        plots.plot_difference(result, tmp_path / "d2", "a", "b")
+    finally:
+        plots.save = original
+    ax = fig_axes[0]
+    assert not ax.patches  # no zero-width bar
+    assert [tuple(line.get_xdata()) for line in ax.lines if line.get_marker() == "o"] == [(result["diff"],)]
+    assert ax.get_title() == "one run on a side: no interval, no test"
