@@ -107,8 +107,9 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         trained = "world model and behavior" if self._update == self.agent.update else "world model"
         length = (f"{self.steps} updates ({trained}), no env steps" if offline
                   else f"{self.loop.schedule} ({self.steps} env steps, prefill {self.prefill})")
-        print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x"
-              f"{self.batch[1]}, {length}; run dir {run_dir}")
+        if info.is_main:  # data parallel: rank 0 speaks for the run
+            print(f"[reverie] {self.n} env(s) x {self.spec}; obs {self.obs_shapes}; batch {self.batch[0]}x"
+                  f"{self.batch[1]}, {length}; run dir {run_dir}")
         changed = variant(cfg)
         if changed and info.is_main:
             print(f"[reverie] agent {cfg.agent.name} with " + ", ".join(f"{what} {text}" for _, what, text in changed))
@@ -293,8 +294,9 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         where = "update" if self.offline else "env step"
         kept = f" (best {best[1]:.1f} at {where} {best[0]:,}: checkpoints/{BEST_FILE})" if best is not None else ""
         last = f"last eval return {final:.1f}" if np.isfinite(final) else "no evaluation yet"
-        print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, {last}{kept}, "
-              f"{wall / 60:.2f} min; run dir {self.run_dir}")
+        if info.is_main:  # rank 0 evaluates: its line is the run's (the other ranks hold no evaluation)
+            print(f"[reverie] {outcome}: {loop.env_steps} env steps, {loop.updates} updates, {last}{kept}, "
+                  f"{wall / 60:.2f} min; run dir {self.run_dir}")
         if self.interrupted and info.is_main:
             command = "pretrain" if self.offline else "train"
             print(f"[reverie] resume this run with: {resume_command(self.run_dir, command=command)}", flush=True)

@@ -47,7 +47,8 @@ class SessionStart:
             self.row, self.act_state = saved["row"], saved["act_state"]
         self.loop.load_state_dict(saved)
         why = (saved["stepper"] or {}).get("env_error")  # e.g. Atari with sticky actions (pretrain: no envs)
-        print(f"[reverie] resumed {self.run_dir} from {Path(saved['checkpoint_path']).name}: env step "
-              f"{self.loop.env_steps}, {self.loop.updates} updates, replay {len(self.replay)} steps"
-              f"{'' if self.row is not None or self.offline else '; episodes in flight restart'}"
-              f"{'' if self.row is not None or not why else f' (the envs were not saved: {why})'}")
+        if self.info.is_main:  # data parallel: rank 0 speaks for the run
+            print(f"[reverie] resumed {self.run_dir} from {Path(saved['checkpoint_path']).name}: env step "
+                  f"{self.loop.env_steps}, {self.loop.updates} updates, replay {len(self.replay)} steps"
+                  f"{'' if self.row is not None or self.offline else '; episodes in flight restart'}"
+                  f"{'' if self.row is not None or not why else f' (the envs were not saved: {why})'}")
