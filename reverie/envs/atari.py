@@ -2,8 +2,9 @@
 
 Backend ``ale`` (default) wraps, does not rewrite::
 
-    gym.make("ALE/<Game>-v5", frameskip=1, repeat_action_probability=sticky, full_action_space=actions == "full",
+    gym.make("ALE/<Game>-v5", frameskip=1, repeat_action_probability=0, full_action_space=actions == "full",
              max_num_frames_per_episode=max_frames)
+    -> StickyActions(sticky)                                                     (only sticky > 0; ALE's rule)
     -> AtariPreprocessing(noop_max=noops, frame_skip=action_repeat, screen_size=size, grayscale_obs=False,
                           terminal_on_life_loss=life_loss != "ignore")          (Gymnasium)
     -> LifeLossTerminal                                                          (only life_loss=terminal)
@@ -16,7 +17,8 @@ Protocol settings (keys of the env config; ``configs/env/atari100k.yaml`` and ``
 
 =============  ==========================================================================================
 ``task``       game: ``pong``, ``ms_pacman``, ``Pong``, ``ALE/Pong-v5`` (see :func:`ale_id`)
-``sticky``     ALE ``repeat_action_probability`` per frame (atari100k 0.0, atari 0.25)
+``sticky``     ALE's ``repeat_action_probability`` rule per frame, applied by :class:`StickyActions` (atari100k 0.0,
+               atari 0.25)
 ``noops``      at reset, ``U{1..noops}`` NOOP frames (Gymnasium's sampling; 0 = none) (atari100k 30, atari 0)
 ``actions``    ``minimal`` (the game's own set, e.g. 6 for Pong) or ``full`` (all 18)
 ``life_loss``  ``ignore``: lives are not used. ``terminal``: a lost life sets ``is_terminal`` (reported as
@@ -151,6 +153,43 @@ def settings(cfg: Mapping) -> dict[str, Any]:
     return s
 
 
+class StickyActions(gym.Wrapper):
+    """ALE's sticky actions (Machado et al. 2018), applied per emulator frame by this wrapper instead of the
+    emulator, so that a checkpoint can hold them: at every frame, with probability ``p`` the previous frame's
+    action is executed again instead of the one given (ALE ``StellaEnvironment::act``: ``if rng() >= p: action =
+    new``; the previous action is NOOP after a reset). It sits directly on ALE's env (``frameskip=1``:
+    one ``step`` is one frame), under the frame loop, so the no-op frames at reset are sticky as in ALE.
+
+    ALE keeps the repeated action outside its saved state (``cloneState``), so a game with ALE's own sticky actions
+    cannot resume exactly; this wrapper's state is its last action and its own generator (``np.random.Generator``,
+    seeded by ``reset(seed=...)``), both pickled with the env. The draws differ from ALE's generator; the rule and
+    its statistics are the same (``tests/envs/test_atari.py``).
+
+    Args:
+        env: ALE's Gymnasium env made with ``repeat_action_probability=0`` and ``frameskip=1``.
+        p: the repeat probability (``env.sticky``; 0.25 in the ALE v5 default and the long Atari protocol).
+    """
+
+    NOOP = 0  # index of NOOP in both the minimal and the full action set
+
+    def __init__(self, env: gym.Env, p: float):
+        super().__init__(env)
+        self.p = float(p)
+        self.last = self.NOOP
+        self.rng = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.rng = np.random.default_rng([int(seed), 0x5717C])  # its own stream: ALE's no-op draws unchanged
+        self.last = self.NOOP
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.rng.random() >= self.p:
+            self.last = int(action)
+        return self.env.step(self.last)
+
+
 class AtariFrames(AtariPreprocessing):
     """Gymnasium's ``AtariPreprocessing`` (RGB, max-pooled, resized), with the true final observation.
 
@@ -213,10 +252,10 @@ def reduce_atari_env(env: Any) -> tuple:
     a fresh, randomly seeded emulator while the wrappers above believe the episode goes on.
 
     Raises:
-        NotImplementedError: sticky actions are on (``repeat_action_probability > 0``, ``env=atari``): the
-            emulator's state leaves out the action a sticky frame repeats, so the game cannot continue exactly;
-            the checkpoint then holds no envs and the episodes in flight restart
-            (:meth:`reverie.envs.stepper.VectorStepper.state_dict`).
+        NotImplementedError: ALE's own sticky actions are on (``repeat_action_probability > 0``: an env made
+            outside :func:`make_atari`, which applies them in :class:`StickyActions`): the emulator's state leaves
+            out the action a sticky frame repeats, so the game cannot continue exactly; the checkpoint then holds
+            no envs and the episodes in flight restart (:meth:`reverie.envs.stepper.VectorStepper.state_dict`).
     """
     sticky = env.ale.getFloat("repeat_action_probability")
     if sticky > 0:
@@ -259,8 +298,10 @@ def make_atari(cfg: Mapping, kwargs: dict) -> gym.Env:
         raise ImportError("env suite 'atari' resizes frames with OpenCV: pip install opencv-python-headless "
                           "(or pip install -e '.[atari]')") from err
     max_frames = 0 if s["max_frames"] is None else int(s["max_frames"])  # ALE: 0 means no cap
-    env = gym.make(env_id, frameskip=1, repeat_action_probability=s["sticky"],
+    env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0,
                    full_action_space=s["actions"] == "full", max_num_frames_per_episode=max_frames, **kwargs)
+    if s["sticky"] > 0:  # per frame, by the wrapper: a checkpoint holds its state (ALE's own does not)
+        env = StickyActions(env, s["sticky"])
     env = AtariFrames(env, noop_max=s["noops"], frame_skip=s["action_repeat"], screen_size=s["size"],
                       terminal_on_life_loss=s["life_loss"] != "ignore", grayscale_obs=False)
     if s["life_loss"] == "terminal":

@@ -12,7 +12,7 @@ cv2 = pytest.importorskip("cv2", reason="Atari tests need OpenCV: pip install -e
 
 from reverie.configs.compose import load_config  # noqa: E402
 from reverie.envs import VectorStepper, make_env, make_vector_env  # noqa: E402
-from reverie.envs.atari import ale_id  # noqa: E402
+from reverie.envs.atari import StickyActions, ale_id  # noqa: E402
 
 CONFIGS = "reverie/configs/env"
 UP = 2  # Pong minimal set: NOOP FIRE RIGHT LEFT RIGHTFIRE LEFTFIRE (RIGHT moves the paddle up)
@@ -82,11 +82,17 @@ def test_frame_cap_truncates_with_the_true_final_observation():
     assert row["is_first"][0] and not row["is_last"][0]
 
 
-def test_sticky_actions_setting_reaches_the_ale_and_changes_dynamics():
-    assert ale_of(make_env(OmegaConf.load(f"{CONFIGS}/atari.yaml"), seed=0)).getFloat(
-        "repeat_action_probability") == pytest.approx(0.25)
-    assert ale_of(make_env(OmegaConf.load(f"{CONFIGS}/atari100k.yaml"), seed=0)).getFloat(
-        "repeat_action_probability") == 0.0
+def sticky_of(env):
+    """The StickyActions wrapper's probability (None without one) and ALE's own (always 0)."""
+    while not isinstance(env, StickyActions) and hasattr(env, "env"):
+        env = env.env
+    p = env.p if isinstance(env, StickyActions) else None
+    return p, env.unwrapped.ale.getFloat("repeat_action_probability")
+
+
+def test_sticky_actions_setting_reaches_the_wrapper_and_changes_dynamics():
+    assert sticky_of(make_env(OmegaConf.load(f"{CONFIGS}/atari.yaml"), seed=0)) == (0.25, 0.0)
+    assert sticky_of(make_env(OmegaConf.load(f"{CONFIGS}/atari100k.yaml"), seed=0)) == (None, 0.0)
     images = []
     for sticky in (0.0, 0.0, 0.9):
         env = make_env(atari(sticky=sticky), seed=0)
@@ -229,3 +235,47 @@ def test_envpool_refuses_life_loss_reset_and_wrappers_at_start_up():
     wrappers = [{"_target_": "gymnasium.wrappers.ClipReward", "max_reward": 1.0}]
     with pytest.raises(ValueError, match="cannot wrap envpool's batched env"):
         make_env(atari(backend="envpool", wrappers=wrappers), seed=0)
+
+
+class FrameLog:
+    """A stand-in for ALE's env under StickyActions: records the action each frame executes."""
+
+    def __init__(self):
+        self.executed = []
+        self.observation_space = self.action_space = None
+        self.metadata, self.render_mode, self.spec = {}, None, None
+
+    def reset(self, seed=None, options=None):
+        return None, {}
+
+    def step(self, action):
+        self.executed.append(action)
+        return None, 0.0, False, False, {}
+
+
+def test_sticky_actions_follow_ales_rule_and_statistics():
+    """ALE's rule per frame: with probability p the previous frame's executed action again, NOOP after a reset.
+    Asking a new action every frame (1, 2, 3, ...), the action a frame executes is the one asked k frames earlier
+    with probability p^k (1 - p): k = 0, 1, 2 at 0.75, 0.1875, 0.046875 for p = 0.25, each within 4 sigma over
+    20,000 frames."""
+    log = FrameLog()
+    env = StickyActions.__new__(StickyActions)
+    env.env, env.p, env.last, env.rng = log, 0.25, StickyActions.NOOP, np.random.default_rng()
+    env.reset(seed=0)
+    frames = 20_000
+    for t in range(frames):
+        env.step(t + 1)
+    executed = np.array(log.executed)
+    lag = np.arange(1, frames + 1) - executed  # 0: the asked action; k: the one asked k frames earlier
+    assert executed[0] in (0, 1)  # the first frame after a reset can only repeat NOOP
+    for k in range(3):
+        expected = 0.25 ** k * 0.75
+        assert abs((lag[1:] == k).mean() - expected) < 4 * np.sqrt(expected * (1 - expected) / frames), k
+    env.reset()
+    env.step(7)
+    assert log.executed[-1] in (0, 7)  # after a reset the previous action is NOOP again
+    zero = StickyActions.__new__(StickyActions)
+    zero.env, zero.p, zero.last, zero.rng = FrameLog(), 0.0, 0, np.random.default_rng(0)
+    for t in range(100):
+        zero.step(t + 1)
+    assert zero.env.executed == list(range(1, 101))  # p = 0: ALE without sticky actions

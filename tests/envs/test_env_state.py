@@ -166,19 +166,30 @@ def test_atari_resumes_bit_exactly_with_the_emulator_state():
     b.close()
 
 
-def test_atari_with_sticky_actions_is_not_saved_and_restarts():
-    """ALE's saved state leaves out the action a sticky frame repeats: no exact resume is possible, so the state
-    says why and holds no envs (the episodes restart), instead of a game that differs from the first frame."""
-    cfg = atari_config(task="breakout", num_envs=1, sticky=0.25)
-    a = VectorStepper(make_vector_env(cfg, 0))
-    a.reset()
-    state = a.state_dict()
-    assert state["env"] is None and "sticky actions" in state["env_error"]
-    b = VectorStepper(make_vector_env(cfg, 5))
-    b.reset()
-    assert b.load_state_dict(state) is False
+def test_atari_with_sticky_actions_resumes_bit_exactly():
+    """Issue 47: env=atari's sticky actions (0.25) are applied by reverie's StickyActions wrapper, whose last action
+    and generator travel with the env: the rows after a restore equal the uninterrupted ones, across an episode end
+    (time_limit 12) and a lost life."""
+    cfg = atari_config(task="breakout", num_envs=1, sticky=0.25, time_limit=12, life_loss="terminal")
+    rng = np.random.default_rng(4)
+    a, b, state = saved_and_restored(cfg, 5, rng)
+    assert state["env"] is not None and not state.get("env_error")
+    assert continue_together(a, b, 22, rng) == 2
     a.close()
     b.close()
+
+
+def test_ales_own_sticky_actions_are_still_refused_for_saving():
+    """An ALE env made with ALE's repeat_action_probability (outside make_atari) cannot be saved exactly: the
+    state says why and holds no envs (the episodes restart)."""
+    import gymnasium as gym
+
+    from reverie.envs.atari import reduce_atari_env
+
+    env = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.25)
+    with pytest.raises(NotImplementedError, match="sticky actions"):
+        reduce_atari_env(env.unwrapped)
+    env.close()
 
 
 def test_uniform_box_bounds_are_pickled_once():

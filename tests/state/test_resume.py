@@ -290,3 +290,32 @@ def test_ctrl_c_during_an_update_waits_for_its_end_and_the_checkpoint_resumes(tm
     monkeypatch.setattr(DreamerV3, "update", original)
     assert main(["train", "--resume", str(tmp_path / "c"), f"train.steps={saved['counters']['env_steps'] + 16}"]) == 0
     assert load_checkpoint(tmp_path / "c")["counters"]["updates"] > 1
+
+
+def test_sticky_action_atari_resumes_exactly_after_a_kill(tmp_path, monkeypatch):
+    """Issue 47: env=atari (sticky actions 0.25, the long protocol) continues its episodes exactly after a kill:
+    the run dies 24 env steps past its checkpoint at N, the same command resumes it, and it ends equal to the run
+    that never stopped (agent, replay, row, RNG, metric rows). Before, ALE's saved state lacked the action a sticky
+    frame repeats: the envs were not saved and the episodes in flight restarted."""
+    pytest.importorskip("ale_py", reason="Atari tests need ale-py: pip install -e '.[atari]'")
+    env = ["env=atari", "env.task=pong", "env.num_envs=4", "replay.capacity=200", f"train.checkpoint_every={N}"]
+    run(tmp_path / "straight", f"train.steps={2 * N}", *env)
+    real_step, calls = VectorStepper.step, {"n": 0}
+
+    def step_then_die(self, action):
+        calls["n"] += 1
+        if calls["n"] == (N + N // 2) // 4:  # env step 72: 24 steps collected past the checkpoint at 48
+            raise Killed
+        return real_step(self, action)
+
+    monkeypatch.setattr(VectorStepper, "step", step_then_die)
+    with pytest.raises(Killed):
+        run(tmp_path / "killed", f"train.steps={2 * N}", *env)
+    monkeypatch.setattr(VectorStepper, "step", real_step)
+    saved = load_checkpoint(tmp_path / "killed")
+    assert saved["counters"]["env_steps"] == N and saved["stepper"]["env"] is not None  # the envs were saved
+    run(tmp_path / "killed", f"train.steps={2 * N}", *env)
+    compare_runs(tmp_path / "straight", tmp_path / "killed")
+    rows = [[{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in
+             (d / "metrics.jsonl").read_text().splitlines()] for d in (tmp_path / "straight", tmp_path / "killed")]
+    assert rows[0] == rows[1]
