@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from reverie.logs.video import _as_video, _pad_even, filmstrip, gif_bytes, mp4_writer, pad_even
+from reverie.logs.video import _as_video, as_frames, filmstrip, gif_bytes, mp4_writer, pad_even
 
 #: Backends the Logger knows. "none" (or an empty list) means jsonl files only.
 SUPPORTED_BACKENDS = ("tensorboard", "wandb", "none")
@@ -204,15 +204,16 @@ class Logger:
 
     # ------------------------------------------------------------------ videos
 
-    def video(self, name: str, frames: np.ndarray, step: int, fps: int = 30) -> Path:
+    def video(self, name: str, frames: Any, step: int, fps: int = 30) -> Path:
         """Writes ``videos/{name}_{step}.mp4`` (H.264, yuv420p) and returns its path.
 
         Args:
             name: file name stem and TensorBoard/wandb tag, e.g. ``"eval/policy"`` (``/`` becomes ``_`` in
                 the file name).
             frames: uint8 ``(T, H, W, 3)``; channel-first ``(T, 3, H, W)`` (the observation layout) and
-                grayscale ``(T, H, W)`` are converted. Odd heights/widths are padded by one edge pixel
-                (H.264 with yuv420p needs even sizes), so any size works, 1x1 included.
+                grayscale ``(T, H, W)`` are converted; or a list of such frames (a long episode: never stacked).
+                Odd heights/widths are padded by one edge pixel (H.264 with yuv420p needs even sizes), so any
+                size works, 1x1 included.
             step: env step, used in the file name and as the x axis.
             fps: frames per second of the file.
 
@@ -222,13 +223,12 @@ class Logger:
         self._check_open()
         _check_name(name)
         step = _to_step(step)
-        video = _as_video(frames)
-        padded = _pad_even(video)
+        video = as_frames(frames)  # (H, W, 3) frames, never one copy of the whole clip (a long episode's peak)
         path = self.directory / "videos" / f"{name.replace('/', '_')}_{step}.mp4"
         path.parent.mkdir(parents=True, exist_ok=True)
         with mp4_writer(path, fps) as writer:
-            for frame in padded:
-                writer.append_data(frame)
+            for frame in video:
+                writer.append_data(pad_even(frame))
         if self._tb is not None:
             self._tb_gif(name, video, step, fps)
             self._tb.add_image(f"{name}/filmstrip", filmstrip(video), global_step=step, dataformats="HWC")
@@ -238,12 +238,13 @@ class Logger:
             self._wandb_log({name: self._wandb.Video(str(path), fps=fps, format="mp4")}, step)
         return path
 
-    def _tb_gif(self, name: str, video: np.ndarray, step: int, fps: int) -> None:
+    def _tb_gif(self, name: str, video: list[np.ndarray], step: int, fps: int) -> None:
         """An animated GIF image summary: what ``SummaryWriter.add_video`` writes, encoded without moviepy."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         gif = gif_bytes(video, fps)
-        image = Summary.Image(height=video.shape[1], width=video.shape[2], colorspace=3, encoded_image_string=gif)
+        image = Summary.Image(height=video[0].shape[0], width=video[0].shape[1], colorspace=3,
+                              encoded_image_string=gif)
         self._tb._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=name, image=image)]), step)
 
     # ------------------------------------------------------------------ images and figures

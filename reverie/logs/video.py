@@ -16,10 +16,11 @@ import numpy as np
 FILMSTRIP_FRAMES = 8
 
 
-def filmstrip(video: np.ndarray, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
-    """Up to ``count`` evenly spaced frames of ``video`` (T, H, W, 3) side by side: (H, k*W, 3) uint8."""
+def filmstrip(video: Any, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
+    """Up to ``count`` evenly spaced frames of ``video`` (T, H, W, 3) (or a list of (H, W, 3) frames) side by side:
+    (H, k*W, 3) uint8."""
     index = np.unique(np.linspace(0, len(video) - 1, num=min(count, len(video))).round().astype(int))
-    return np.concatenate(list(video[index]), axis=1)
+    return np.concatenate([video[i] for i in index], axis=1)
 
 
 def mp4_writer(path: str | Path, fps: int = 30) -> Any:
@@ -41,8 +42,9 @@ def pad_even(frame: np.ndarray) -> np.ndarray:
 _CUBE = (6, 7, 6)
 
 
-def gif_bytes(video: np.ndarray, fps: int = 10) -> bytes:
-    """Animated GIF (looping) of uint8 ``(T, H, W, 3)`` frames, colours mapped to a fixed 252-colour cube.
+def gif_bytes(video: Any, fps: int = 10) -> bytes:
+    """Animated GIF (looping) of uint8 ``(T, H, W, 3)`` frames (or a list of ``(H, W, 3)``), colours mapped to a
+    fixed 252-colour cube.
 
     A fixed palette costs a few ms per frame (an adaptive one ~1 s on a busy CPU) and keeps colours steady
     from frame to frame; the mp4 next to it has the full colours.
@@ -50,12 +52,12 @@ def gif_bytes(video: np.ndarray, fps: int = 10) -> bytes:
     from PIL import Image
 
     levels = np.asarray(_CUBE)
-    q = np.rint(video.astype(np.float32) * ((levels - 1) / 255.0)).astype(np.uint8)  # (T, H, W, 3) levels
-    index = (q[..., 0] * levels[1] + q[..., 1]) * levels[2] + q[..., 2]  # (T, H, W) palette index
     grid = np.stack(np.meshgrid(*[np.arange(n) for n in _CUBE], indexing="ij"), -1).reshape(-1, 3)
     palette = np.rint(grid * (255.0 / (levels - 1))).astype(np.uint8).ravel().tolist()
     frames = []
-    for frame in index.astype(np.uint8):
+    for rgb in video:  # frame by frame: a float copy of the whole clip (4 bytes per value) would be the run's peak
+        q = np.rint(rgb.astype(np.float32) * ((levels - 1) / 255.0)).astype(np.uint8)  # (H, W, 3) levels
+        frame = ((q[..., 0] * levels[1] + q[..., 1]) * levels[2] + q[..., 2]).astype(np.uint8)  # (H, W) index
         image = Image.fromarray(frame, mode="P")
         image.putpalette(palette)
         frames.append(image)
@@ -85,6 +87,21 @@ def _as_video(frames: Any) -> np.ndarray:
             f"got {video.shape}."
         )
     return np.ascontiguousarray(video)
+
+
+def as_frames(frames: Any) -> list[np.ndarray]:
+    """The frames of a clip as a list of uint8 ``(H, W, 3)`` arrays, from a ``(T, H, W, 3)``, ``(T, 3, H, W)`` or
+    ``(T, H, W)`` array or tensor (views, no copy) or a list of such frames (each converted alone: a long
+    episode is never copied into one array). Raises as :func:`_as_video` does, and on frames of different shapes."""
+    if isinstance(frames, (list, tuple)):
+        if not frames:
+            raise ValueError("Video frames must be shaped (T, H, W, 3) with T >= 1, got an empty list.")
+        out = [_as_video(np.asarray(frame)[None])[0] for frame in frames]
+        shapes = {frame.shape for frame in out}
+        if len(shapes) > 1:
+            raise ValueError(f"Video frames must all have one shape, got {sorted(shapes)}.")
+        return out
+    return list(_as_video(frames))
 
 
 def _pad_even(video: np.ndarray) -> np.ndarray:

@@ -158,8 +158,9 @@ def format_returns(result: Mapping[str, Any], title: str = "") -> str:
 
 
 def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval",
-                   max_steps: int = 10_000) -> tuple[np.ndarray | None, float]:
-    """Play one episode with ``render_mode="rgb_array"`` and return ``(frames (T, H, W, 3) uint8, return)``.
+                   max_steps: int = 10_000) -> tuple[list[np.ndarray] | None, float]:
+    """Play one episode with ``render_mode="rgb_array"`` and return ``(frames, return)``: a list of ``T`` uint8
+    ``(H, W, 3)`` frames, not stacked (a 500-step CartPole episode is 360 MB of frames; a stacked copy doubles it).
 
     Frames are ``None`` (with a warning) when the env cannot render to ``rgb_array``.
     """
@@ -186,4 +187,4 @@ def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval"
                 break
     finally:
         stepper.close()
-    return np.stack(frames), total
+    return frames, total

@@ -270,6 +270,29 @@ def test_video_content_survives_encoding(tmp_path):
     assert read[1, ..., 0].mean() > 240 and read[1, ..., 1].mean() < 15
 
 
+def test_a_list_of_frames_gives_the_same_video_as_the_stacked_array(tmp_path):
+    """A long evaluation episode arrives as a list of frames (never stacked: issue 41's memory peak); the mp4,
+    GIF and filmstrip equal those of the same frames as one (T, H, W, 3) array, channel-first frames included."""
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (5, 17, 24, 3), dtype=np.uint8)  # odd height: padded
+    decoded = []
+    for name, clip in (("array", frames), ("list", list(frames)), ("chw", [f.transpose(2, 0, 1) for f in frames])):
+        with Logger(tmp_path / name, backends="none") as logger:
+            path = logger.video("clip", clip, step=0)
+        decoded.append(np.stack(imageio.mimread(path, format="FFMPEG")))
+    np.testing.assert_array_equal(decoded[0], decoded[1])
+    np.testing.assert_array_equal(decoded[0], decoded[2])
+    from reverie.logs.video import filmstrip, gif_bytes
+
+    assert gif_bytes(frames) == gif_bytes(list(frames))
+    np.testing.assert_array_equal(filmstrip(frames), filmstrip(list(frames)))
+    with Logger(tmp_path / "bad", backends="none") as logger:
+        with pytest.raises(ValueError, match="one shape"):
+            logger.video("x", [frames[0], frames[0][:8]], step=0)
+        with pytest.raises(ValueError, match="empty list"):
+            logger.video("x", [], step=0)
+
+
 def test_video_rejects_bad_frames(tmp_path):
     with Logger(tmp_path, backends="none") as logger:
         with pytest.raises(TypeError, match=r"must be uint8.*astype\(np.uint8\)"):
