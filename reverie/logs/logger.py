@@ -30,15 +30,17 @@ JSON: non-finite values are written as ``NaN`` / ``Infinity`` (Python's ``json``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from reverie.logs.video import _as_video, as_frames, filmstrip, gif_bytes, mp4_writer, pad_even
+from reverie.logs.video import (ClipWriter, _as_video, as_frames, filmstrip, gif_bytes, gif_from_indices,  # noqa: F401
+                                 mp4_writer, pad_even)
 
 #: Backends the Logger knows. "none" (or an empty list) means jsonl files only.
 SUPPORTED_BACKENDS = ("tensorboard", "wandb", "none")
@@ -220,31 +222,42 @@ class Logger:
         Also logs the clip to TensorBoard as an animated GIF under ``name`` plus a filmstrip under
         ``name/filmstrip`` (see the module docstring), and the mp4 to wandb.
         """
+        video = as_frames(frames)  # (H, W, 3) frames, never one copy of the whole clip
+        with self.clip(name, step, fps) as clip:
+            for frame in video:
+                clip.add(frame)
+        return clip.path
+
+    @contextlib.contextmanager
+    def clip(self, name: str, step: int, fps: int = 30) -> Iterator[ClipWriter]:
+        """:meth:`video` with the frames added one by one (``clip.add(frame)``) as they are made, e.g. while an
+        episode plays: the mp4 is written as they come and only 1-byte palette indices are kept for the GIF and
+        filmstrip (a long episode never sits in memory in full colour). A clip that got no frame writes nothing.
+        At the end: the TensorBoard GIF and filmstrip and the wandb video, as :meth:`video`."""
         self._check_open()
         _check_name(name)
         step = _to_step(step)
-        video = as_frames(frames)  # (H, W, 3) frames, never one copy of the whole clip (a long episode's peak)
-        path = self.directory / "videos" / f"{name.replace('/', '_')}_{step}.mp4"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with mp4_writer(path, fps) as writer:
-            for frame in video:
-                writer.append_data(pad_even(frame))
+        clip = ClipWriter(self.directory / "videos" / f"{name.replace('/', '_')}_{step}.mp4", fps)
+        try:
+            yield clip
+        finally:
+            clip.close()
+        if not clip.indices:
+            return
         if self._tb is not None:
-            self._tb_gif(name, video, step, fps)
-            self._tb.add_image(f"{name}/filmstrip", filmstrip(video), global_step=step, dataformats="HWC")
+            self._tb_gif(name, clip, step, fps)
+            self._tb.add_image(f"{name}/filmstrip", clip.filmstrip(), global_step=step, dataformats="HWC")
             self._tb.flush()
         if self._wandb_run is not None:
             # From the file: wandb.Video built from an array would need moviepy to encode it.
-            self._wandb_log({name: self._wandb.Video(str(path), fps=fps, format="mp4")}, step)
-        return path
+            self._wandb_log({name: self._wandb.Video(str(clip.path), fps=fps, format="mp4")}, step)
 
-    def _tb_gif(self, name: str, video: list[np.ndarray], step: int, fps: int) -> None:
+    def _tb_gif(self, name: str, clip: ClipWriter, step: int, fps: int) -> None:
         """An animated GIF image summary: what ``SummaryWriter.add_video`` writes, encoded without moviepy."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        gif = gif_bytes(video, fps)
-        image = Summary.Image(height=video[0].shape[0], width=video[0].shape[1], colorspace=3,
-                              encoded_image_string=gif)
+        gif = gif_from_indices(clip.indices, fps)
+        image = Summary.Image(height=clip.shape[0], width=clip.shape[1], colorspace=3, encoded_image_string=gif)
         self._tb._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=name, image=image)]), step)
 
     # ------------------------------------------------------------------ images and figures

@@ -42,6 +42,17 @@ def pad_even(frame: np.ndarray) -> np.ndarray:
 _CUBE = (6, 7, 6)
 
 
+_LEVELS = np.asarray(_CUBE)
+_PALETTE = np.rint(np.stack(np.meshgrid(*[np.arange(n) for n in _CUBE], indexing="ij"), -1).reshape(-1, 3)
+                   * (255.0 / (_LEVELS - 1))).astype(np.uint8)  # (252, 3): the colour of each palette index
+
+
+def palette_index(rgb: np.ndarray) -> np.ndarray:
+    """One uint8 ``(H, W, 3)`` frame as indices into the fixed colour cube: uint8 ``(H, W)`` (1 byte a pixel)."""
+    q = np.rint(rgb.astype(np.float32) * ((_LEVELS - 1) / 255.0)).astype(np.uint8)  # (H, W, 3) levels
+    return ((q[..., 0] * _LEVELS[1] + q[..., 1]) * _LEVELS[2] + q[..., 2]).astype(np.uint8)
+
+
 def gif_bytes(video: Any, fps: int = 10) -> bytes:
     """Animated GIF (looping) of uint8 ``(T, H, W, 3)`` frames (or a list of ``(H, W, 3)``), colours mapped to a
     fixed 252-colour cube.
@@ -49,15 +60,17 @@ def gif_bytes(video: Any, fps: int = 10) -> bytes:
     A fixed palette costs a few ms per frame (an adaptive one ~1 s on a busy CPU) and keeps colours steady
     from frame to frame; the mp4 next to it has the full colours.
     """
+    # frame by frame: a float copy of the whole clip (4 bytes per value) would be a run's memory peak
+    return gif_from_indices([palette_index(rgb) for rgb in video], fps)
+
+
+def gif_from_indices(indices: list[np.ndarray], fps: int = 10) -> bytes:
+    """The animated GIF of :func:`gif_bytes` from frames already mapped by :func:`palette_index`."""
     from PIL import Image
 
-    levels = np.asarray(_CUBE)
-    grid = np.stack(np.meshgrid(*[np.arange(n) for n in _CUBE], indexing="ij"), -1).reshape(-1, 3)
-    palette = np.rint(grid * (255.0 / (levels - 1))).astype(np.uint8).ravel().tolist()
+    palette = _PALETTE.ravel().tolist()
     frames = []
-    for rgb in video:  # frame by frame: a float copy of the whole clip (4 bytes per value) would be the run's peak
-        q = np.rint(rgb.astype(np.float32) * ((levels - 1) / 255.0)).astype(np.uint8)  # (H, W, 3) levels
-        frame = ((q[..., 0] * levels[1] + q[..., 1]) * levels[2] + q[..., 2]).astype(np.uint8)  # (H, W) index
+    for frame in indices:
         image = Image.fromarray(frame, mode="P")
         image.putpalette(palette)
         frames.append(image)
@@ -110,3 +123,43 @@ def _pad_even(video: np.ndarray) -> np.ndarray:
     if not (pad_h or pad_w):
         return video
     return np.pad(video, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+
+
+class ClipWriter:
+    """A clip written as its frames come (:meth:`reverie.logs.logger.Logger.clip`): each uint8 ``(H, W, 3)`` frame
+    (or ``(3, H, W)``, ``(H, W)``) goes into the mp4 at once and is kept only as 1-byte palette indices for the
+    GIF and filmstrip, so a long episode never sits in memory in full colour (a 500-step CartPole episode: 360 MB
+    of frames, 120 MB of indices).
+
+    Args:
+        path: the mp4 to write. fps: its frames per second.
+    """
+
+    def __init__(self, path: str | Path, fps: int = 30):
+        self.path, self.fps = Path(path), fps
+        self.indices: list[np.ndarray] = []
+        self.shape: tuple[int, ...] | None = None
+        self._writer = None
+
+    def add(self, frame: Any) -> None:
+        """Append one frame. Raises ValueError/TypeError on a bad frame or one of another shape."""
+        rgb = _as_video(np.asarray(frame)[None])[0]
+        if self.shape is None:
+            self.shape = rgb.shape
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = mp4_writer(self.path, self.fps)
+        elif rgb.shape != self.shape:
+            raise ValueError(f"Video frames must all have one shape, got {self.shape} then {rgb.shape}.")
+        self._writer.append_data(pad_even(rgb))
+        self.indices.append(palette_index(rgb))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def filmstrip(self, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
+        """:func:`filmstrip` of the clip, in the GIF's colours: ``(H, k*W, 3)`` uint8."""
+        n = len(self.indices)
+        index = np.unique(np.linspace(0, n - 1, num=min(count, n)).round().astype(int))
+        return np.concatenate([_PALETTE[self.indices[i]] for i in index], axis=1)

@@ -157,10 +157,12 @@ def format_returns(result: Mapping[str, Any], title: str = "") -> str:
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n")
 
 
-def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval",
-                   max_steps: int = 10_000) -> tuple[list[np.ndarray] | None, float]:
+def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval", max_steps: int = 10_000,
+                   on_frame: Callable[[np.ndarray], None] | None = None) -> tuple[list[np.ndarray] | None, float]:
     """Play one episode with ``render_mode="rgb_array"`` and return ``(frames, return)``: a list of ``T`` uint8
-    ``(H, W, 3)`` frames, not stacked (a 500-step CartPole episode is 360 MB of frames; a stacked copy doubles it).
+    ``(H, W, 3)`` frames, not stacked; with ``on_frame``, each frame goes to it as it is rendered and the list is
+    empty (a 500-step CartPole episode is 360 MB of frames: the end-of-run video streams them,
+    :meth:`reverie.logs.logger.Logger.clip`).
 
     Frames are ``None`` (with a warning) when the env cannot render to ``rgb_array``.
     """
@@ -171,6 +173,7 @@ def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval"
         warnings.warn(f"no evaluation video: the env does not accept render_mode='rgb_array' ({err})", stacklevel=2)
         return None, float("nan")
     frames, total = [], 0.0
+    keep = frames.append if on_frame is None else on_frame
     try:
         row, state = stepper.reset(), None
         for _ in range(max_steps):
@@ -178,12 +181,12 @@ def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval"
             if frame is None:
                 warnings.warn("no evaluation video: env.render() returned None", stacklevel=2)
                 return None, float("nan")
-            frames.append(np.asarray(frame, np.uint8))
+            keep(np.asarray(frame, np.uint8))
             action, state = agent.act(row, state, mode)
             row, finished = stepper.step(action)
             if finished:
                 total = finished[0]["return"]
-                frames.append(np.asarray(stepper.env.call("render")[0], np.uint8))
+                keep(np.asarray(stepper.env.call("render")[0], np.uint8))
                 break
     finally:
         stepper.close()

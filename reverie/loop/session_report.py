@@ -90,7 +90,5 @@ class SessionReport:
         """The video of one evaluation episode at the end of a run (``train.video``), logged at the run's step,
         without moving the training random streams."""
         cfg = self.cfg
-        with preserved_rng():
-            frames, _ = record_episode(self.agent, cfg.env, cfg.seed, mode=cfg.train.eval_mode)
-        if frames is not None:
-            self.logger.video("eval/episode", frames, self.step)
+        with preserved_rng(), self.logger.clip("eval/episode", self.step) as clip:  # frames streamed as they come
+            record_episode(self.agent, cfg.env, cfg.seed, mode=cfg.train.eval_mode, on_frame=clip.add)

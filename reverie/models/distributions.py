@@ -77,8 +77,12 @@ def _default_bins(num_bins: int, device: torch.device, space: str = "symlog") ->
     :class:`TwoHotSymexp`), built once per process (read-only: do not modify)."""
     key = (num_bins, device, space)
     if key not in _BINS:
-        bins = symlog_bins(num_bins)
-        _BINS[key] = (symexp(bins) if space == "symexp" else bins).to(device)
+        # a normal tensor even when first asked for under torch.inference_mode (acting, `reverie eval`): an
+        # inference tensor in the cache would break every later update ("Inference tensors cannot be saved for
+        # backward")
+        with torch.inference_mode(False):
+            bins = symlog_bins(num_bins)
+            _BINS[key] = (symexp(bins) if space == "symexp" else bins).to(device)
     return _BINS[key]
 
 

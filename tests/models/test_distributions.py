@@ -222,3 +222,17 @@ def test_two_hot_minus_inf_logit_next_to_a_target_on_a_bin_gives_no_nan(fast, gi
     lp.sum().backward()
     expected = torch.softmax(logits.detach(), -1) - torch.tensor([[0.0, 0, 1, 0, 0], [0.0, 0, 0, 0, 1]])
     torch.testing.assert_close(logits.grad, -expected)
+
+
+def test_bins_first_built_under_inference_mode_still_train():
+    """The default bins are cached per process. Built first inside torch.inference_mode (acting, `reverie eval`
+    before any update in the same process), they must still serve a later update: the gradient of the mean
+    through a two-hot head (an inference tensor in the cache made this raise)."""
+    from reverie.models import distributions as D
+
+    D._BINS.pop((255, torch.device("cpu"), "symlog"), None)
+    with torch.inference_mode():
+        D.TwoHotSymlog(torch.zeros(3, 255)).mean
+    logits = torch.zeros(4, 255, requires_grad=True)
+    D.TwoHotSymlog(logits).mean.sum().backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all()
