@@ -135,6 +135,7 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
     from reverie.envs import action_spec, make_env
     from reverie.replay.cycle import make_schedule
     from reverie.loop.collector import check_async_collect
+    from reverie.loop.evaluate import stop_target
     from reverie.agents.build import build_agent
 
     try:
@@ -147,6 +148,7 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
         raise ConfigError(f"env error: {err}") from err
     try:
         check_async_collect(cfg)
+        stop_target(cfg.train, cfg.env)  # train.stop_return=solved needs an env with a registered threshold
     except ValueError as err:
         raise ConfigError(f"config error: {err}") from err
     try:

@@ -32,6 +32,7 @@ RANGES: dict[str, tuple[float, bool, bool, bool, str]] = {
     "train.control_hz": (0, False, False, True, "collector steps per second; null: off"),
     "train.max_minutes": (0, False, False, True, "wall minutes before the run stops; null: never"),
     "train.stop_evals": (1, True, True, False, "evaluations in a row at or above train.stop_return to stop"),
+    "train.stop_confirm": (0, True, True, False, "episodes of the confirmation evaluation before a stop; 0: none"),
     "agent.train_ratio": (0, False, False, False, "replayed steps per env step"),
     "agent.batch_size": (1, True, True, False, "sequences per batch (B)"),
     "agent.batch_length": (1, True, True, False, "steps per sequence (T)"),

@@ -8,6 +8,7 @@ from reverie.envs.factory import (
     env_metadata,
     make_env,
     make_vector_env,
+    reward_threshold,
     to_env_action,
     write_env_metadata,
 )

@@ -194,6 +194,19 @@ def _versions(packages: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def reward_threshold(cfg: Mapping) -> float | None:
+    """The return at which the env counts as solved, as its registration gives it (Gymnasium's
+    ``EnvSpec.reward_threshold``: CartPole-v1 475, Acrobot-v1 -100; "solved" means that mean over 100 consecutive
+    episodes), for suite ``gym`` ids that are registered; None otherwise (Pendulum-v1, Atari, DMC, import paths)."""
+    if get_suite(cfg)[0] != "gym" or not cfg.get("id"):
+        return None
+    try:
+        threshold = gym.spec(str(cfg["id"])).reward_threshold
+    except (gym.error.Error, ModuleNotFoundError, ValueError):
+        return None
+    return None if threshold is None else float(threshold)
+
+
 def env_metadata(cfg: Mapping) -> dict[str, Any]:
     """The env's protocol settings and simulator versions, as written to ``<run_dir>/env_metadata.json``.
 

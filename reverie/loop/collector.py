@@ -350,7 +350,7 @@ def run_with_collector(run: Any) -> None:
                     run.row, run.act_state = collector.row, collector.state
                     if clocks["eval"](loop.env_steps):
                         run.evaluate()
-                        stop = loop.reached(tc.stop_return, int(tc.get("stop_evals", 1)))
+                        stop = run.target_reached()
                     if clocks["checkpoint"](loop.env_steps):
                         loop.schedule.updates -= owed  # the owed updates are owed again after a resume
                         run.checkpoint()

@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from reverie.agents.base import Agent
-from reverie.envs import make_vector_env
+from reverie.envs import make_vector_env, reward_threshold
 from reverie.envs.stepper import VectorStepper
 
 EVAL_SEED_OFFSET = 10_000  # eval env copies get seeds disjoint from the training envs'
@@ -91,6 +91,26 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
     r = np.asarray(returns)
     return {"returns": returns, "lengths": lengths, "mean": float(r.mean()), "std": float(r.std()),
             "min": float(r.min()), "max": float(r.max())}
+
+
+def stop_target(train_cfg: Mapping, env_cfg: Mapping) -> float | None:
+    """The return ``train.stop_return`` asks for: a number as given, None for null, and for ``solved`` the env's
+    registered ``reward_threshold`` (CartPole-v1: 475; :func:`reverie.envs.reward_threshold`).
+
+    Raises:
+        ValueError: ``solved`` for an env without a registered threshold, or another string (names the fix).
+    """
+    value = train_cfg.get("stop_return")
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if value is None else float(value)
+    if value == "solved":
+        threshold = reward_threshold(env_cfg)
+        if threshold is None:
+            raise ValueError(f"train.stop_return=solved: {env_cfg.get('id') or env_cfg.get('suite')} registers no "
+                             f"reward_threshold; give the return as a number (train.stop_return=200) or null")
+        return threshold
+    raise ValueError(f"train.stop_return={value!r}: give a number, solved (the env's registered reward_threshold) "
+                     f"or null")
 
 
 def render_config(env_cfg: Mapping) -> Any:

@@ -32,6 +32,7 @@ import torch
 from omegaconf import DictConfig
 
 from reverie.configs.compose import variant
+from reverie.loop.evaluate import stop_target
 from reverie.loop.progress import Progress
 from reverie.loop.session_build import NoEnvs, SessionBuild, random_actions
 from reverie.loop.session_checkpoint import SessionCheckpoint
@@ -80,6 +81,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
             print(f"[reverie] threads: {threads} ({why})")
         if str(cfg.device).startswith("cpu") and cfg.get("cpu_keep_freed_memory", True):
             keep_freed_memory()  # no page faults on every big tensor (reverie/runtime/cpu_memory.py)
+        self.stop_target = stop_target(tc, cfg.env)  # train.stop_return as a number (solved: the env's threshold)
         self.steps = int(counted.updates if offline else tc.steps)
         self.prefill = 0 if offline else int(cfg.init.prefill if cfg.get("init_from") else tc.prefill)
         self.eval_episodes = int(counted.eval_episodes)
@@ -240,6 +242,16 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
             elif not self.offline and self.loop.out_of_time(self.cfg.train.max_minutes):
                 self.stopped_by = "max_minutes"
 
+    def target_reached(self) -> bool:
+        """After an evaluation: True when the last ``train.stop_evals`` evaluations reached ``train.stop_return``
+        and, with ``train.stop_confirm`` episodes, a confirmation evaluation of that many episodes did too
+        (:meth:`confirm`; Gymnasium's "solved" is the mean over 100 consecutive episodes)."""
+        tc = self.cfg.train
+        if not self.loop.reached(self.stop_target, int(tc.get("stop_evals", 1))):
+            return False
+        episodes = int(tc.get("stop_confirm", 0) or 0)
+        return episodes == 0 or self.confirm(episodes)
+
     def tick(self) -> bool:
         """After an env step (an update offline): stop on divergence; evaluate, log and checkpoint on their clocks;
         True when the run stops (``train.stop_return`` reached at ``train.stop_evals`` evaluations in a row,
@@ -250,7 +262,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         stop = False
         if clocks["eval"](step) and self.eval_episodes and self.info.is_main:  # the others wait at `agree`
             self.evaluate()
-            stop = loop.reached(tc.stop_return, int(tc.get("stop_evals", 1)))
+            stop = self.target_reached()
         self.stop_reason(stop)
         stop = stop or self.stopped_by is not None
         if clocks["log"](step) or stop:

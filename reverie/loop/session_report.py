@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+CONFIRM_SEED_OFFSET = 1_000  # confirmation episodes: env streams apart from the regular evaluations'
+
 from reverie.loop.evaluate import evaluate, record_episode
 from reverie.state.checkpoint import save_best
 from reverie.state.rng import preserved_rng
@@ -76,6 +78,24 @@ class SessionReport:
         if loop.best_eval() == (step, result["mean"]):  # it beats every earlier evaluation: keep it
             save_best(self.run_dir / "checkpoints", self.best_payload(result["mean"]))
         return result["mean"]
+
+    def confirm(self, episodes: int) -> bool:
+        """The confirmation of ``train.stop_confirm``: the policy evaluated on ``episodes`` more episodes (env
+        copies seeded apart from the regular evaluations'), logged as ``eval/confirm_return_mean``; True when
+        their mean reaches the stop target. The regular evaluation's weights are the ones confirmed (no update
+        in between)."""
+        target, step = self.stop_target, self.step
+        shown = EvalProgress(self.progress, True)
+        with preserved_rng():
+            result = evaluate(self.agent, self.cfg.env, episodes, self.cfg.seed + CONFIRM_SEED_OFFSET,
+                              mode=self.cfg.train.eval_mode, on_episode=shown)
+        shown.close()
+        self.logger.scalars({"eval/confirm_return_mean": result["mean"], "eval/confirm_return_min": result["min"]})
+        held = result["mean"] >= target
+        print(f"[reverie] env step {step:,}: mean return {result['mean']:.1f} over {episodes} more episodes "
+              f"(min {result['min']:.1f}) {'>=' if held else '<'} train.stop_return {target:g}: "
+              f"{'solved, stopping' if held else 'not yet, training goes on'}", flush=True)
+        return held
 
     def write_metrics(self) -> None:
         """One ``metrics.jsonl`` row (interval means) with the loop's counters and rates."""

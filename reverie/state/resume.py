@@ -22,7 +22,7 @@ from typing import Any
 SAFE_KEYS = (
     "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
     "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
-    "train.stop_evals", "train.max_minutes",
+    "train.stop_evals", "train.stop_confirm", "train.max_minutes",
     "train.max_nonfinite_updates", "train.env_retries", "train.report_every", "threads", "cpu_keep_freed_memory",
     "logger", "exp_name",
     "run_dir",
@@ -189,7 +189,7 @@ def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: M
     if cause is None and "stopped_by" not in done:  # an older summary
         if saved_budget is not None and done["wall_s"] >= 60.0 * saved_budget:
             cause = "max_minutes"
-        elif saved_target is not None and done["eval_return"] >= saved_target:
+        elif isinstance(saved_target, (int, float)) and done["eval_return"] >= saved_target:
             cause = "stop_return"
     if cause == "max_minutes":
         if budget is None or done["wall_s"] < 60.0 * budget:
@@ -197,11 +197,14 @@ def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: M
         return (f"its train.max_minutes={saved_budget:g} is spent ({done['wall_s'] / 60:.1f} min); give a larger "
                 f"train.max_minutes (or train.max_minutes=null) to continue it")
     if cause == "stop_return":
-        if target is None or not done["eval_return"] >= target:
-            return None
-        if int(train.get("stop_evals", 1)) > int(saved_train.get("stop_evals", 1)):
-            return None  # more evaluations in a row asked for than the run stopped at
-        return (f"its eval return {done['eval_return']:.1f} reached train.stop_return={saved_target:g}; give a higher "
+        if target is None or (target != saved_target if isinstance(target, str)
+                              else not done["eval_return"] >= target):
+            return None  # no target, another named one (solved), or a number above the return it stopped at
+        if int(train.get("stop_evals", 1)) > int(saved_train.get("stop_evals", 1)) or \
+                int(train.get("stop_confirm", 0) or 0) > int(saved_train.get("stop_confirm", 0) or 0):
+            return None  # more evaluations in a row, or a longer confirmation, than the run stopped at
+        shown = saved_target if isinstance(saved_target, str) else f"{saved_target:g}"
+        return (f"its eval return {done['eval_return']:.1f} reached train.stop_return={shown}; give a higher "
                 f"train.stop_return (or train.stop_return=null, or a larger train.stop_evals) to continue it")
     if lengthened:
         return None

@@ -277,3 +277,47 @@ def test_stop_evals_asks_for_evaluations_in_a_row(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "evaluate", fake([1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0]))
     run_dir = train(tmp_path, "one", "train.eval_every=48", "train.steps=400", "train.stop_return=8")
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 96
+
+
+def test_a_stop_is_confirmed_on_more_episodes_first(tmp_path, monkeypatch, capsys):
+    """train.stop_confirm=100: an evaluation that reaches train.stop_return=8 is confirmed on 100 more episodes of
+    the same policy before the run stops. Evaluations (2 episodes, every 48 env steps) return 1, 9, 9, ...; the
+    confirmations 5 (below: training goes on) then 8.5 (the run stops at 144, the third evaluation)."""
+    import sys
+
+    calls = []
+
+    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
+        calls.append(episodes)
+        mean = ({1: 1.0}.get(len(calls), 9.0) if episodes != 100 else
+                5.0 if calls.count(100) == 1 else 8.5)
+        return {"returns": [mean] * episodes, "lengths": [10] * episodes, "mean": mean, "std": 0.0,
+                "min": mean, "max": mean}
+
+    monkeypatch.setattr(sys.modules["reverie.loop.session_report"], "evaluate", fake_evaluate)
+    run_dir = train(tmp_path, "confirm", "train.eval_every=48", "train.steps=400", "train.stop_return=8",
+                    "train.stop_confirm=100")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 144 and summary["stopped_by"] == "stop_return"
+    assert calls == [2, 2, 100, 2, 100]
+    out = capsys.readouterr().out
+    assert "env step 96: mean return 5.0 over 100 more episodes (min 5.0) < train.stop_return 8: not yet" in out
+    assert "env step 144: mean return 8.5 over 100 more episodes (min 8.5) >= train.stop_return 8: solved" in out
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["eval/confirm_return_mean"] for r in rows if "eval/confirm_return_mean" in r] == [5.0, 8.5]
+
+
+def test_stop_return_solved_takes_the_envs_registered_threshold():
+    from reverie.loop.evaluate import stop_target
+
+    assert stop_target({"stop_return": "solved"}, {"id": "CartPole-v1"}) == 475.0
+    assert stop_target({"stop_return": "solved"}, {"id": "Acrobot-v1"}) == -100.0
+    assert stop_target({"stop_return": 3}, {"id": "Pendulum-v1"}) == 3.0
+    assert stop_target({"stop_return": None}, {"id": "Pendulum-v1"}) is None
+    with pytest.raises(ValueError, match="Pendulum-v1 registers no reward_threshold"):
+        stop_target({"stop_return": "solved"}, {"id": "Pendulum-v1"})
+    with pytest.raises(ValueError, match="give a number, solved"):
+        stop_target({"stop_return": "yes"}, {"id": "CartPole-v1"})
+    cfg = load_config([])  # make train's run: CartPole under exp=classic
+    assert (cfg.train.stop_return, cfg.train.stop_confirm, cfg.train.eval_every) == ("solved", 100, 1000)
+    assert load_config(["env=pendulum"]).train.stop_return is None  # the rule is CartPole's (exp_suite)

@@ -139,6 +139,13 @@ def test_early_stops_say_what_lets_the_run_go_on():
     # more evaluations in a row than the run stopped at (1, the default when absent) let it go on; the same do not
     assert early_stop(by_target, dict(saved, stop_evals=3), saved) is None
     assert early_stop(by_target, dict(saved, stop_evals=3), dict(saved, stop_evals=3)) is not None
+    # a named target (solved): the same name stops it again, null, a number above its return or a longer
+    # confirmation let it go on
+    solved = {"stop_return": "solved", "max_minutes": None, "stop_confirm": 100}
+    assert early_stop(by_target, solved, solved).startswith("its eval return 480.0 reached train.stop_return=solved")
+    assert early_stop(by_target, dict(solved, stop_return=None), solved) is None
+    assert early_stop(by_target, dict(solved, stop_return=490.0), solved) is None
+    assert early_stop(by_target, dict(solved, stop_confirm=200), solved) is None
     old_summary = {k: v for k, v in by_target.items() if k != "stopped_by"}
     assert early_stop(old_summary, saved, saved).startswith("its eval return 480.0 reached")
     by_budget = dict(by_target, eval_return=100.0, stopped_by="max_minutes")
