@@ -34,7 +34,8 @@ def test_cfg_diff_prints_it_and_diff_alone_is_refused(capsys):
         "agent.module.cnn_depth", "agent.module.critic_lr", "agent.module.dynamics.deter",
         "agent.module.dynamics.units", "agent.module.imag_cont", "agent.module.layers", "agent.module.mlp_layers",
         "agent.module.mlp_units", "agent.module.model_lr", "agent.module.units", "agent.train_ratio", "exp_name",
-        "size.cnn_depth", "size.deter", "size.layers", "size.units", "train.steps"]
+        "size.cnn_depth", "size.deter", "size.layers", "size.units", "train.eval_every", "train.steps",
+        "train.stop_confirm", "train.stop_return"]  # the last three: exp_suite/classic_cartpole.yaml
     assert main(["train", "--diff"]) == 2 and "--diff goes with --cfg" in capsys.readouterr().err
 
 

@@ -12,7 +12,8 @@ from reverie.scores import baselines, readers, references
 from reverie.scores.protocols import get_protocol, run_scores, task_scores
 
 pytestmark = pytest.mark.skipif(not (REAL_REFERENCE_DIR / "dreamerv3").is_dir(),
-                                reason=f"{REAL_REFERENCE_DIR} is not present")
+                                reason="the official score files are not here: set REVERIE_REFERENCE_SCORES to the "
+                                       "folder `reverie scores fetch` fills (reference_scores/) to run these")
 
 
 def _task_returns(reference: str, window=None):
