@@ -79,7 +79,8 @@ def main() -> None:
     peak = max(samples, key=lambda s: s[1])
     settled = next((s for s in samples if s[3].startswith("[reverie] ") and " env(s) x " in s[3]), samples[0])
     print(f"peak VmRSS sampled {peak[1] / 1024:.0f} MiB at {peak[0]:.0f} s (env step {peak[2]}); VmHWM "
-          f"{hwm / 1024:.0f} MiB; after start-up {settled[1] / 1024:.0f} MiB; at the end {samples[-1][1] / 1024:.0f} MiB")
+          f"{hwm / 1024:.0f} MiB; after start-up {settled[1] / 1024:.0f} MiB; "
+          f"at the end {samples[-1][1] / 1024:.0f} MiB")
     print(f"{'t s':>7s} {'RSS MiB':>8s} {'step':>7s}  last line")
     previous = samples[0][1]
     for t, rss, step, line in samples:

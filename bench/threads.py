@@ -65,7 +65,8 @@ def main() -> None:
         for name, w in walls.items():
             median = statistics.median(w)
             rows.append((load, name, chosen[name], median, args.updates / median, median / best))
-    print(f"\n{Path(sys.executable).name} -m reverie train (exp=classic, CartPole), {args.updates} updates + 1000 prefill "
+    print(f"\n{Path(sys.executable).name} -m reverie train (exp=classic, CartPole), {args.updates} updates + "
+          f"1000 prefill "
           f"steps, {args.rounds} round(s); wall median")
     print(f"{'load':6s}{'setting':11s}{'threads':>8s}{'wall s':>9s}{'upd/s':>8s}{'vs best':>9s}")
     for load, name, threads, median, rate, ratio in rows:

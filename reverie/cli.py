@@ -22,6 +22,7 @@ import datetime as dt
 import errno
 import socket
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -253,13 +254,23 @@ def cmd_eval(argv: list[str]) -> int:
     if not args.no_video or args.openloop:
         recorder = EpisodeRecorder(out, render=not args.no_video, context=args.context,
                                    openloop_agent=run.agent if args.openloop else None)
+    started = time.monotonic()
+    acting = f" ({run.acting})" if run.acting else ""
+    print(f"[reverie] eval: {args.episodes} {mode} episode(s){acting}...", file=sys.stderr, flush=True)
+
+    def episode_done(done: int, episodes: int, episode_return: float) -> None:  # a line per episode: never silent
+        print(f"[reverie] eval: episode {done}/{episodes} return {episode_return:.1f} "
+              f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
     try:
-        result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
+        result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder,
+                          on_episode=episode_done)
     except TypeError as err:  # a user env whose constructor takes no render_mode
         print(f"eval: no episode videos, the env cannot render ({err}); --no-video skips them", file=sys.stderr)
         recorder = EpisodeRecorder(out, render=False, context=args.context, openloop_agent=run.agent) \
             if args.openloop else None
-        result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder)
+        result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder,
+                          on_episode=episode_done)
     paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
                           mode=mode, seed=seed, **({"acting": run.acting} if run.acting else {}))
     print(format_returns(result, title=f"{args.episodes} {mode} episodes, seed {seed}"))

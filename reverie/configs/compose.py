@@ -200,7 +200,8 @@ def config_diff(cfg: DictConfig) -> list[str]:
 
 def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
     """What this run's agent changes against its agent config's own pieces: ``(tag, what, text)`` for another
-    dynamics than the agent's (``dynamics=storm``: ``("transformer", "dynamics", "TransformerDynamics")``), another
+    dynamics than the agent's (``dynamics=storm``: ``("storm", "dynamics", "TransformerDynamics (dynamics=storm)")``),
+    another
     representation objective than reconstruction (``("r2", "representation", "r2")``) and a start from another run
     (``("init", "init_from", RUN)``); empty for a plain run. The run folder's name and the start-up lines use it."""
     agent = cfg.get("agent") or {}
@@ -212,7 +213,11 @@ def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
         else target
     if target and target != default:
         name = target.rsplit(".", 1)[-1]
-        out.append((re.sub(r"(Dynamics|RSSM)$", "", name).lower() or name.lower(), "dynamics", name))
+        option = next((p.stem for p in sorted((CONFIG_DIR / "dynamics").glob("*.yaml")) if str(
+            OmegaConf.load(p).get("agent", {}).get("module", {}).get("dynamics", {}).get("_target_", "")) == target),
+            None)  # the dynamics group option that sets it (dynamics=storm), else the class's name
+        tag = option or re.sub(r"(Dynamics|RSSM)$", "", name).lower() or name.lower()
+        out.append((tag, "dynamics", f"{name} (dynamics={option})" if option else name))
     representation = module.get("representation")
     if representation and representation != "reconstruction":
         out.append((str(representation), "representation", str(representation)))
@@ -237,7 +242,7 @@ def _dynamics_hint(cfg: DictConfig) -> str:
 def run_name(cfg: DictConfig) -> str:
     """``<exp>_<agent>_<env>``: what tells runs apart in ``runs/``, e.g. ``classic_dreamerv3_CartPole-v1``,
     ``debug_planet_dmc_vision-walker_walk``, ``atari100k_dreamerv3_atari-pong``; the agent part carries the
-    :func:`variant` tags, e.g. ``classic_dreamerv3-transformer-r2_CartPole-v1``. The env is ``<suite>-<task>`` (DMC:
+    :func:`variant` tags, e.g. ``classic_dreamerv3-storm-r2_CartPole-v1``. The env is ``<suite>-<task>`` (DMC:
     dmc_vision, dmc_proprio or dmc for both; Atari) or the Gymnasium id (an import path: its last part;
     ``ALE/Pong-v5`` -> ``ALE-Pong-v5``); characters other than letters, digits, ``.``, ``_`` and ``-`` become
     ``-``; the env part is cut to 40 characters."""

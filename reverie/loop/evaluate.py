@@ -107,7 +107,8 @@ def stop_target(train_cfg: Mapping, env_cfg: Mapping) -> float | None:
         threshold = reward_threshold(env_cfg)
         if threshold is None:
             raise ValueError(f"train.stop_return=solved: {env_cfg.get('id') or env_cfg.get('suite')} registers no "
-                             f"reward_threshold; give the return as a number (train.stop_return=200) or null")
+                             f"reward_threshold; give the return to stop at as a number (e.g. train.stop_return=-200 "
+                             f"for Pendulum-v1) or null")
         return threshold
     raise ValueError(f"train.stop_return={value!r}: give a number, solved (the env's registered reward_threshold) "
                      f"or null")

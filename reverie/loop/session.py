@@ -247,10 +247,16 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         and, with ``train.stop_confirm`` episodes, a confirmation evaluation of that many episodes did too
         (:meth:`confirm`; Gymnasium's "solved" is the mean over 100 consecutive episodes)."""
         tc = self.cfg.train
-        if not self.loop.reached(self.stop_target, int(tc.get("stop_evals", 1))):
+        in_a_row = int(tc.get("stop_evals", 1))
+        if not self.loop.reached(self.stop_target, in_a_row):
             return False
         episodes = int(tc.get("stop_confirm", 0) or 0)
-        return episodes == 0 or self.confirm(episodes)
+        if episodes:
+            return self.confirm(episodes)
+        print(f"[reverie] env step {self.step:,}: eval return {self.loop.evals[-1][2]:.1f} >= train.stop_return "
+              f"{self.stop_target:g}" + (f" at {in_a_row} evaluations in a row" if in_a_row > 1 else "")
+              + ": stopping", flush=True)
+        return True
 
     def tick(self) -> bool:
         """After an env step (an update offline): stop on divergence; evaluate, log and checkpoint on their clocks;

@@ -69,9 +69,10 @@ class LoopState:
         return best
 
     def reached(self, target: float | None, in_a_row: int = 1) -> bool:
-        """True when the last ``in_a_row`` evaluations all have a mean return of at least ``target``
-        (``train.stop_return``, ``train.stop_evals``); always False for ``target`` None or fewer evaluations."""
-        last = [mean for _, _, mean in self.evals[-in_a_row:]]
+        """True when the last ``in_a_row`` evaluations of a trained policy (the first :attr:`untrained` never
+        count) all have a mean return of at least ``target`` (``train.stop_return``, ``train.stop_evals``); always
+        False for ``target`` None or fewer evaluations."""
+        last = [mean for _, _, mean in self.evals[self.untrained:][-in_a_row:]]
         return target is not None and len(last) == in_a_row and all(mean >= target for mean in last)
 
     def wall_s(self) -> float:

@@ -60,9 +60,9 @@ def choose_threads(requested: int | None, processes: int = 1, probe_s: float = P
         probe_s: seconds to watch ``/proc/stat`` (this process sleeps meanwhile, so it does not count itself).
 
     Returns:
-        ``(threads, reason)``: ``requested`` when given, else ``OMP_NUM_THREADS`` when set, else the idle cores of the affinity mask rounded to the nearest
-        whole core and shared among ``processes``, at least 1; where the probe cannot read ``/proc/stat``, the
-        cores of the mask (torch's own default).
+        ``(threads, reason)``: ``requested`` when given, else ``OMP_NUM_THREADS`` when set, else the idle cores
+        of the affinity mask rounded to the nearest whole core and shared among ``processes``, at least 1; where
+        the probe cannot read ``/proc/stat``, the cores of the mask (torch's own default).
     """
     if requested:
         return int(requested), f"threads={int(requested)}"

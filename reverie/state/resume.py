@@ -181,8 +181,8 @@ def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: M
     """Why a run that stopped before ``train.steps`` (its ``summary.json``: ``done``) still stops under the new
     ``train`` settings, with how to continue it; None when they let it go on: a larger (or null)
     ``train.max_minutes`` than the wall time it has spent, a higher (or null) ``train.stop_return`` than the
-    return it stopped at, or a larger ``train.stop_evals``. The cause is the summary's ``stopped_by``; summaries from before that key are judged by
-    their numbers. A run stopped for another reason goes on when ``lengthened`` (``train.steps`` raised)."""
+    return it stopped at, or a larger ``train.stop_evals`` or ``train.stop_confirm``. The cause is the summary's
+    ``stopped_by``; summaries from before that key are judged by their numbers. A run stopped for another reason goes on when ``lengthened`` (``train.steps`` raised)."""
     budget, saved_budget = train.get("max_minutes"), saved_train.get("max_minutes")
     target, saved_target = train.get("stop_return"), saved_train.get("stop_return")
     cause = done.get("stopped_by")

@@ -142,7 +142,8 @@ def select_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path,
     if checkpoint == "best" and (folder / BEST_FILE).is_file():
         return folder / BEST_FILE, "best: the weights of the best evaluation"
     newest = find_checkpoint(path)
-    return newest, "last" if checkpoint == "last" else "last (the run has no best.pt: no evaluation of a trained policy yet)"
+    return newest, ("last" if checkpoint == "last" else
+                    "last (the run has no best.pt: no evaluation of a trained policy yet)")
 
 
 def load_run(path: str | Path, device: str = "cpu", checkpoint: str = "best", planner: str | None = None,

@@ -9,12 +9,12 @@ from reverie.configs.compose import ConfigError, load_config, run_name, variant
 
 @pytest.mark.parametrize("overrides, name, changed", [
     ([], "classic_dreamerv3_CartPole-v1", []),
-    (["dynamics=storm"], "classic_dreamerv3-transformer_CartPole-v1", [("transformer", "dynamics",
-                                                                        "TransformerDynamics")]),
+    (["dynamics=storm"], "classic_dreamerv3-storm_CartPole-v1", [("storm", "dynamics",
+                                                                  "TransformerDynamics (dynamics=storm)")]),
     (["agent.module.representation=r2"], "classic_dreamerv3-r2_CartPole-v1", [("r2", "representation", "r2")]),
     (["dynamics=storm", "agent.module.representation=infonce", "init_from=runs/pre"],
-     "classic_dreamerv3-transformer-infonce-init_CartPole-v1",
-     [("transformer", "dynamics", "TransformerDynamics"), ("infonce", "representation", "infonce"),
+     "classic_dreamerv3-storm-infonce-init_CartPole-v1",
+     [("storm", "dynamics", "TransformerDynamics (dynamics=storm)"), ("infonce", "representation", "infonce"),
       ("init", "init_from", "runs/pre")]),
     (["agent=dreamerv3_2025"], "classic_dreamerv3_2025_CartPole-v1", []),  # its own BlockRSSM: no tag
     (["agent=planet", "env=pendulum"], "classic_planet_Pendulum-v1", []),
@@ -29,7 +29,7 @@ def test_the_start_up_line_names_what_differs(tmp_path, capsys):
     assert main(["train", "exp=debug", "dynamics=storm", "agent.module.representation=r2", "train.steps=80",
                  f"run_dir={tmp_path / 'r'}"]) == 0
     out = capsys.readouterr().out
-    assert "[reverie] agent dreamerv3 with dynamics TransformerDynamics, representation r2\n" in out
+    assert "[reverie] agent dreamerv3 with dynamics TransformerDynamics (dynamics=storm), representation r2\n" in out
     assert main(["train", "exp=debug", "train.steps=80", f"run_dir={tmp_path / 'plain'}"]) == 0
     assert "[reverie] agent dreamerv3 with" not in capsys.readouterr().out
 

@@ -321,3 +321,21 @@ def test_stop_return_solved_takes_the_envs_registered_threshold():
     cfg = load_config([])  # make train's run: CartPole under exp=classic
     assert (cfg.train.stop_return, cfg.train.stop_confirm, cfg.train.eval_every) == ("solved", 100, 1000)
     assert load_config(["env=pendulum"]).train.stop_return is None  # the rule is CartPole's (exp_suite)
+
+
+def test_an_untrained_evaluation_never_stops_the_run(tmp_path, monkeypatch, capsys):
+    """The stop rule counts evaluations of a trained policy only: 9 at env step 48 (prefill 64: no update yet)
+    reaches train.stop_return=8 but does not stop the run; 1 at 96 does not either; 9 at 144 does, with a line
+    that says why."""
+    import sys
+
+    means = iter([9.0, 1.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+
+    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
+        mean = next(means)
+        return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0, "min": mean, "max": mean}
+
+    monkeypatch.setattr(sys.modules["reverie.loop.session_report"], "evaluate", fake_evaluate)
+    run_dir = train(tmp_path, "untrained", "train.eval_every=48", "train.steps=400", "train.stop_return=8")
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 144
+    assert "[reverie] env step 144: eval return 9.0 >= train.stop_return 8: stopping" in capsys.readouterr().out
