@@ -125,6 +125,8 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
         ax.set_xlabel("environment frames", fontsize=8)
     handles, labels = _legend_entries(fig)
     note = {"ci": "mean over runs, band: 95% bootstrap CI", "range": "mean over runs, band: min-max"}[band]
+    if all("(1 runs)" in label for label in labels):
+        note = "one run per method: no band"
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1.0), title=note, title_fontsize=7)
     fig.tight_layout()

@@ -71,7 +71,9 @@ def aggregate_table(agg: pd.DataFrame, suite: str, tasks: list[str]) -> str:
         cells = [method, str(int(part["runs"].iloc[0]))]
         for metric in metrics:
             r = part[part["metric"] == metric].iloc[0]
-            cells.append(f"{r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]")
+            single = int(r["runs"]) < 2  # one run: a bootstrap over one sample has no width
+            cells.append(f"{r['value']:.3f} (one run: no CI)" if single else
+                         f"{r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]")
         rows.append(cells)
     return (f"## Aggregates of the {baselines.score_label(suite)} over {len(tasks)} tasks (95% stratified bootstrap "
             f"CIs)\n\n" + plots.markdown_table(header, rows))

@@ -151,3 +151,12 @@ def test_one_run_a_side_says_there_is_no_interval_and_draws_points(tmp_path):
     assert not ax.patches  # no zero-width bar
     assert [tuple(line.get_xdata()) for line in ax.lines if line.get_marker() == "o"] == [(result["diff"],)]
     assert ax.get_title() == "one run on a side: no interval, no test"
+
+
+def test_the_aggregates_table_says_one_run_has_no_interval():
+    from reverie.scores.report import aggregate_table
+
+    one = aggregate_table(aggregates({"a": np.array([[0.5, 0.7]])}, reps=50), "dmc", ["t1", "t2"])
+    assert "(one run: no CI)" in one and "[" not in one.split("\n")[-1]
+    two = aggregate_table(aggregates({"a": np.array([[0.5, 0.7], [0.4, 0.9]])}, reps=50), "dmc", ["t1", "t2"])
+    assert "one run" not in two and "[" in two.split("\n")[-1]  # counter-check: two runs get their interval
