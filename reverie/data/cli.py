@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -188,7 +189,17 @@ def _record(cfg: DictConfig, args: argparse.Namespace) -> int:
     from reverie.replay import Replay
 
     converter = SpaceConverter(cfg.env)
-    episodes, description = record(cfg.env, args.policy, args.episodes, int(cfg.seed), args.epsilon, args.mode)
+    started, shown = time.monotonic(), [time.monotonic()]
+
+    def progress(done: int, total: int, episode_return: float) -> None:  # at most a line every 10 s, and the last
+        now = time.monotonic()
+        if now - shown[0] >= 10.0 or done == total:
+            shown[0] = now
+            print(f"[reverie] record: {done}/{total} episodes (last return {episode_return:.1f}, "
+                  f"{now - started:.0f} s)", file=sys.stderr, flush=True)
+
+    episodes, description = record(cfg.env, args.policy, args.episodes, int(cfg.seed), args.epsilon, args.mode,
+                                   on_episode=progress)
     spec = Replay.spec_for(converter.observation_space, converter.action_spec.dim)
     dataset = Dataset(args.out or args.minari_id, validate(episodes, spec, converter.action_spec.discrete))
     returns = dataset.returns()

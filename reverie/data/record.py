@@ -99,7 +99,8 @@ def _executed(state: Any, action: np.ndarray) -> Any:
 
 
 def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon: float = 0.0,
-           mode: str = "explore") -> tuple[list[Episode], str]:
+           mode: str = "explore", on_episode: Callable[[int, int, float], None] | None = None
+           ) -> tuple[list[Episode], str]:
     """Run ``policy`` in the env config's ``N`` envs until ``episodes`` episodes have finished.
 
     Args:
@@ -109,6 +110,7 @@ def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon:
         seed: seeds the envs (as a run of that seed) and the random actions.
         epsilon: per-step probability of a uniform random action instead of the policy's, in ``[0, 1]``.
         mode: the mode a run's agent acts in (``explore``, ``sample`` or ``eval``).
+        on_episode: called as ``on_episode(done, episodes, episode_return)`` after each finished episode (progress).
 
     Returns:
         ``(episodes, description)``: episodes in the order they finished, named ``recorded episode <k>``, rows as
@@ -144,6 +146,8 @@ def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon:
                     rows = {k: np.stack([r[k] for r in running[i]]) for k in running[i][0]}  # T x (...) -> (T, ...)
                     done.append(Episode(f"recorded episode {len(done)}", rows))
                     running[i] = []
+                    if on_episode is not None and len(done) <= episodes:
+                        on_episode(len(done), episodes, float(np.sum(rows["reward"], dtype=np.float64)))
             row, _ = stepper.step(action)
     finally:
         stepper.close()

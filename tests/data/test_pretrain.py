@@ -249,3 +249,13 @@ def test_current_agent_pretrains_from_rows_without_latents_and_init_from_leaves_
     acted = 8 // meta["num_envs"]  # rows per column the agent acted on (init.prefill 0), after the dataset's
     assert meta["fill"] > acted and has[-acted:].all()  # acted rows have the acting posterior
     assert not has[0].any()  # the dataset's first rows: no latent (a context row, never written back)
+
+
+def test_record_reports_its_progress_and_one_description(tmp_path, capsys):
+    """Issue 47: `record` says how far it is (the last episode always) and describes the dataset as pretrain and
+    init_from do (episodes, finished, steps, mean return)."""
+    out = tmp_path / "three"
+    assert main(["record", "--out", str(out), "--episodes", "3", "exp=debug", "env.num_envs=1"]) == 0
+    captured = capsys.readouterr()
+    assert "[reverie] record: 3/3 episodes (last return " in captured.err
+    assert "[reverie] recorded 3 episodes (3 finished), " in captured.out
