@@ -42,9 +42,12 @@ def vector_plot(result: OpenLoop, key: str, sequence: int = 0, max_features: int
             continue
         shade_context(ax, result.context)
         ax.plot(steps, truth[:, f], color="k", lw=1.5, label="true")
-        ax.plot(steps, result.recon[key][:, sequence, f], color="tab:blue", lw=1, label="posterior")
-        ax.plot(steps, result.onestep[key][:, sequence, f], color="tab:green", lw=1, ls=":", label="one-step prior")
-        ax.plot(steps, result.openloop[key][:, sequence, f], color="tab:red", lw=1, label="open loop")
+        ax.plot(steps, result.recon[key][:, sequence, f], color="tab:blue", lw=1,
+                label="posterior (decoded; saw obs_t)")
+        ax.plot(steps, result.onestep[key][:, sequence, f], color="tab:green", lw=1, ls=":",
+                label="one-step prior (saw up to obs_t-1)")
+        ax.plot(steps, result.openloop[key][:, sequence, f], color="tab:red", lw=1,
+                label=f"open loop (saw obs_0..{result.context - 1})")
         ax.set_title(f"{key}[{f}], sequence {sequence}", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=6, loc="best")

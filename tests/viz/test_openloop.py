@@ -99,3 +99,47 @@ def test_prediction_errors_are_means_over_the_open_loop_part():
     assert errors["openloop/vector_error"] == pytest.approx(2.0)
     assert errors["recon/image_error"] == 0.0 and errors["recon/vector_error"] == pytest.approx(0.5)
     assert errors["openloop/reward_error"] == pytest.approx(1.5)
+
+
+def test_the_episode_recorder_aligns_observations_and_previous_actions(tiny_agent, tmp_path, monkeypatch):
+    """Issue 47: the posterior trace of `reverie eval --openloop` reads the world model on the batch the recorder
+    builds from an episode. A hand-made 4-step episode: obs_t = [t, 10 t], actions a_0 = 1, a_1 = 2, a_2 = 0 (one-hot
+    of 3); the batch must hold obs_t at row t and prev_action_t = a_{t-1} (zeros at t = 0, the reset), so that the
+    posterior at t has seen exactly obs_0..obs_t and a_0..a_{t-1}. The legend names what each line saw."""
+    import reverie.viz.episodes as episodes
+
+    seen = {}
+
+    def capture(agent, batch, context=5, sample=True, seed=0):
+        seen.update(batch)
+        raise StopIteration  # the batch is all this test needs
+
+    monkeypatch.setattr(episodes, "open_loop", capture)
+    recorder = episodes.EpisodeRecorder(tmp_path, render=False, openloop_agent=tiny_agent({"vector": (2,)}))
+    actions = [1, 2, 0]
+    for t in range(4):
+        row = {"vector": np.array([[t, 10.0 * t]], np.float32), "reward": np.array([float(t)], np.float32),
+               "is_first": np.array([t == 0]), "is_last": np.array([t == 3]), "is_terminal": np.array([False])}
+        recorder.observe(row, None)
+        if t < 3:
+            recorder.act(np.eye(3, dtype=np.float32)[[actions[t]]])
+    with pytest.raises(StopIteration):
+        recorder.finish(0, 0)
+    np.testing.assert_array_equal(seen["vector"][:, 0], [[t, 10.0 * t] for t in range(4)])
+    np.testing.assert_array_equal(seen["prev_action"][:, 0], [[0, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(seen["is_first"][:, 0], [True, False, False, False])
+    np.testing.assert_array_equal(seen["reward"][:, 0], [0.0, 1.0, 2.0, 3.0])
+
+
+def test_the_vector_plot_legend_says_what_each_line_saw(tiny_agent, make_batch, monkeypatch):
+    import importlib
+
+    from reverie.viz.openloop import open_loop
+
+    vp = importlib.import_module("reverie.viz.vector_plot")  # the module (reverie.viz exports the function's name)
+
+    agent = tiny_agent({"vector": (2,)})
+    result = open_loop(agent, make_batch({"vector": (2,)}, T=8, B=1), context=3)
+    monkeypatch.setattr(vp, "figure_to_array", lambda fig: [t.get_text() for t in fig.axes[0].get_legend().texts])
+    assert vp.vector_plot(result, "vector") == ["true", "posterior (decoded; saw obs_t)",
+                                                "one-step prior (saw up to obs_t-1)", "open loop (saw obs_0..2)"]
