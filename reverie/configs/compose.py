@@ -161,7 +161,8 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
     except (InstantiationException, ValueError, TypeError) as err:
         cause = err.__cause__ or err
         hint = _dynamics_hint(cfg) if "unexpected keyword argument" in str(cause) else ""
-        raise ConfigError(f"agent error: {cause}{hint}\n(the agent is built from `agent.module`; `reverie train "
+        what = f"{hint} ({cause})" if hint else str(cause)  # the combination first, the constructor's words after
+        raise ConfigError(f"agent error: {what}\n(the agent is built from `agent.module`; `reverie train "
                           f"--cfg` prints it)") from err
     if cfg.replay.get("preflight", True):  # before any run directory exists
         from reverie.state.preflight import PreflightError, preflight
@@ -233,9 +234,9 @@ def _dynamics_hint(cfg: DictConfig) -> str:
     for path in sorted((CONFIG_DIR / "dynamics").glob("*.yaml")):
         block = OmegaConf.load(path).get("agent", {}).get("module", {})
         if str(block.get("dynamics", {}).get("_target_", "")) == target:
-            return (f"; dynamics={path.stem} sets agent.module keys for the DreamerV3 agent and serves agent=dreamerv3 "
-                    f"(agent=dreamerv3_2025 with its dynamics block replaced: docs/transformer.md), not "
-                    f"agent={cfg.agent.get('name')}")
+            return (f"dynamics={path.stem} serves agent=dreamerv3 (agent=dreamerv3_2025 with its dynamics block "
+                    f"replaced: docs/transformer.md), not agent={cfg.agent.get('name')}: it sets agent.module keys "
+                    f"for the DreamerV3 agent")
     return ""
 
 

@@ -52,6 +52,7 @@ def test_a_missing_group_option_names_close_ones_and_the_gym_form(override, expe
 def test_a_dynamics_for_another_agent_is_refused_naming_the_agents_it_serves(tmp_path, capsys):
     assert main(["train", "exp=debug", "agent=planet", "dynamics=storm", f"run_dir={tmp_path / 'x'}"]) == 2
     err = capsys.readouterr().err
-    assert "dynamics=storm sets agent.module keys for the DreamerV3 agent and serves agent=dreamerv3" in err
-    assert "not agent=planet" in err
+    assert err.startswith("agent error: dynamics=storm serves agent=dreamerv3 (agent=dreamerv3_2025 with its "
+                          "dynamics block replaced: docs/transformer.md), not agent=planet: it sets agent.module keys "
+                          "for the DreamerV3 agent (PlaNet.__init__() got an unexpected keyword argument")
     assert not (tmp_path / "x").exists()
