@@ -199,12 +199,22 @@ def config_diff(cfg: DictConfig) -> list[str]:
     return lines
 
 
+def _dynamics_option(target: str) -> str | None:
+    """The ``dynamics=`` group option whose block sets ``agent.module.dynamics._target_`` to ``target`` (``storm``
+    for ``reverie.models.dynamics.TransformerDynamics``), or None."""
+    for path in sorted((CONFIG_DIR / "dynamics").glob("*.yaml")):
+        block = OmegaConf.load(path).get("agent", {}).get("module", {}).get("dynamics", {})
+        if str(block.get("_target_", "")) == target:
+            return path.stem
+    return None
+
+
 def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
     """What this run's agent changes against its agent config's own pieces: ``(tag, what, text)`` for another
     dynamics than the agent's (``dynamics=storm``: ``("storm", "dynamics", "TransformerDynamics (dynamics=storm)")``),
-    another
-    representation objective than reconstruction (``("r2", "representation", "r2")``) and a start from another run
-    (``("init", "init_from", RUN)``); empty for a plain run. The run folder's name and the start-up lines use it."""
+    another representation objective than reconstruction (``("r2", "representation", "r2")``) and a start from
+    another run (``("init", "init_from", RUN)``); empty for a plain run. The run folder's name and the start-up
+    lines use it."""
     agent = cfg.get("agent") or {}
     module = agent.get("module") or {}
     out: list[tuple[str, str, str]] = []
@@ -214,9 +224,7 @@ def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
         else target
     if target and target != default:
         name = target.rsplit(".", 1)[-1]
-        option = next((p.stem for p in sorted((CONFIG_DIR / "dynamics").glob("*.yaml")) if str(
-            OmegaConf.load(p).get("agent", {}).get("module", {}).get("dynamics", {}).get("_target_", "")) == target),
-            None)  # the dynamics group option that sets it (dynamics=storm), else the class's name
+        option = _dynamics_option(target)  # dynamics=storm; else the tag is the class's name
         tag = option or re.sub(r"(Dynamics|RSSM)$", "", name).lower() or name.lower()
         out.append((tag, "dynamics", f"{name} (dynamics={option})" if option else name))
     representation = module.get("representation")
@@ -230,14 +238,12 @@ def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
 def _dynamics_hint(cfg: DictConfig) -> str:
     """For an agent that refuses a key a ``dynamics=`` group option added to ``agent.module``: which agents that
     option serves (the agents whose config builds with it: the DreamerV3 agents take ``imag_last``)."""
-    target = str(((cfg.agent.get("module") or {}).get("dynamics") or {}).get("_target_") or "")
-    for path in sorted((CONFIG_DIR / "dynamics").glob("*.yaml")):
-        block = OmegaConf.load(path).get("agent", {}).get("module", {})
-        if str(block.get("dynamics", {}).get("_target_", "")) == target:
-            return (f"dynamics={path.stem} serves agent=dreamerv3 (agent=dreamerv3_2025 with its dynamics block "
-                    f"replaced: docs/transformer.md), not agent={cfg.agent.get('name')}: it sets agent.module keys "
-                    f"for the DreamerV3 agent")
-    return ""
+    option = _dynamics_option(str(((cfg.agent.get("module") or {}).get("dynamics") or {}).get("_target_") or ""))
+    if option is None:
+        return ""
+    return (f"dynamics={option} serves agent=dreamerv3 (agent=dreamerv3_2025 with its dynamics block replaced: "
+            f"docs/transformer.md), not agent={cfg.agent.get('name')}: it sets agent.module keys for the DreamerV3 "
+            f"agent")
 
 
 def run_name(cfg: DictConfig) -> str:

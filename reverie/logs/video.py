@@ -19,8 +19,12 @@ FILMSTRIP_FRAMES = 8
 def filmstrip(video: Any, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
     """Up to ``count`` evenly spaced frames of ``video`` (T, H, W, 3) (or a list of (H, W, 3) frames) side by side:
     (H, k*W, 3) uint8."""
-    index = np.unique(np.linspace(0, len(video) - 1, num=min(count, len(video))).round().astype(int))
-    return np.concatenate([video[i] for i in index], axis=1)
+    return np.concatenate([video[i] for i in _evenly_spaced(len(video), count)], axis=1)
+
+
+def _evenly_spaced(n: int, count: int) -> np.ndarray:
+    """Up to ``count`` evenly spaced indices of ``n`` frames, the first and last included."""
+    return np.unique(np.linspace(0, n - 1, num=min(count, n)).round().astype(int))
 
 
 def mp4_writer(path: str | Path, fps: int = 30) -> Any:
@@ -160,6 +164,4 @@ class ClipWriter:
 
     def filmstrip(self, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
         """:func:`filmstrip` of the clip, in the GIF's colours: ``(H, k*W, 3)`` uint8."""
-        n = len(self.indices)
-        index = np.unique(np.linspace(0, n - 1, num=min(count, n)).round().astype(int))
-        return np.concatenate([_PALETTE[self.indices[i]] for i in index], axis=1)
+        return np.concatenate([_PALETTE[self.indices[i]] for i in _evenly_spaced(len(self.indices), count)], axis=1)

@@ -42,7 +42,7 @@ from reverie.loop.session_start import SessionStart
 from reverie.loop.state import LoopState
 from reverie.replay.cycle import make_schedule
 from reverie.runtime import collectives
-from reverie.runtime.cpu_memory import keep_freed_memory, release_freed_memory
+from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.runtime.process_group import DistInfo, rank_seed
 from reverie.runtime.signals import SignalFlag
 from reverie.runtime.threads import choose_threads
@@ -294,7 +294,6 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
             self.write_metrics()
         self.checkpoint()
         if cfg.train.video and self.eval_episodes and not stopped and info.is_main:
-            release_freed_memory()  # the updates are over: their kept memory goes back before the video's frames
             self.final_video()
         self.stepper.close()
         self.logger.close()

@@ -5,13 +5,14 @@ episode video."""
 from __future__ import annotations
 
 import time
-
-CONFIRM_SEED_OFFSET = 1_000  # confirmation episodes: env streams apart from the regular evaluations'
+from typing import Any
 
 from reverie.loop.evaluate import evaluate, record_episode
 from reverie.state.checkpoint import save_best
 from reverie.state.rng import preserved_rng
 from reverie.viz import report
+
+CONFIRM_SEED_OFFSET = 1_000  # confirmation episodes: env streams apart from the regular evaluations'
 
 
 class EvalProgress:
@@ -60,15 +61,21 @@ class SessionReport:
             self.logger.scalars(heldout_errors(self.agent, self.heldout, self.batch[1],
                                                int(self.cfg.pretrain.heldout_sequences)))
 
+    def play(self, episodes: int, seed: int) -> dict[str, Any]:
+        """:func:`reverie.loop.evaluate.evaluate` of ``episodes`` episodes in ``train.eval_mode`` with the env copies
+        seeded from ``seed``, its progress shown (rank 0), without moving the training random streams."""
+        shown = EvalProgress(self.progress if self.info.is_main else None, self.info.is_main)
+        with preserved_rng():
+            result = evaluate(self.agent, self.cfg.env, episodes, seed, mode=self.cfg.train.eval_mode,
+                              on_episode=shown)
+        shown.close()
+        return result
+
     def evaluate(self) -> float:
         """Evaluate the agent (``train.eval_episodes``, or ``pretrain.eval_episodes`` offline; policy mode) without
         moving the training random streams; logged at the run's step; returns the mean return."""
-        tc, loop, step = self.cfg.train, self.loop, self.step
-        shown = EvalProgress(self.progress if self.info.is_main else None, self.info.is_main)
-        with preserved_rng():
-            result = evaluate(self.agent, self.cfg.env, self.eval_episodes, self.cfg.seed, mode=tc.eval_mode,
-                              on_episode=shown)
-        shown.close()
+        loop, step = self.loop, self.step
+        result = self.play(self.eval_episodes, self.cfg.seed)
         for ret, length in zip(result["returns"], result["lengths"]):
             self.logger.episode(step, loop.env_steps * self.repeat, ret, length, mode="eval")
         loop.evals.append((step, loop.wall_s(), result["mean"]))
@@ -85,11 +92,7 @@ class SessionReport:
         their mean reaches the stop target. The regular evaluation's weights are the ones confirmed (no update
         in between)."""
         target, step = self.stop_target, self.step
-        shown = EvalProgress(self.progress, True)
-        with preserved_rng():
-            result = evaluate(self.agent, self.cfg.env, episodes, self.cfg.seed + CONFIRM_SEED_OFFSET,
-                              mode=self.cfg.train.eval_mode, on_episode=shown)
-        shown.close()
+        result = self.play(episodes, self.cfg.seed + CONFIRM_SEED_OFFSET)
         self.logger.scalars({"eval/confirm_return_mean": result["mean"], "eval/confirm_return_min": result["min"]})
         held = result["mean"] >= target
         print(f"[reverie] env step {step:,}: mean return {result['mean']:.1f} over {episodes} more episodes "

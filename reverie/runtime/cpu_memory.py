@@ -51,17 +51,3 @@ def keep_freed_memory() -> bool:
     # mallopt returns 1 on success, 0 on an invalid value
     _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
-
-
-def release_freed_memory() -> bool:
-    """Give the freed heap memory that :func:`keep_freed_memory` keeps back to the kernel (glibc ``malloc_trim(0)``),
-    once the updates are over (before the end-of-run video, whose frames would otherwise sit on top of the
-    update's kept memory). True where glibc released some; False elsewhere, never raises."""
-    if not _applied:
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False

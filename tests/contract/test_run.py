@@ -175,23 +175,28 @@ def test_help_texts(capsys):
     assert main(["train", "--help"]) == 0 and "overrides" in capsys.readouterr().out.lower()
 
 
+def fake_evaluations(monkeypatch, means):
+    """Replace the training loop's evaluation by one that returns ``means`` in turn (one episode each)."""
+    import sys
+
+    means = iter(means)
+
+    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
+        mean = next(means)
+        return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0, "min": mean, "max": mean}
+
+    monkeypatch.setattr(sys.modules["reverie.loop.session_report"], "evaluate", fake_evaluate)
+
+
 def test_the_best_evaluation_is_kept_reported_and_loaded_by_default(tmp_path, monkeypatch, capsys):
     """Issue 20: evaluations return 5, 9, 7, 9 (at env steps 52, 100, 152, 200): best.pt holds the weights of
     step 100 (the tie at 200 does not beat it), the summary reports best and last, load_run/eval use best.pt."""
-    import sys
-
     import torch
 
     from reverie.state.saved_run import describe_checkpoint
     from helpers.state_compare import assert_same
 
-    means = iter([5.0, 9.0, 7.0, 9.0])
-
-    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
-        mean = next(means)
-        return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
-
-    monkeypatch.setattr(sys.modules["reverie.loop.session_report"], "evaluate", fake_evaluate)
+    fake_evaluations(monkeypatch, [5.0, 9.0, 7.0, 9.0])
     run_dir = train(tmp_path, "best", "train.eval_every=50", "train.checkpoint_keep=3")
     best = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)
     assert best["counters"]["env_steps"] == 100 and best["eval_return"] == 9.0
@@ -221,26 +226,15 @@ def test_an_evaluation_before_the_first_update_never_becomes_best(tmp_path, monk
     """Evaluations at env steps 64 (the prefill of 100 is not done: no update yet), 128 and 192 return 9, 5, 7:
     the untrained 9 is logged but best.pt holds step 192's weights (7), and the summary names step 192. The
     counter-check: the same run with a prefill of 16 has updated before step 64, so its 9 is the best."""
-    import sys
-
     import torch
 
-    def fake(values):
-        means = iter(values)
-
-        def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
-            mean = next(means)
-            return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
-        return fake_evaluate
-
-    module = sys.modules["reverie.loop.session_report"]
-    monkeypatch.setattr(module, "evaluate", fake([9.0, 5.0, 7.0, 6.0]))
+    fake_evaluations(monkeypatch, [9.0, 5.0, 7.0, 6.0])
     run_dir = train(tmp_path, "untrained", "train.eval_every=64", "train.steps=192", "train.prefill=100")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [e[2] for e in summary["evals"]] == [9.0, 5.0, 7.0]
     assert (summary["best_eval_step"], summary["best_eval_return"]) == (192, 7.0)
     assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)["counters"]["env_steps"] == 192
-    monkeypatch.setattr(module, "evaluate", fake([9.0, 5.0, 7.0, 6.0]))
+    fake_evaluations(monkeypatch, [9.0, 5.0, 7.0, 6.0])
     run_dir = train(tmp_path, "trained", "train.eval_every=64", "train.steps=192", "train.prefill=16")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["best_eval_step"], summary["best_eval_return"]) == (64, 9.0)
@@ -249,8 +243,6 @@ def test_an_evaluation_before_the_first_update_never_becomes_best(tmp_path, monk
 def test_stop_evals_asks_for_evaluations_in_a_row(tmp_path, monkeypatch):
     """train.stop_return=8 with train.stop_evals=2: evaluations 1, 9, 5, 9, 9 (every 48 env steps) stop the run at
     the second 9 in a row (240), not at the first 9 (96); with stop_evals=1 the run stops at 96."""
-    import sys
-
     from reverie.loop.state import LoopState
     from reverie.replay.cycle import StepRatio
 
@@ -260,21 +252,12 @@ def test_stop_evals_asks_for_evaluations_in_a_row(tmp_path, monkeypatch):
     loop.evals.append((4, 0.0, 8.0))
     assert loop.reached(8.0, 2) and not loop.reached(8.0, 3) and not loop.reached(8.5, 2)
 
-    def fake(values):
-        means = iter(values)
-
-        def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
-            mean = next(means)
-            return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0}
-        return fake_evaluate
-
-    module = sys.modules["reverie.loop.session_report"]
-    monkeypatch.setattr(module, "evaluate", fake([1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0]))
+    fake_evaluations(monkeypatch, [1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0])
     run_dir = train(tmp_path, "two", "train.eval_every=48", "train.steps=400", "train.stop_return=8",
                     "train.stop_evals=2")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 240 and summary["stopped_by"] == "stop_return"
-    monkeypatch.setattr(module, "evaluate", fake([1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0]))
+    fake_evaluations(monkeypatch, [1.0, 9.0, 5.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0])
     run_dir = train(tmp_path, "one", "train.eval_every=48", "train.steps=400", "train.stop_return=8")
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 96
 
@@ -327,15 +310,7 @@ def test_an_untrained_evaluation_never_stops_the_run(tmp_path, monkeypatch, caps
     """The stop rule counts evaluations of a trained policy only: 9 at env step 48 (prefill 64: no update yet)
     reaches train.stop_return=8 but does not stop the run; 1 at 96 does not either; 9 at 144 does, with a line
     that says why."""
-    import sys
-
-    means = iter([9.0, 1.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0])
-
-    def fake_evaluate(agent, env_cfg, episodes, seed, mode="eval", on_episode=None):
-        mean = next(means)
-        return {"returns": [mean], "lengths": [10], "mean": mean, "std": 0.0, "min": mean, "max": mean}
-
-    monkeypatch.setattr(sys.modules["reverie.loop.session_report"], "evaluate", fake_evaluate)
+    fake_evaluations(monkeypatch, [9.0, 1.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     run_dir = train(tmp_path, "untrained", "train.eval_every=48", "train.steps=400", "train.stop_return=8")
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 144
     assert "[reverie] env step 144: eval return 9.0 >= train.stop_return 8: stopping" in capsys.readouterr().out

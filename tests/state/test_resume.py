@@ -80,11 +80,10 @@ class Killed(BaseException):
     """Stands in for kill -9: nothing after it runs (no checkpoint, no summary)."""
 
 
-@pytest.mark.parametrize("agent", [[], ["agent=dreamerv3_2025", "agent.module.warmup=2"]],
-                         ids=["dreamerv3", "dreamerv3_2025"])  # 2025: stored latents written back into the memmap
-def test_kill_after_collecting_past_the_checkpoint_drops_that_data(tmp_path, monkeypatch, agent):
-    mm = ["replay.storage=memmap", "replay.capacity=64", "train.checkpoint_every=" + str(N), *agent]  # 16 rows: wraps
-    run(tmp_path / "straight", f"train.steps={2 * N}", *mm)
+def straight_and_killed(tmp_path, monkeypatch, *overrides):
+    """Run 2N env steps straight, and the same run killed 24 env steps past its checkpoint at N (env step 72);
+    returns the killed run's folder, not yet resumed."""
+    run(tmp_path / "straight", f"train.steps={2 * N}", *overrides)
     real_step, calls = VectorStepper.step, {"n": 0}
 
     def step_then_die(self, action):
@@ -95,9 +94,16 @@ def test_kill_after_collecting_past_the_checkpoint_drops_that_data(tmp_path, mon
 
     monkeypatch.setattr(VectorStepper, "step", step_then_die)
     with pytest.raises(Killed):
-        run(tmp_path / "killed", f"train.steps={2 * N}", *mm)
+        run(tmp_path / "killed", f"train.steps={2 * N}", *overrides)
     monkeypatch.setattr(VectorStepper, "step", real_step)
-    killed = tmp_path / "killed"
+    return tmp_path / "killed"
+
+
+@pytest.mark.parametrize("agent", [[], ["agent=dreamerv3_2025", "agent.module.warmup=2"]],
+                         ids=["dreamerv3", "dreamerv3_2025"])  # 2025: stored latents written back into the memmap
+def test_kill_after_collecting_past_the_checkpoint_drops_that_data(tmp_path, monkeypatch, agent):
+    mm = ["replay.storage=memmap", "replay.capacity=64", "train.checkpoint_every=" + str(N), *agent]  # 16 rows: wraps
+    killed = straight_and_killed(tmp_path, monkeypatch, *mm)
     assert not (killed / "summary.json").exists()
     saved = load_checkpoint(killed)
     assert saved["counters"]["env_steps"] == N
@@ -299,19 +305,7 @@ def test_sticky_action_atari_resumes_exactly_after_a_kill(tmp_path, monkeypatch)
     frame repeats: the envs were not saved and the episodes in flight restarted."""
     pytest.importorskip("ale_py", reason="Atari tests need ale-py: pip install -e '.[atari]'")
     env = ["env=atari", "env.task=pong", "env.num_envs=4", "replay.capacity=200", f"train.checkpoint_every={N}"]
-    run(tmp_path / "straight", f"train.steps={2 * N}", *env)
-    real_step, calls = VectorStepper.step, {"n": 0}
-
-    def step_then_die(self, action):
-        calls["n"] += 1
-        if calls["n"] == (N + N // 2) // 4:  # env step 72: 24 steps collected past the checkpoint at 48
-            raise Killed
-        return real_step(self, action)
-
-    monkeypatch.setattr(VectorStepper, "step", step_then_die)
-    with pytest.raises(Killed):
-        run(tmp_path / "killed", f"train.steps={2 * N}", *env)
-    monkeypatch.setattr(VectorStepper, "step", real_step)
+    straight_and_killed(tmp_path, monkeypatch, *env)
     saved = load_checkpoint(tmp_path / "killed")
     assert saved["counters"]["env_steps"] == N and saved["stepper"]["env"] is not None  # the envs were saved
     run(tmp_path / "killed", f"train.steps={2 * N}", *env)
