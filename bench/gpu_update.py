@@ -63,7 +63,8 @@ def sync(device: torch.device) -> None:
 def time_size(size: str, args: argparse.Namespace, device: torch.device) -> None:
     torch.manual_seed(0)
     agent = DreamerV3({"image": (3, 64, 64)}, ActionSpec(True, ACTIONS), **sized(size, device=str(device),
-                      precision=args.precision, compile=args.compile))
+                      precision=args.precision, compile=args.compile,
+                      **({} if args.imag_last is None else {"imag_last": args.imag_last})))
     params = sum(p.numel() for p in agent.parameters()) / 1e6
     batch = image_batch(args.length, args.batch)
     if device.type == "cuda":
@@ -96,6 +97,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="DreamerV3(compile=True)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--imag-last", type=int, default=None,
+                        help="imagine from the last N rows of each sequence (default: all rows)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--updates", type=int, default=10)
     args = parser.parse_args()

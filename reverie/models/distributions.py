@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import distributions as td
 
+from reverie.models import draws
 from reverie.models.conv import ImageMSE, float32_or_wider, scale_image
 
 
@@ -291,6 +292,8 @@ def unimix_index(probs: torch.Tensor, unimix: float, fast: bool = False, overwri
     kernel (:func:`reverie.models.kernels.sampling.count_below`, the same counts) which with ``overwrite=True``
     works in ``probs``' own memory (its values are lost)."""
     with torch.no_grad():
+        if draws.source() is not None:  # the seam (reverie.models.draws): a replacement source draws
+            return draws.source().categorical(probs, unimix)
         k = probs.shape[-1]
         u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
         cdf = probs.cumsum_(-1) if fast and overwrite else probs.cumsum(-1)  # (..., K); cdf[..., -1] ~ 1
@@ -390,6 +393,22 @@ class BoundedNormal(td.Independent):
     @property
     def mode(self) -> torch.Tensor:
         return self.base_dist.mean
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+        if draws.source() is None:
+            return super().sample(sample_shape)
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+        """``mean + std * eps`` with the gradient of both; ``eps`` from torch's generator or the installed draw
+        source (:mod:`reverie.models.draws`)."""
+        if draws.source() is None:
+            return super().rsample(sample_shape)
+        mean, std = self.base_dist.loc, self.base_dist.scale
+        if sample_shape:
+            mean, std = (x.expand(torch.Size(sample_shape) + x.shape) for x in (mean, std))
+        return mean + std * draws.normal_noise(mean, std)
 
 
 class SymlogMSE(td.Distribution):

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reverie.models import draws
 from reverie.models.conv import ACTIVATIONS
 from reverie.models.dynamics.base import Policy, RowState, State, reset, rollout
 from reverie.models.planet_nets import BlockGRUCell, glorot_uniform_
@@ -106,7 +107,7 @@ class GaussianRSSM(RowState, nn.Module):
         mean)."""
         mean, std = raw.chunk(2, -1)
         std = F.softplus(std) + self.min_std
-        stoch = mean + std * torch.randn_like(std) if sample else mean
+        stoch = mean + std * draws.normal_noise(mean, std) if sample else mean
         return {"deter": deter, "stoch": stoch, "mean": mean, "std": std}
 
     def _cell(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reverie.models import draws
 from reverie.models.kernels.straight_through import straight_through_grad
 
 _aten = torch.ops.aten
@@ -138,9 +139,13 @@ class _BlockObserveScan(torch.autograd.Function):
             probs, stochs = new(T, B, S, K, dtype=pd), new(T, B, S, K, dtype=pd)
             # the draws of all steps (unimix_index's, one uniform per latent and step, drawn in the loop's order:
             # rand of (T, B, S, 1) gives the numbers of T calls of (B, S, 1)), then per step only the CDF search
-            u = torch.rand(T, B, S, 1, device=ax.device, dtype=torch.float32)
+            # (with a draw source installed, reverie.models.draws, each step asks it instead)
+            source = draws.source()
+            u = torch.rand(T, B, S, 1, device=ax.device, dtype=torch.float32) if source is None else ax.new_zeros(T)
             target = ((u - spec.unimix) * (1.0 / (1.0 - spec.unimix))).to(pd)
             uniform = (u < spec.unimix, (u * (K / spec.unimix)).long().clamp_(max=K - 1)) if spec.unimix > 0 else None
+            if source is not None:
+                uniform = None
             steps = zip(prev, z, a0, a1, n0, n1_, x, pre, npre, y, sr, cand, ct, upd, q, nq_, p1, *rstd, deters, logits,
                         probs, stochs, ax, ex, target)  # each buffer's views of step t, made once
             h, s = deter0, stoch0
@@ -174,7 +179,10 @@ class _BlockObserveScan(torch.autograd.Function):
                 _aten.silu.out(nq_t, out=p1_t)
                 torch.addmm(bo_, p1_t, wot, out=logits_t)
                 probs_t.copy_(torch.softmax(logits_t.view(B, S, K), -1, dtype=pd))
-                index = (probs_t.cumsum(-1) < target_t).sum(-1, keepdim=True).clamp_(max=K - 1)  # (B, S, 1)
+                if source is not None:
+                    index = source.categorical(probs_t, spec.unimix).unsqueeze(-1)  # (B, S) -> (B, S, 1)
+                else:
+                    index = (probs_t.cumsum(-1) < target_t).sum(-1, keepdim=True).clamp_(max=K - 1)  # (B, S, 1)
                 if uniform is not None:
                     index = torch.where(uniform[0][t], uniform[1][t], index)
                 s = stoch_t.zero_().scatter_(-1, index, 1.0)  # (B, S, K) one-hot

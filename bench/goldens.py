@@ -1,0 +1,220 @@
+"""Golden tensors of the official DreamerV3 update, made by the official code itself (issue 40), for
+tests/goldens/test_official_update.py, which checks reverie's update against them with numpy and torch only.
+
+    .venv/bin/python bench/fidelity.py install --version 2025 --source ~/.cache/reverie/dreamerv3-e3f0224
+    ~/.cache/reverie/jax2025-venv/bin/python bench/goldens.py --source ~/.cache/reverie/dreamerv3-e3f0224 \\
+        --case vector_continuous --out tests/goldens/data
+
+Runs INSIDE the official venv (jax, ninjax, elements; no torch, no reverie import). It builds the official agent
+(``dreamerv3/agent.py`` ``Agent`` through ``embodied.jax.Agent``, as ``main.py``'s ``make_agent`` does) from the
+official ``configs.yaml`` resolved by the official ``elements.Flags`` code, at a tiny size and float32
+(:data:`FLAGS` and the case's flags), on observation and action spaces given here (the case's shapes: DMC proprio's
+``position (3,)``, ``velocity (2,)`` with one continuous action; Atari's ``image (64, 64, 3)`` with 6 discrete
+actions), and runs two official train steps on one fixed batch (:func:`make_batch`, seed 0; the same batch both
+times). Without editing the official source it records, by wrapping two of its functions:
+
+- every random draw the update uses (``embodied.jax.outs.Categorical.sample``'s index and ``Normal.sample``'s
+  noise, through an identity ``jax.pure_callback``): the latent and action draws with the logits or mean and std
+  they were drawn from (in no fixed order, a draw possibly twice: the test finds each by its distribution);
+- the gradient of every parameter (an identity transformation put before the official optimiser chain; it reads
+  the gradients the chain receives and changes nothing).
+
+The file ``<out>/official2025_<case>.npz`` holds: ``meta`` (a JSON string: commit, flags, seed, case, shapes),
+``init/<name>`` (the parameters before update 1, official names), ``batch/<key>`` (``(B, T, ...)``, official
+layout), ``draw<u>/<i>/<field>`` (update ``u``'s draws), ``grad<u>/<name>``, ``param<u>/<name>`` (after update
+``u``), ``metric<u>/<name>`` (the official train metrics), for ``u`` in 1, 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+COMMITS = {"2025": "e3f0224"}
+SEED = 0
+B, T = 2, 6  # batch size and length of the golden batch
+# Tiny widths (every layer kind kept: 2 blocks of the block GRU, 3-layer encoder/decoder/policy/value MLPs),
+# float32 on the CPU, no replay context (a window starts from zeros; the replay context is checked separately),
+# horizon 4, and a learning rate of 1e-3 with a warmup of 2 updates (lr 0 at update 1, 5e-4 at update 2), so that
+# update 2's step is large enough to compare and comes from moments that both updates wrote; free nats 0.5 (at this
+# size the KL of 4 latents of 4 classes stays below the default 1 nat, where the KL losses pass no gradient; 0.5
+# clips some rows and not others).
+FLAGS = ("--jax.platform cpu --jax.compute_dtype float32 --jax.prealloc False "
+         "--agent.dyn.rssm.deter 16 --agent.dyn.rssm.hidden 8 --agent.dyn.rssm.stoch 4 --agent.dyn.rssm.classes 4 "
+         "--agent.dyn.rssm.blocks 2 --agent.enc.simple.units 8 --agent.dec.simple.units 8 "
+         "--agent.rewhead.units 8 --agent.conhead.units 8 --agent.policy.units 8 --agent.value.units 8 "
+         "--agent.enc.simple.depth 4 --agent.dec.simple.depth 4 --agent.imag_length 4 --agent.opt.lr 1e-3 "
+         "--agent.opt.warmup 2 --agent.dyn.rssm.free_nats 0.5 "
+         f"--replay_context 0 --batch_size {B} --batch_length {T} --seed {SEED} --logdir /tmp/reverie_goldens")
+CASES = {
+    "vector_continuous": {"configs": ["defaults", "dmc_proprio"], "obs": {"position": (3,), "velocity": (2,)},
+                          "action": ("continuous", 1)},
+    "image_discrete": {"configs": ["defaults", "atari100k"], "obs": {"image": (64, 64, 3)},
+                       "action": ("discrete", 6)},
+}
+
+
+def make_batch(case: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One replay chunk ``(B, T, ...)`` in the official layout: observations, ``action`` (the action taken after
+    each row's observation), ``reward``, the flags (``is_first`` at row 0 and once inside, a terminal before it, a
+    time limit), ``stepid``, ``consec``."""
+    data = {}
+    for key, shape in case["obs"].items():
+        if len(shape) == 3:
+            data[key] = rng.integers(0, 256, (B, T, *shape), dtype=np.uint8)
+        else:
+            data[key] = rng.normal(0.0, 2.0, (B, T, *shape)).astype(np.float32)
+    kind, dim = case["action"]
+    if kind == "continuous":
+        data["action"] = rng.uniform(-1.0, 1.0, (B, T, dim)).astype(np.float32)
+    else:
+        data["action"] = rng.integers(0, dim, (B, T), dtype=np.int32)
+    data["reward"] = rng.normal(0.0, 1.0, (B, T)).astype(np.float32)
+    is_first, is_last, is_terminal = (np.zeros((B, T), bool) for _ in range(3))
+    is_first[:, 0] = True
+    is_last[0, 3], is_terminal[0, 3], is_first[0, 4] = True, True, True  # an episode ends in a terminal at row 3
+    is_last[1, 4] = True  # a time limit: the last row of an episode that did not terminate
+    is_first[1, 5] = True
+    data.update(is_first=is_first, is_last=is_last, is_terminal=is_terminal)
+    data["stepid"] = np.zeros((B, T, 20), np.uint8)
+    data["consec"] = np.zeros((B, T), np.int32)
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", type=Path, required=True, help="the official source (bench/fidelity.py install)")
+    parser.add_argument("--case", choices=sorted(CASES), required=True)
+    parser.add_argument("--version", choices=sorted(COMMITS), default="2025")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    source = args.source.expanduser().resolve()
+    commit = (source / ".fidelity_commit").read_text().strip() if (source / ".fidelity_commit").exists() else "?"
+    if not commit.startswith(COMMITS[args.version]):
+        raise SystemExit(f"--source {source} holds commit {commit!r}, not {COMMITS[args.version]}")
+    sys.path[:0] = [str(source), str(source / "dreamerv3")]
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+    import elements
+    import jax
+    import optax
+    import ruamel.yaml as yaml
+    import embodied.jax.internal as internal
+    import embodied.jax.outs as outs
+    from dreamerv3.agent import Agent
+
+    case = CASES[args.case]
+    configs = yaml.YAML(typ="safe").load((source / "dreamerv3" / "configs.yaml").read_text())
+    config = elements.Config(configs["defaults"])
+    for name in case["configs"][1:]:
+        config = config.update(configs[name])
+    config = elements.Flags(config).parse(FLAGS.split())
+
+    draws: list[dict[str, np.ndarray]] = []
+    grads: list[dict[str, np.ndarray]] = []
+
+    def record(kind: str, **arrays) -> None:
+        draws.append({"kind": np.array(kind), **{k: np.asarray(v) for k, v in arrays.items()}})
+
+    # Each draw passes through an identity jax.pure_callback that records it. Unlike a debug callback, a pure
+    # callback whose result is unused is removed with the rest of the unused computation, so only the draws the
+    # update really uses are recorded (the official code also traces samples it discards). The callback's inputs
+    # carry no gradient (the draw's noise and index depend on the random key only; the logits, mean and std are
+    # stop-gradient copies), so autodiff never needs its derivative.
+    categorical_sample = outs.Categorical.sample
+    sg = jax.lax.stop_gradient
+
+    def categorical(self, seed, shape=()):
+        index = categorical_sample(self, seed, shape)
+
+        def keep(logits, ix):
+            record("categorical", logits=logits, index=ix)
+            return np.asarray(ix, index.dtype)
+        return jax.pure_callback(keep, jax.ShapeDtypeStruct(index.shape, index.dtype), sg(self.logits), index)
+
+    def normal(self, seed, shape=()):  # official Normal.sample: mean + stddev * N(0, 1) noise
+        eps = jax.random.normal(seed, shape + self.mean.shape, jax.numpy.float32)
+
+        def keep(mean, std, noise):
+            record("normal", mean=mean, std=std, eps=noise)
+            return np.asarray(noise, np.float32)
+        eps = jax.pure_callback(keep, jax.ShapeDtypeStruct(eps.shape, eps.dtype), sg(self.mean), sg(self.stddev), eps)
+        return eps * self.stddev + self.mean
+
+    outs.Categorical.sample, outs.Normal.sample = categorical, normal
+
+    make_opt = Agent._make_opt
+
+    def recording_opt(self, **kwargs):
+        def update(updates, state, params=None):
+            jax.debug.callback(lambda g: grads.append(jax.tree.map(np.asarray, g)), updates, ordered=True)
+            return updates, state
+        return optax.chain(optax.GradientTransformation(lambda params: optax.EmptyState(), update),
+                           make_opt(self, **kwargs))
+
+    Agent._make_opt = recording_opt
+    setup = internal.setup  # the debug callbacks' ordering token needs host-to-device transfers: allow them
+    internal.setup = lambda **kwargs: setup(**{**kwargs, "transfer_guard": False})
+
+    spaces = {k: elements.Space(np.uint8 if len(s) == 3 else np.float32, s) for k, s in case["obs"].items()}
+    spaces |= {"reward": elements.Space(np.float32), "is_first": elements.Space(bool),
+               "is_last": elements.Space(bool), "is_terminal": elements.Space(bool)}
+    kind, dim = case["action"]
+    act = ({"action": elements.Space(np.float32, (dim,), -1, 1)} if kind == "continuous"
+           else {"action": elements.Space(np.int32, (), 0, dim)})
+    agent = Agent(spaces, act, elements.Config(
+        **config.agent, logdir=config.logdir, seed=config.seed, jax=config.jax, batch_size=config.batch_size,
+        batch_length=config.batch_length, replay_context=config.replay_context, report_length=config.report_length,
+        replica=config.replica, replicas=config.replicas))
+    jax.effects_barrier()
+
+    model_keys = [k for k in agent.params if not k.startswith("opt/")]
+    # the official initial parameters, moved off their special values (zero biases and output layers, unit norm
+    # scales) so that a swapped or missing entry in a parameter map shows: N(0, 0.05) added to kernels, N(0, 0.1)
+    # to the rest, seeded; the return normaliser and counters stay
+    rng = np.random.default_rng(SEED + 1)
+    for key in model_keys:
+        if key.startswith("retnorm/") or key.endswith("_count/value"):
+            continue
+        value = np.asarray(agent.params[key])
+        noise = rng.normal(0.0, 0.05 if key.endswith("/kernel") else 0.1, value.shape)
+        agent.params[key] = jax.device_put((value + noise).astype(value.dtype), agent.params[key].sharding)
+    files: dict[str, np.ndarray] = {f"init/{k}": np.asarray(agent.params[k]) for k in model_keys}
+    batch = make_batch(case, np.random.default_rng(SEED))
+    files |= {f"batch/{k}": v for k, v in batch.items()}
+    carry = agent.init_train(B)
+    metrics = []
+    for update in (1, 2):
+        draws.clear()
+        grads.clear()
+        data = {k: v.copy() for k, v in batch.items()}
+        data["seed"] = np.array([SEED, update], np.uint32)
+        carry, _, _ = agent.train(carry, data)
+        jax.effects_barrier()
+        if len(grads) != 1:
+            raise RuntimeError(f"update {update}: recorded {len(grads)} gradients, expected 1")
+        files |= {f"grad{update}/{k}": v for k, v in grads[0].items()}
+        files |= {f"param{update}/{k}": np.asarray(agent.params[k]) for k in model_keys}
+        for i, draw in enumerate(draws):
+            files |= {f"draw{update}/{i:03d}/{k}": v for k, v in draw.items()}
+        metrics.append(agent._take_outs(agent.pending_mets))
+    for update, mets in enumerate(metrics, 1):
+        files |= {f"metric{update}/{k}": np.asarray(v) for k, v in mets.items() if np.asarray(v).size == 1}
+    meta = {"version": args.version, "commit": commit, "case": args.case, "configs": case["configs"],
+            "flags": FLAGS, "seed": SEED, "batch": [B, T], "obs": case["obs"], "action": case["action"],
+            "command": f"bench/goldens.py --source <official source> --case {args.case} --out <dir>"}
+    files["meta"] = np.array(json.dumps(meta))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"official{args.version}_{args.case}.npz"
+    np.savez_compressed(path, **files)
+    print(f"[goldens] {path}: {len(files)} arrays, {path.stat().st_size / 1e3:.1f} kB; {len(draws)} draws in "
+          f"update 2")
+
+
+if __name__ == "__main__":
+    main()
