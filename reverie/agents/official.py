@@ -16,8 +16,10 @@ transform between them; :func:`load_official_2025` puts an official parameter di
 - the slow value (``slowval``) is the slow critic; the return normaliser's ``retnorm/lo``, ``retnorm/hi`` are
   :class:`reverie.agents.returns.ReturnNormalizer`'s ``low``, ``high``.
 
-Images (the official conv encoder and decoder) are not mapped yet: :func:`official_map_2025` raises for an agent
-with image keys.
+- images: conv kernels ``(k, k, in, out)`` become ``(out, in, k, k)``; the official code flattens its last
+  feature map ``(h, w, C)`` and reverie ``(C, h, w)``, so the rows of the posterior's first layer that read the
+  image tokens and the outputs of the image decoder's ``sp2`` layer are permuted; the official tokens are
+  ``cat(vector, image)`` and reverie's ``cat(image, vector)``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,33 @@ def _transpose(x: np.ndarray) -> np.ndarray:
     return x.T
 
 
+def _conv(x: np.ndarray) -> np.ndarray:
+    return x.transpose(3, 2, 0, 1)  # (k, k, in, out) -> (out, in, k, k)
+
+
+def _hwc_to_chw(shape: tuple[int, int, int]) -> np.ndarray:
+    """``perm`` with ``reverie[r] = official[perm[r]]`` for a map ``(C, h, w)`` flattened as ``(h, w, C)``
+    officially and as ``(C, h, w)`` in reverie."""
+    c, h, w = shape
+    return np.arange(c * h * w).reshape(h, w, c).transpose(2, 0, 1).reshape(-1)
+
+
+def _conv_stack(entries: dict, official: str, reverie: str, layers, names: list[str]) -> None:
+    """The convolutions of ``layers`` (an ``nn.Sequential``) in order, each with its channel norm (the next module
+    with a weight before the next convolution, if any), as the official ``<official>/<name>`` and
+    ``<official>/<name>norm``."""
+    convs = [i for i, m in enumerate(layers) if isinstance(m, torch.nn.Conv2d)]
+    for i, name in zip(convs, names, strict=True):
+        entries[f"{official}/{name}/kernel"] = (f"{reverie}.{i}.weight", _conv)
+        entries[f"{official}/{name}/bias"] = (f"{reverie}.{i}.bias", _copy)
+        for j in range(i + 1, len(layers)):  # the conv's norm: the next module with a weight, before the next conv
+            if isinstance(layers[j], torch.nn.Conv2d):
+                break
+            if getattr(layers[j], "weight", None) is not None:
+                entries[f"{official}/{name}norm/scale"] = (f"{reverie}.{j}.weight", _copy)
+                break
+
+
 def _mlp(entries: dict, official: str, reverie: str, layers: int, linear: str = "linear{i}",
          norm: str = "norm{i}", first: Transform = _transpose) -> None:
     """An official ``nn.MLP`` (``<official>/linear{i}``, ``<official>/norm{i}``) or ``Encoder``/``RSSM`` stack
@@ -56,22 +85,36 @@ def _dense(entries: dict, official: str, reverie: str, transform: Transform = _t
 
 def official_map_2025(agent) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie state-dict key, official -> reverie transform)}`` for a
-    :class:`reverie.agents.DreamerV3_2025` with vector observations and the block RSSM.
+    :class:`reverie.agents.DreamerV3_2025` with the official model (the block RSSM, reconstruction) on vector and
+    image observations.
 
     Raises:
-        NotImplementedError: the agent has image observations, another dynamics or representation objective.
+        NotImplementedError: another dynamics or representation objective, or an image decoder without ``bspace``.
     """
     wm = agent.wm
-    if wm.image_keys:
-        raise NotImplementedError("official_map_2025: image observations (the conv encoder and decoder) are not "
-                                  "mapped yet; use vector observations")
-    if type(wm.dynamics).__name__ != "BlockRSSM" or wm.representation.loss_keys != tuple(wm.vector_keys):
+    if type(wm.dynamics).__name__ != "BlockRSSM" or wm.representation.name != "reconstruction":
         raise NotImplementedError("official_map_2025: only the official model maps (BlockRSSM dynamics, "
                                   "representation=reconstruction)")
     dyn = wm.dynamics
     deter, stoch = dyn.deter, dyn.stoch * dyn.classes
     entries: dict[str, tuple[str, Transform]] = {}
-    _mlp(entries, "enc", "wm.encoder", len(wm.encoder.hidden), linear="mlp{i}", norm="mlp{i}norm")
+    vector_tokens = image_tokens = 0
+    if wm.encoder is not None:
+        _mlp(entries, "enc", "wm.encoder", len(wm.encoder.hidden), linear="mlp{i}", norm="mlp{i}norm")
+        vector_tokens = wm.encoder.out_dim
+    if wm.image_encoder is not None:
+        encoder = wm.image_encoder
+        _conv_stack(entries, "enc", "wm.image_encoder.layers", encoder.layers,
+                    [f"cnn{i}" for i in range(len(encoder.channels))])
+        image_tokens = encoder.out_dim
+        token_perm = _hwc_to_chw(encoder.out_shape)
+
+    def posterior_input(kernel: np.ndarray) -> np.ndarray:  # rows (deter, vector, image hwc) -> (deter, image chw,
+        if not image_tokens:                                 # vector), as the weight (out, in)
+            return kernel.T
+        vector = kernel[deter:deter + vector_tokens]
+        image = kernel[deter + vector_tokens:][token_perm]
+        return np.concatenate([kernel[:deter], image, vector], 0).T
     for i, name in enumerate(("in_deter", "in_stoch", "in_action")):
         _dense(entries, f"dyn/dynin{i}", f"wm.dynamics.core.{name}.0")
         entries[f"dyn/dynin{i}norm/scale"] = (f"wm.dynamics.core.{name}.1.weight", _copy)
@@ -81,16 +124,33 @@ def official_map_2025(agent) -> dict[str, tuple[str, Transform]]:
     _dense(entries, "dyn/dyngru", "wm.dynamics.core.gates", _copy)
     _mlp(entries, "dyn", "wm.dynamics.prior_net", len(dyn.prior_net.hidden), linear="prior{i}", norm="prior{i}norm")
     _dense(entries, "dyn/priorlogit", "wm.dynamics.prior_net.out")
-    _mlp(entries, "dyn", "wm.dynamics.post_net", len(dyn.post_net.hidden), linear="obs{i}", norm="obs{i}norm")
+    _mlp(entries, "dyn", "wm.dynamics.post_net", len(dyn.post_net.hidden), linear="obs{i}", norm="obs{i}norm",
+         first=posterior_input)
     _dense(entries, "dyn/obslogit", "wm.dynamics.post_net.out")
 
     def decoder_input(kernel: np.ndarray) -> np.ndarray:  # rows (stoch, deter) -> weight over (deter, stoch)
         return np.concatenate([kernel[stoch:], kernel[:stoch]], 0).T
 
     decoder = wm.representation.decoder
-    _mlp(entries, "dec/mlp", "wm.representation.decoder", len(decoder.hidden), first=decoder_input)
-    for j, key in enumerate(wm.vector_keys):
-        _dense(entries, f"dec/vec/{key}/pred", f"wm.representation.decoder.out.parts.{j}")
+    if decoder is not None:
+        _mlp(entries, "dec/mlp", "wm.representation.decoder", len(decoder.hidden), first=decoder_input)
+        for j, key in enumerate(wm.vector_keys):
+            _dense(entries, f"dec/vec/{key}/pred", f"wm.representation.decoder.out.parts.{j}")
+    image_decoder = wm.representation.image_decoder
+    if image_decoder is not None:
+        name = "wm.representation.image_decoder"
+        if not image_decoder.bspace:
+            raise NotImplementedError("official_map_2025: the image decoder without bspace is not mapped")
+        map_perm = _hwc_to_chw(image_decoder.map_shape)
+        _dense(entries, "dec/sp0", f"{name}.space_deter", _copy)
+        _dense(entries, "dec/sp1", f"{name}.space_stoch.0.0")
+        entries["dec/sp1norm/scale"] = (f"{name}.space_stoch.0.1.weight", _copy)
+        entries["dec/sp2/kernel"] = (f"{name}.space_stoch.1.weight", lambda k: k.T[map_perm])
+        entries["dec/sp2/bias"] = (f"{name}.space_stoch.1.bias", lambda b: b[map_perm])
+        entries["dec/spnorm/scale"] = (f"{name}.space_norm.0.weight", _copy)
+        convs = sum(isinstance(m, torch.nn.Conv2d) for m in image_decoder.layers)
+        _conv_stack(entries, "dec", f"{name}.layers", image_decoder.layers,
+                    [f"conv{i}" for i in reversed(range(convs - 1))] + ["imgout"])
     for official, reverie, out in (("rew", "wm.reward_head", "logits"), ("con", "wm.cont_head", "logit"),
                                    ("val", "critic", "logits"), ("slowval", "slow_critic", "logits")):
         module = agent.get_submodule(reverie)

@@ -8,7 +8,8 @@ the side-by-side learning runs could never see and show that the same comparison
 
 Tolerances (float32 on both sides, different summation orders; the largest errors seen are in docs/fidelity.md):
 each loss to a relative 1e-5; each gradient tensor to 1e-4 of its largest entry; each parameter after an update to
-1e-6 absolute plus 1e-6 relative; the return normaliser's percentiles to a relative 1e-6.
+2e-6 absolute plus 1e-6 relative; the return normaliser's percentiles to 2e-6 of the larger of the two (the
+goldens' returns span thousands: their value heads start off zero).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from reverie.models.dynamics import block
 from reverie.models.dynamics.categorical import free_bits
 from reverie.models.distributions import unimix_logits
 
-CASES = ["official2025_vector_continuous"]
-LOSSES = {"loss/position": "loss/position", "loss/velocity": "loss/velocity", "loss/reward": "loss/rew",
-          "loss/cont": "loss/con", "loss/dyn": "loss/dyn", "loss/rep": "loss/rep", "loss/policy": "loss/policy",
-          "loss/value": "loss/value", "loss/repval": "loss/repval"}
-LOSS_RTOL, GRAD_RTOL, PARAM_ATOL, PARAM_RTOL, NORM_RTOL = 1e-5, 1e-4, 1e-6, 1e-6, 1e-6
+CASES = ["official2025_vector_continuous", "official2025_image_discrete"]
+LOSSES = {"loss/reward": "loss/rew", "loss/cont": "loss/con", "loss/dyn": "loss/dyn", "loss/rep": "loss/rep",
+          "loss/policy": "loss/policy", "loss/value": "loss/value", "loss/repval": "loss/repval"}  # reverie: official
+LOSS_RTOL, GRAD_RTOL, PARAM_ATOL, PARAM_RTOL, NORM_RTOL = 1e-5, 1e-4, 2e-6, 1e-6, 2e-6
 
 
 def extra_draws(meta: dict) -> tuple[tuple[int, ...], ...]:
@@ -50,7 +50,7 @@ def compare(name: str, kernels: str = "off", **overrides) -> list[str]:
     for update in (1, 2):
         metrics, grads, source = run_update(agent, batch, group(arrays, f"draw{update}"), extra_draws(meta))
         official = group(arrays, f"metric{update}")
-        for ours, theirs in LOSSES.items():
+        for ours, theirs in ({f"loss/{k}": f"loss/{k}" for k in meta["obs"]} | LOSSES).items():
             if not np.isclose(metrics[ours], float(official[theirs]), rtol=LOSS_RTOL, atol=0.0):
                 problems.append(f"update {update} {ours}: reverie {metrics[ours]:.7g}, official "
                                 f"{float(official[theirs]):.7g}")
@@ -61,12 +61,15 @@ def compare(name: str, kernels: str = "off", **overrides) -> list[str]:
             elif float((got - want).abs().max()) > GRAD_RTOL * float(want.abs().max()) + 1e-12:
                 problems.append(f"update {update} grad {key}: off by {float((got - want).abs().max()):.3g} "
                                 f"(largest entry {float(want.abs().max()):.3g})")
-        for key, want in official_in_reverie(agent, group(arrays, f"param{update}")).items():
-            got = state[key].detach()
-            rtol = NORM_RTOL if key.startswith("retnorm.") else PARAM_RTOL
-            atol = 0.0 if key.startswith("retnorm.") else PARAM_ATOL
-            if not torch.allclose(got, want.to(got.dtype), rtol=rtol, atol=atol):
-                problems.append(f"update {update} param {key}: off by {float((got - want).abs().max()):.3g}")
+        params = official_in_reverie(agent, group(arrays, f"param{update}"))
+        norm_size = max(float(params["retnorm.low"].abs()), float(params["retnorm.high"].abs()))
+        for key, want in params.items():
+            got, want = state[key].detach(), want.to(state[key].dtype)
+            error = float((got - want).abs().max())
+            limit = NORM_RTOL * norm_size if key.startswith("retnorm.") else \
+                PARAM_ATOL + PARAM_RTOL * float(want.abs().max())
+            if error > limit:
+                problems.append(f"update {update} param {key}: off by {error:.3g}")
         if source.extra != list(extra_draws(meta)):
             problems.append(f"update {update}: reverie drew {source.extra} beyond the official draws")
     return problems

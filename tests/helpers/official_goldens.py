@@ -45,7 +45,7 @@ def build_agent(meta: dict, arrays: dict[str, np.ndarray], kernels: str = "off",
     """The reverie agent of the golden's official configuration (sizes, horizon, learning rate and warmup from its
     flags; everything else the official defaults, which are reverie's) with the official initial parameters."""
     kind, dim = meta["action"]
-    obs = {k: tuple(v) for k, v in meta["obs"].items()}
+    obs = {k: (v[2], v[0], v[1]) if len(v) == 3 else tuple(v) for k, v in meta["obs"].items()}  # HWC -> CHW
     kwargs = dict(dynamics=dict(deter=flag(meta, "agent.dyn.rssm.deter", int),
                                 hidden=flag(meta, "agent.dyn.rssm.hidden", int),
                                 stoch=flag(meta, "agent.dyn.rssm.stoch", int),
@@ -53,6 +53,7 @@ def build_agent(meta: dict, arrays: dict[str, np.ndarray], kernels: str = "off",
                                 blocks=flag(meta, "agent.dyn.rssm.blocks", int),
                                 free_nats=flag(meta, "agent.dyn.rssm.free_nats"), kernels=kernels),
                   units=flag(meta, "agent.enc.simple.units", int), horizon=flag(meta, "agent.imag_length", int),
+                  cnn_depth=flag(meta, "agent.enc.simple.depth", int),
                   lr=flag(meta, "agent.opt.lr"), warmup=flag(meta, "agent.opt.warmup", int),
                   replay_context=flag(meta, "replay_context", int), kernels=kernels, precision="float32")
     dynamics = overrides.pop("dynamics", {})
@@ -71,6 +72,9 @@ def reverie_batch(meta: dict, arrays: dict[str, np.ndarray]) -> dict[str, np.nda
     batch = group(arrays, "batch")
     kind, dim = meta["action"]
     out = {k: np.swapaxes(batch[k], 0, 1) for k in (*meta["obs"], "reward", "is_first", "is_last", "is_terminal")}
+    for key, shape in meta["obs"].items():
+        if len(shape) == 3:  # images (T, B, H, W, C) -> (T, B, C, H, W)
+            out[key] = np.ascontiguousarray(np.moveaxis(out[key], -1, 2))
     action = batch["action"]
     if kind == "discrete":
         action = np.eye(dim, dtype=np.float32)[action]
