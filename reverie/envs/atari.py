@@ -6,11 +6,12 @@ Backend ``ale`` (default) wraps, does not rewrite::
              max_num_frames_per_episode=max_frames)
     -> StickyActions(sticky)                                                     (only sticky > 0; ALE's rule)
     -> AtariPreprocessing(noop_max=noops, frame_skip=action_repeat, screen_size=size, grayscale_obs=False,
-                          terminal_on_life_loss=life_loss != "ignore")          (Gymnasium)
+                          terminal_on_life_loss=life_loss != "ignore")          (Gymnasium; AtariFrames: + resize)
     -> LifeLossTerminal                                                          (only life_loss=terminal)
 
 An agent step is ``action_repeat`` (4) emulator frames; the observation is the pixel-wise max over the last two
-of them, resized to ``size x size`` RGB with OpenCV ``INTER_AREA``: uint8 ``(size, size, 3)``, which the factory
+of them, resized to ``size x size`` RGB with OpenCV ``INTER_AREA`` (``resize=opencv``, Gymnasium's) or Pillow
+``BILINEAR`` (``resize=pillow``, the official DreamerV3 2025 code's): uint8 ``(size, size, 3)``, which the factory
 turns into ``image`` uint8 ``(3, size, size)``. Rewards are the unclipped sum over the frames.
 
 Protocol settings (keys of the env config; ``configs/env/atari100k.yaml`` and ``configs/env/atari.yaml``):
@@ -27,6 +28,9 @@ Protocol settings (keys of the env config; ``configs/env/atari100k.yaml`` and ``
                (the reference's ``lives=reset``). Either way the frame loop stops at the lost life.
 ``max_frames`` episode cap in emulator frames, noop frames included (108,000 = 30 min); a truncation
 ``size``       image side in pixels (64)
+``resize``     ``opencv`` (``cv2.INTER_AREA``, Gymnasium's and DreamerV3 2023's) or ``pillow`` (``PIL.Image.resize``
+               ``BILINEAR``, DreamerV3 2025's ``resize: pillow``; bit-exact with it:
+               ``tests/envs/test_atari_official_recording.py``). ``backend=envpool`` offers ``opencv`` only
 ``backend``    ``ale`` or ``envpool`` (vector envs only; see :class:`EnvpoolAtari`)
 =============  ==========================================================================================
 
@@ -53,9 +57,10 @@ from gymnasium.wrappers import AtariPreprocessing
 BACKENDS = ("ale", "envpool")
 ACTION_SETS = ("minimal", "full")
 LIFE_LOSS_MODES = ("ignore", "terminal", "reset")
+RESIZES = ("opencv", "pillow")
 DEFAULTS = {  # the `atari` preset (configs/env/atari.yaml); atari100k differs in sticky, noops, actions
     "backend": "ale", "action_repeat": 4, "sticky": 0.25, "noops": 0, "actions": "full", "life_loss": "ignore",
-    "max_frames": 108_000, "size": 64,
+    "max_frames": 108_000, "size": 64, "resize": "opencv",
 }
 
 
@@ -124,15 +129,17 @@ def settings(cfg: Mapping) -> dict[str, Any]:
     """The validated protocol settings of an env config (missing keys take :data:`DEFAULTS`).
 
     Returns:
-        ``{"task", "backend", "action_repeat", "sticky", "noops", "actions", "life_loss", "max_frames", "size"}``.
+        ``{"task", "backend", "action_repeat", "sticky", "noops", "actions", "life_loss", "max_frames", "size",
+        "resize"}``.
 
     Raises:
         ValueError: a setting out of range or an unknown choice (the message names the key and the choices);
-            ``backend=envpool`` with ``life_loss=reset`` or with ``wrappers``.
+            ``backend=envpool`` with ``life_loss=reset``, ``resize=pillow`` or ``wrappers``.
     """
     s = {key: cfg.get(key, default) for key, default in DEFAULTS.items()}
     s["task"] = cfg.get("task")
-    for key, choices in (("backend", BACKENDS), ("actions", ACTION_SETS), ("life_loss", LIFE_LOSS_MODES)):
+    for key, choices in (("backend", BACKENDS), ("actions", ACTION_SETS), ("life_loss", LIFE_LOSS_MODES),
+                         ("resize", RESIZES)):
         if s[key] not in choices:
             raise ValueError(f"env.{key} must be one of {choices}, got {s[key]!r}")
     for key, low in (("action_repeat", 1), ("noops", 0), ("size", 8)):
@@ -146,6 +153,9 @@ def settings(cfg: Mapping) -> dict[str, Any]:
     if s["backend"] == "envpool" and s["life_loss"] == "reset":
         raise ValueError("env.backend=envpool does not offer env.life_loss=reset (envpool's episodic_life does "
                          "not restart the game); use env.backend=ale, or life_loss=ignore|terminal")
+    if s["backend"] == "envpool" and s["resize"] != "opencv":
+        raise ValueError(f"env.backend=envpool resizes with OpenCV INTER_AREA only, not env.resize={s['resize']!r}; "
+                         "use env.backend=ale, or resize=opencv")
     if s["backend"] == "envpool" and cfg.get("wrappers"):
         raise ValueError("env.wrappers apply to single Gymnasium envs and cannot wrap envpool's batched env; "
                          "use env.backend=ale with wrappers")
@@ -191,14 +201,34 @@ class StickyActions(gym.Wrapper):
 
 
 class AtariFrames(AtariPreprocessing):
-    """Gymnasium's ``AtariPreprocessing`` (RGB, max-pooled, resized), with the true final observation.
+    """Gymnasium's ``AtariPreprocessing`` (RGB, max-pooled, resized), with the true final observation and a choice
+    of resize.
 
     Gymnasium leaves its frame-skip loop on ``terminated``/``truncated`` *before* reading the screen, so the
     observation it returns at an episode (or life) end is the previous agent step's. Here the final observation
     is the current screen, max-pooled with the previous frame when that frame was read in this step (the
-    episode ended on the last frame of the skip), otherwise the current screen alone. Everything else is
-    Gymnasium's code, unchanged.
+    episode ended on the last frame of the skip), otherwise the current screen alone. ``resize="pillow"``
+    resizes the pooled ``(210, 160, 3)`` screen with ``PIL.Image.resize(..., BILINEAR)`` (the official DreamerV3
+    2025 wrapper's ``resize: pillow``) instead of OpenCV's ``INTER_AREA``. Everything else is Gymnasium's code,
+    unchanged.
     """
+
+    def __init__(self, env: gym.Env, *, resize: str = "opencv", **kwargs):
+        if resize not in RESIZES:
+            raise ValueError(f"resize must be one of {RESIZES}, got {resize!r}")
+        super().__init__(env, **kwargs)
+        if resize == "pillow" and (self.grayscale_obs or self.scale_obs):
+            raise ValueError("resize='pillow' serves uint8 RGB frames only (grayscale_obs=False, scale_obs=False)")
+        self.resize = resize
+
+    def _get_obs(self):
+        if self.resize == "opencv":
+            return super()._get_obs()
+        from PIL import Image
+
+        if self.frame_skip > 1:  # Gymnasium's in-place pooling
+            np.maximum(self.obs_buffer[0], self.obs_buffer[1], out=self.obs_buffer[0])
+        return np.asarray(Image.fromarray(self.obs_buffer[0]).resize(self.screen_size, Image.BILINEAR), np.uint8)
 
     def step(self, action):
         before = self.ale.getEpisodeFrameNumber()
@@ -221,6 +251,7 @@ class AtariFrames(AtariPreprocessing):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
+        state.setdefault("resize", "opencv")  # pickled before the option existed
         if state.get("obs_buffer") and isinstance(state["obs_buffer"][0], tuple):
             state["obs_buffer"] = [np.zeros(shape, dtype) for shape, dtype in state["obs_buffer"]]
         self.__dict__.update(state)
@@ -303,7 +334,7 @@ def make_atari(cfg: Mapping, kwargs: dict) -> gym.Env:
     if s["sticky"] > 0:  # per frame, by the wrapper: a checkpoint holds its state (ALE's own does not)
         env = StickyActions(env, s["sticky"])
     env = AtariFrames(env, noop_max=s["noops"], frame_skip=s["action_repeat"], screen_size=s["size"],
-                      terminal_on_life_loss=s["life_loss"] != "ignore", grayscale_obs=False)
+                      terminal_on_life_loss=s["life_loss"] != "ignore", grayscale_obs=False, resize=s["resize"])
     if s["life_loss"] == "terminal":
         env = LifeLossTerminal(env)
     return env
@@ -417,7 +448,9 @@ def metadata(cfg: Mapping) -> dict[str, Any]:
         "max_frames": s["max_frames"],
         "frame_cap_is": "truncation (is_last without is_terminal)",
         "image_size": [s["size"], s["size"]],
-        "image": "RGB uint8 (3, size, size), OpenCV INTER_AREA resize",
+        "resize": s["resize"],
+        "image": "RGB uint8 (3, size, size), "
+                 + ("OpenCV INTER_AREA" if s["resize"] == "opencv" else "Pillow BILINEAR") + " resize",
         "reward": "sum over frames, unclipped",
     }
     if s["backend"] == "envpool":
