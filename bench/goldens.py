@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-COMMITS = {"2025": "e3f0224"}
+COMMITS = {"2023": "8fa35f8", "2025": "e3f0224"}
 SEED = 0
 B, T = 2, 6  # batch size and length of the golden batch
 # Tiny widths (every layer kind kept: 2 blocks of the block GRU, 3-layer encoder/decoder/policy/value MLPs),
@@ -51,6 +51,17 @@ FLAGS = ("--jax.platform cpu --jax.compute_dtype float32 --jax.prealloc False "
          "--agent.enc.simple.depth 4 --agent.dec.simple.depth 4 --agent.imag_length 4 --agent.opt.lr 1e-3 "
          "--agent.opt.warmup 2 --agent.dyn.rssm.free_nats 0.5 "
          f"--replay_context 0 --batch_size {B} --batch_length {T} --seed {SEED} --logdir /tmp/reverie_goldens")
+# The 2023 code (8fa35f8) at the same tiny widths, float32 (--jax.precision float32), metrics every update; two
+# hidden layers per MLP; one learning rate of 1e-3 for its three Adam optimisers (their first step is ~lr * sign(g):
+# large enough to compare); free nats 0.5 for the same reason as above.
+FLAGS_2023 = ("--jax.platform cpu --jax.precision float32 --jax.prealloc False --jax.metrics_every 1 "
+              "--rssm.deter 16 --rssm.units 8 --rssm.stoch 4 --rssm.classes 4 "
+              "--encoder.mlp_units 8 --encoder.mlp_layers 2 --encoder.cnn_depth 4 "
+              "--decoder.mlp_units 8 --decoder.mlp_layers 2 --decoder.cnn_depth 4 "
+              "--reward_head.units 8 --reward_head.layers 2 --cont_head.units 8 --cont_head.layers 2 "
+              "--actor.units 8 --actor.layers 2 --critic.units 8 --critic.layers 2 --imag_horizon 4 "
+              "--model_opt.lr 1e-3 --actor_opt.lr 1e-3 --critic_opt.lr 1e-3 --dyn_loss.free 0.5 --rep_loss.free 0.5 "
+              f"--batch_size {B} --batch_length {T} --seed {SEED} --logdir /tmp/reverie_goldens")
 CASES = {
     "vector_continuous": {"configs": ["defaults", "dmc_proprio"], "obs": {"position": (3,), "velocity": (2,)},
                           "action": ("continuous", 1)},
@@ -97,9 +108,157 @@ def main() -> None:
     commit = (source / ".fidelity_commit").read_text().strip() if (source / ".fidelity_commit").exists() else "?"
     if not commit.startswith(COMMITS[args.version]):
         raise SystemExit(f"--source {source} holds commit {commit!r}, not {COMMITS[args.version]}")
-    sys.path[:0] = [str(source), str(source / "dreamerv3")]
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    make = make_2023 if args.version == "2023" else make_2025
+    files, flags, draws = make(source, CASES[args.case])
+    meta = {"version": args.version, "commit": commit, "case": args.case, "configs": CASES[args.case]["configs"],
+            "flags": flags, "seed": SEED, "batch": [B, T], "obs": CASES[args.case]["obs"],
+            "action": CASES[args.case]["action"],
+            "command": f"bench/goldens.py --source <official source> --version {args.version} --case {args.case} "
+                       f"--out <dir>"}
+    files["meta"] = np.array(json.dumps(meta))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"official{args.version}_{args.case}.npz"
+    np.savez_compressed(path, **files)
+    print(f"[goldens] {path}: {len(files)} arrays, {path.stat().st_size / 1e3:.1f} kB; {draws} draws in update 2")
 
+
+def perturb(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The official initial parameters, moved off their special values (zero biases and output layers, unit norm
+    scales) so that a swapped or missing entry in a parameter map shows: N(0, 0.05) added to kernels, N(0, 0.1)
+    to the rest, seeded (``SEED + 1``), in the order of ``params``."""
+    rng = np.random.default_rng(SEED + 1)
+    out = {}
+    for key, value in params.items():
+        value = np.asarray(value)
+        noise = rng.normal(0.0, 0.05 if key.endswith(("/kernel", "/w")) else 0.1, value.shape)
+        out[key] = (value + noise).astype(value.dtype)
+    return out
+
+
+def make_2023(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int]:
+    """The goldens of the 2023 official code (8fa35f8): ``(files, flags, draws in update 2)``. Its agent is built as
+    its ``train.py`` builds it (``agent.Agent(obs_space, act_space, step, config)``, the ``JAXAgent`` wrapper) and
+    trained with ``agent.train(data, state)``; its three optimisers' gradients are recorded by name."""
+    sys.path[:0] = [str(source), str(source / "dreamerv3")]
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from tensorflow_probability.substrates import jax as tfp
+    from tensorflow_probability.substrates.jax.internal import samplers
+
+    from dreamerv3 import agent as agt
+    from dreamerv3 import embodied, jaxagent, jaxutils
+
+    config = embodied.Config(agt.Agent.configs["defaults"])
+    for name in case["configs"][1:]:
+        config = config.update(agt.Agent.configs[name])
+    config = embodied.Flags(config).parse(FLAGS_2023.split())
+
+    draws: list[dict[str, np.ndarray]] = []
+    grads: dict[str, dict[str, np.ndarray]] = {}
+    sg = jax.lax.stop_gradient
+
+    def record(kind: str, **arrays) -> None:
+        draws.append({"kind": np.array(kind), **{k: np.asarray(v) for k, v in arrays.items()}})
+
+    # the draws, recorded as in make_2025: the one-hot latents and discrete actions (jaxutils.OneHotDist: the
+    # index of TFP's one-hot sample, then the official straight-through one-hot) and the continuous actions
+    # (tfd.Normal: loc + scale * N(0, 1) noise, the noise recorded)
+    onehot_sample = tfp.distributions.OneHotCategorical.sample
+
+    def onehot(self, sample_shape=(), seed=None):
+        sample = sg(onehot_sample(self, sample_shape, seed))
+        index = jnp.argmax(sample, -1)
+        logits = self.logits_parameter()
+
+        def keep(lg, ix):
+            record("categorical", logits=lg, index=np.reshape(ix, np.shape(lg)[:-1]))
+            return np.asarray(ix, index.dtype)
+        index = jax.pure_callback(keep, jax.ShapeDtypeStruct(index.shape, index.dtype), sg(logits), index)
+        sample = jax.nn.one_hot(index, sample.shape[-1], dtype=sample.dtype)
+        probs = self._pad(self.probs_parameter(), sample.shape)
+        return sg(sample) + (probs - sg(probs)).astype(sample.dtype)
+
+    def normal_n(self, n, seed=None):
+        loc, scale = jnp.broadcast_arrays(self.loc, self.scale)
+        eps = jax.random.normal(samplers.sanitize_seed(seed), (n, *loc.shape), loc.dtype)
+
+        def keep(mean, std, noise):
+            record("normal", mean=mean, std=std, eps=noise[0])
+            return np.asarray(noise, np.float32)
+        eps = jax.pure_callback(keep, jax.ShapeDtypeStruct(eps.shape, eps.dtype), sg(loc), sg(scale), eps)
+        return eps * scale + loc
+
+    jaxutils.OneHotDist.sample = onehot
+    tfp.distributions.Normal._sample_n = normal_n
+
+    optimizer_init = jaxutils.Optimizer.__init__
+
+    def recording_optimizer(self, *args, **kwargs):
+        optimizer_init(self, *args, **kwargs)
+        name = self.name
+
+        def update(updates, state, params=None):
+            jax.debug.callback(lambda g: grads.__setitem__(name, jax.tree_util.tree_map(np.asarray, g)), updates)
+            return updates, state
+        self.opt = optax.chain(optax.GradientTransformation(lambda params: optax.EmptyState(), update), self.opt)
+
+    jaxutils.Optimizer.__init__ = recording_optimizer
+    setup = jaxagent.JAXAgent._setup
+
+    def allow_transfers(self):  # the callbacks move arrays between host and device
+        setup(self)
+        jax.config.update("jax_transfer_guard", "allow")
+
+    jaxagent.JAXAgent._setup = allow_transfers
+
+    obs = {k: embodied.Space(np.uint8 if len(s) == 3 else np.float32, s) for k, s in case["obs"].items()}
+    obs |= {"reward": embodied.Space(np.float32), "is_first": embodied.Space(bool),
+            "is_last": embodied.Space(bool), "is_terminal": embodied.Space(bool)}
+    kind, dim = case["action"]
+    if kind == "continuous":
+        action = embodied.Space(np.float32, (dim,), -1, 1)
+    else:  # one-hot, as the official OneHotAction wrapper gives it
+        action = embodied.Space(np.float32, (dim,), 0, 1)
+        action._discrete = True
+    agent = agt.Agent(obs, {"action": action}, embodied.Counter(), config)
+    jax.effects_barrier()
+
+    def is_model(key: str) -> bool:  # parameters, not optimiser states, step counters or the return statistics
+        return "_opt/" not in key and not key.endswith("/step") and "/retnorm" not in key
+
+    names = [k for k in agent.varibs if is_model(k)]
+    moved = perturb({k: agent.varibs[k] for k in names})
+    agent.varibs = {**agent.varibs, **{k: jax.device_put(v, agent.train_devices[0]) for k, v in moved.items()}}
+    agent.sync()
+    kept = [k for k in agent.varibs if is_model(k) or "/retnorm" in k]  # the optimiser states are not kept
+    files: dict[str, np.ndarray] = {f"init/{k}": np.asarray(agent.varibs[k]) for k in kept}
+    batch = make_batch(case, np.random.default_rng(SEED))
+    data = {k: batch[k] for k in (*case["obs"], "reward", "is_first", "is_last", "is_terminal")}
+    data["action"] = batch["action"] if kind == "continuous" else np.eye(dim, dtype=np.float32)[batch["action"]]
+    files |= {f"batch/{k}": v for k, v in batch.items()}
+    state = None
+    agent.rng = np.random.default_rng(SEED)  # the train keys: the wrapper's own generator, from the seed
+    for update in (1, 2):
+        draws.clear()
+        grads.clear()
+        _, state, mets = agent.train({k: v.copy() for k, v in data.items()}, state)
+        jax.effects_barrier()
+        if sorted(grads) != ["actor_opt", "critic_opt", "model_opt"]:
+            raise RuntimeError(f"update {update}: recorded the gradients of {sorted(grads)}")
+        for opt, tree in grads.items():
+            files |= {f"grad{update}/{k}": v for k, v in tree.items()}
+        files |= {f"param{update}/{k}": np.asarray(agent.varibs[k]) for k in kept}
+        for i, draw in enumerate(draws):
+            files |= {f"draw{update}/{i:03d}/{k}": v for k, v in draw.items()}
+        files |= {f"metric{update}/{k}": np.asarray(v) for k, v in mets.items() if np.asarray(v).size == 1}
+    return files, FLAGS_2023, len(draws)
+
+
+def make_2025(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int]:
+    """The goldens of the current official code (e3f0224): ``(files, flags, draws in update 2)``."""
+    sys.path[:0] = [str(source), str(source / "dreamerv3")]
     import elements
     import jax
     import optax
@@ -108,7 +267,6 @@ def main() -> None:
     import embodied.jax.outs as outs
     from dreamerv3.agent import Agent
 
-    case = CASES[args.case]
     configs = yaml.YAML(typ="safe").load((source / "dreamerv3" / "configs.yaml").read_text())
     config = elements.Config(configs["defaults"])
     for name in case["configs"][1:]:
@@ -174,16 +332,11 @@ def main() -> None:
     jax.effects_barrier()
 
     model_keys = [k for k in agent.params if not k.startswith("opt/")]
-    # the official initial parameters, moved off their special values (zero biases and output layers, unit norm
-    # scales) so that a swapped or missing entry in a parameter map shows: N(0, 0.05) added to kernels, N(0, 0.1)
-    # to the rest, seeded; the return normaliser and counters stay
-    rng = np.random.default_rng(SEED + 1)
-    for key in model_keys:
-        if key.startswith("retnorm/") or key.endswith("_count/value"):
-            continue
-        value = np.asarray(agent.params[key])
-        noise = rng.normal(0.0, 0.05 if key.endswith("/kernel") else 0.1, value.shape)
-        agent.params[key] = jax.device_put((value + noise).astype(value.dtype), agent.params[key].sharding)
+    # the return normaliser and counters stay as the official code made them
+    moved = perturb({k: agent.params[k] for k in model_keys
+                     if not (k.startswith("retnorm/") or k.endswith("_count/value"))})
+    for key, value in moved.items():
+        agent.params[key] = jax.device_put(value, agent.params[key].sharding)
     files: dict[str, np.ndarray] = {f"init/{k}": np.asarray(agent.params[k]) for k in model_keys}
     batch = make_batch(case, np.random.default_rng(SEED))
     files |= {f"batch/{k}": v for k, v in batch.items()}
@@ -205,15 +358,7 @@ def main() -> None:
         metrics.append(agent._take_outs(agent.pending_mets))
     for update, mets in enumerate(metrics, 1):
         files |= {f"metric{update}/{k}": np.asarray(v) for k, v in mets.items() if np.asarray(v).size == 1}
-    meta = {"version": args.version, "commit": commit, "case": args.case, "configs": case["configs"],
-            "flags": FLAGS, "seed": SEED, "batch": [B, T], "obs": case["obs"], "action": case["action"],
-            "command": f"bench/goldens.py --source <official source> --case {args.case} --out <dir>"}
-    files["meta"] = np.array(json.dumps(meta))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"official{args.version}_{args.case}.npz"
-    np.savez_compressed(path, **files)
-    print(f"[goldens] {path}: {len(files)} arrays, {path.stat().st_size / 1e3:.1f} kB; {len(draws)} draws in "
-          f"update 2")
+    return files, FLAGS, len(draws)
 
 
 if __name__ == "__main__":

@@ -411,9 +411,13 @@ class DreamerV3(WorldModelAgent):
         critic_loss = (weight * critic_loss).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
         if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value
+            # the first step taken copies the critic (2023 jaxutils.SlowUpdater: mix 1 at its first call), every
+            # later one moves by slow_fraction; the count is the critic optimiser's, so it resumes with it
+            steps = int(self.critic_opt.state[next(iter(self.critic.parameters()))]["step"])
+            mix = 1.0 if steps == 1 else self.slow_fraction
             with torch.no_grad():
                 for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
-                    slow.lerp_(fast, self.slow_fraction)
+                    slow.lerp_(fast, mix)
         return {
             "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
             "grad_norm/actor": actor_norm, "grad_norm/critic": critic_norm,

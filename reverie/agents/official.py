@@ -167,39 +167,145 @@ def official_map_2025(agent) -> dict[str, tuple[str, Transform]]:
     return entries
 
 
-def load_official_2025(agent, params: dict[str, np.ndarray]) -> None:
-    """Copy an official parameter dict (``{name: array}``, e.g. ``embodied.jax.Agent.params`` without its
-    ``opt/`` entries) into ``agent`` in place.
+def _mlp_2023(entries: dict, official: str, reverie: str, layers: int, first: Transform = _transpose) -> None:
+    """A 2023 ``nets.MLP`` trunk (``<official>/h{i}/kernel`` without bias, ``h{i}/norm/scale``, ``h{i}/norm/bias``:
+    LayerNorm) as reverie's ``<reverie>.hidden.{i}`` (``Linear`` without bias, ``LayerNorm``)."""
+    for i in range(layers):
+        entries[f"{official}/h{i}/kernel"] = (f"{reverie}.hidden.{i}.0.weight", first if i == 0 else _transpose)
+        entries[f"{official}/h{i}/norm/scale"] = (f"{reverie}.hidden.{i}.1.weight", _copy)
+        entries[f"{official}/h{i}/norm/bias"] = (f"{reverie}.hidden.{i}.1.bias", _copy)
+
+
+def official_map_2023(agent) -> dict[str, tuple[str, Transform]]:
+    """``{official name: (reverie key, transform)}`` for a :class:`reverie.agents.DreamerV3` with the 2023 model
+    (:class:`reverie.models.dynamics.CategoricalRSSM`, reconstruction) on vector observations, against the 2023
+    official code (8fa35f8, ``agent/...`` names). Where the layouts differ: the RSSM's ``img_in`` kernel reads
+    ``cat(stoch, action)`` and is reverie's ``in_z`` and ``in_a``; ``obs_out`` reads ``cat(deter, embed)`` and is
+    ``post_h`` and ``post_e``; the GRU kernel reads ``cat(deter, x)`` officially and ``cat(x, deter)`` in reverie;
+    the per-key decoder outputs (``dist_<key>/out``) and the actor's mean and std (``dist_out/out``,
+    ``dist_out/std``) are one output layer each in reverie, concatenated.
+
+    Raises:
+        NotImplementedError: image observations, another dynamics or representation objective.
+    """
+    wm = agent.wm
+    if wm.image_keys:
+        raise NotImplementedError("official_map_2023: image observations are not mapped yet")
+    if type(wm.dynamics).__name__ != "CategoricalRSSM" or wm.representation.name != "reconstruction":
+        raise NotImplementedError("official_map_2023: only the official model maps (CategoricalRSSM dynamics, "
+                                  "representation=reconstruction)")
+    dyn = wm.dynamics
+    deter, stoch = dyn.deter, dyn.stoch * dyn.classes
+    entries: dict[str, tuple[str, Transform]] = {}
+    _mlp_2023(entries, "agent/wm/enc/mlp", "wm.encoder", len(wm.encoder.hidden))
+    r = "agent/wm/rssm"
+    entries[f"{r}/initial"] = ("wm.dynamics.initial_deter", _copy)
+    entries[f"{r}/img_in/kernel"] = ("wm.dynamics.in_z.weight", lambda k: k[:stoch].T)  # rows (stoch, action)
+    entries[f"{r}/img_in/kernel@action"] = ("wm.dynamics.in_a.weight", lambda k: k[stoch:].T)
+    entries[f"{r}/img_in/norm/scale"] = ("wm.dynamics.in_norm.0.weight", _copy)
+    entries[f"{r}/img_in/norm/bias"] = ("wm.dynamics.in_norm.0.bias", _copy)
+    entries[f"{r}/gru/kernel"] = ("wm.dynamics.gru.linear.weight",
+                                  lambda k: np.concatenate([k[deter:], k[:deter]], 0).T)  # (deter, x) -> (x, deter)
+    entries[f"{r}/gru/norm/scale"] = ("wm.dynamics.gru.norm.weight", _copy)
+    entries[f"{r}/gru/norm/bias"] = ("wm.dynamics.gru.norm.bias", _copy)
+    entries[f"{r}/img_out/kernel"] = ("wm.dynamics.prior_net.hidden.0.0.weight", _transpose)
+    entries[f"{r}/img_out/norm/scale"] = ("wm.dynamics.prior_net.hidden.0.1.weight", _copy)
+    entries[f"{r}/img_out/norm/bias"] = ("wm.dynamics.prior_net.hidden.0.1.bias", _copy)
+    _dense(entries, f"{r}/img_stats", "wm.dynamics.prior_net.out")
+    entries[f"{r}/obs_out/kernel"] = ("wm.dynamics.post_h.weight", lambda k: k[:deter].T)  # rows (deter, embed)
+    entries[f"{r}/obs_out/kernel@embed"] = ("wm.dynamics.post_e.weight", lambda k: k[deter:].T)
+    entries[f"{r}/obs_out/norm/scale"] = ("wm.dynamics.post_norm.0.weight", _copy)
+    entries[f"{r}/obs_out/norm/bias"] = ("wm.dynamics.post_norm.0.bias", _copy)
+    _dense(entries, f"{r}/obs_stats", "wm.dynamics.post_out")
+    decoder = wm.representation.decoder
+    _mlp_2023(entries, "agent/wm/dec/mlp", "wm.representation.decoder", len(decoder.hidden))
+    keys = [f"agent/wm/dec/mlp/dist_{k}/out" for k in wm.vector_keys]
+    entries["agent/wm/dec/mlp/*/out/kernel"] = ("wm.representation.decoder.out.weight", keys)
+    entries["agent/wm/dec/mlp/*/out/bias"] = ("wm.representation.decoder.out.bias", keys)
+    for official, reverie in (("agent/wm/rew", "wm.reward_head"), ("agent/wm/cont", "wm.cont_head"),
+                              ("agent/task_behavior/critic/net", "critic"),
+                              ("agent/task_behavior/critic/slow", "slow_critic"),
+                              ("agent/task_behavior/ac/actor", "actor.net")):
+        _mlp_2023(entries, official, reverie, len(agent.get_submodule(reverie).hidden))
+        if reverie == "actor.net" and not agent.spec.discrete:
+            parts = [f"{official}/dist_out/out", f"{official}/dist_out/std"]
+            entries[f"{official}/*/kernel"] = (f"{reverie}.out.weight", parts)
+            entries[f"{official}/*/bias"] = (f"{reverie}.out.bias", parts)
+        else:
+            _dense(entries, f"{official}/dist_out/out", f"{reverie}.out")
+    entries["agent/task_behavior/ac/retnorm_extr/low/value"] = ("retnorm.low", _copy)
+    entries["agent/task_behavior/ac/retnorm_extr/high/value"] = ("retnorm.high", _copy)
+    return entries
+
+
+def official_map(agent) -> dict[str, tuple[str, Transform | list[str]]]:
+    """The parameter map of ``agent``'s official version: :func:`official_map_2025` for
+    :class:`reverie.agents.DreamerV3_2025`, :func:`official_map_2023` for :class:`reverie.agents.DreamerV3`.
+
+    Entries are ``{official name: (reverie key, transform)}``; a name with ``@`` reads the official array before
+    the ``@`` (one official kernel split over two reverie layers); a name with ``*`` concatenates the official
+    arrays listed in place of the transform along the output dimension (one reverie layer over several official
+    ones).
+    """
+    return official_map_2025(agent) if type(agent).__name__ == "DreamerV3_2025" else official_map_2023(agent)
+
+
+def to_reverie(agent, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Official arrays by official name -> arrays in reverie's layout by reverie key, for the entries of
+    :func:`official_map` whose official arrays ``params`` holds."""
+    out = {}
+    for name, (key, how) in official_map(agent).items():
+        if "*" in name:
+            suffix = name.rsplit("/", 1)[1]
+            parts = [f"{p}/{suffix}" for p in how]
+            if all(p in params for p in parts):
+                arrays = [np.asarray(params[p]) for p in parts]
+                out[key] = np.concatenate([a.T if a.ndim == 2 else a for a in arrays], 0)
+            continue
+        source = name.split("@")[0]
+        if source in params:
+            out[key] = np.asarray(how(np.asarray(params[source])))
+    return out
+
+
+def official_names(agent) -> set[str]:
+    """The official parameter names :func:`official_map` reads."""
+    names = set()
+    for name, (_, how) in official_map(agent).items():
+        if "*" in name:
+            names |= {f"{p}/{name.rsplit('/', 1)[1]}" for p in how}
+        else:
+            names.add(name.split("@")[0])
+    return names
+
+
+def load_official(agent, params: dict[str, np.ndarray], skip: tuple[str, ...] = ()) -> None:
+    """Copy an official parameter dict (``{name: array}``: the 2025 ``embodied.jax.Agent.params`` or the 2023
+    ``JAXAgent.varibs``, optimiser states and counters left out or not) into ``agent`` in place.
 
     Raises:
         KeyError: an official parameter the map lacks, or one the map needs that ``params`` lacks (the first
             such name, with what to do).
         ValueError: a shape that does not fit (the official name, both shapes).
     """
-    entries = official_map_2025(agent)
-    model = {k: v for k, v in params.items() if not k.startswith("opt/") and not k.endswith("_count/value")}
-    unknown = sorted(model.keys() - entries.keys())
+    needed = official_names(agent)
+    ignored = ("opt/", "_opt/", "_count/value", "/updates/value", "/step")
+    model = {k: v for k, v in params.items() if not any(x in k or k.endswith(x) for x in ignored)}
+    unknown = sorted(model.keys() - needed)
     if unknown:
-        raise KeyError(f"load_official_2025: the official parameter {unknown[0]!r} has no place in this "
+        raise KeyError(f"load_official: the official parameter {unknown[0]!r} has no place in this "
                        f"{type(agent).__name__} ({len(unknown)} unmapped); build the agent with the official "
                        f"run's sizes and observation keys")
-    missing = sorted(entries.keys() - model.keys())
+    missing = sorted(needed - model.keys())
     if missing:
-        raise KeyError(f"load_official_2025: the official parameters lack {missing[0]!r} ({len(missing)} missing); "
+        raise KeyError(f"load_official: the official parameters lack {missing[0]!r} ({len(missing)} missing); "
                        f"pass every non-optimiser parameter of the official agent")
     state = dict(agent.named_parameters()) | dict(agent.named_buffers())
     with torch.no_grad():
-        for name, (key, transform) in entries.items():
+        for key, value in to_reverie(agent, model).items():
             target = state[key]
-            value = np.asarray(transform(np.asarray(model[name])))
             if tuple(value.shape) != tuple(target.shape):
-                raise ValueError(f"load_official_2025: {name!r} of shape {np.asarray(model[name]).shape} becomes "
-                                 f"{value.shape}, but reverie's {key!r} is {tuple(target.shape)}; build the agent "
-                                 f"with the official run's sizes")
+                raise ValueError(f"load_official: the official array for reverie's {key!r} has shape "
+                                 f"{value.shape} in reverie's layout, but {key!r} is {tuple(target.shape)}; build "
+                                 f"the agent with the official run's sizes")
             target.copy_(torch.as_tensor(value.copy(), dtype=target.dtype))
-
-
-def reverie_value(agent, name: str, official_value: np.ndarray) -> torch.Tensor:
-    """The official array ``official_value`` of parameter ``name`` in reverie's layout (for comparisons)."""
-    key, transform = official_map_2025(agent)[name]
-    return torch.as_tensor(np.array(transform(np.asarray(official_value))))

@@ -16,7 +16,11 @@ import numpy as np
 import torch
 
 from reverie.agents import DreamerV3_2025
-from reverie.agents.official import load_official_2025, official_map_2025
+from functools import partial
+
+from reverie.agents import DreamerV3
+from reverie.agents.official import load_official, to_reverie
+from reverie.models.dynamics import CategoricalRSSM
 from reverie.models import draws
 from reverie.types import ActionSpec
 
@@ -41,27 +45,38 @@ def flag(meta: dict, name: str, cast=float):
     return cast(words[words.index(f"--{name}") + 1])
 
 
-def build_agent(meta: dict, arrays: dict[str, np.ndarray], kernels: str = "off", **overrides) -> DreamerV3_2025:
-    """The reverie agent of the golden's official configuration (sizes, horizon, learning rate and warmup from its
-    flags; everything else the official defaults, which are reverie's) with the official initial parameters."""
+def build_agent(meta: dict, arrays: dict[str, np.ndarray], kernels: str = "off", **overrides):
+    """The reverie agent of the golden's official version and configuration (sizes, horizon, learning rates, free
+    nats from its flags; everything else the official defaults, which are reverie's) with the official initial
+    parameters: :class:`DreamerV3_2025` for the 2025 goldens, :class:`DreamerV3` for the 2023 ones."""
     kind, dim = meta["action"]
     obs = {k: (v[2], v[0], v[1]) if len(v) == 3 else tuple(v) for k, v in meta["obs"].items()}  # HWC -> CHW
-    kwargs = dict(dynamics=dict(deter=flag(meta, "agent.dyn.rssm.deter", int),
-                                hidden=flag(meta, "agent.dyn.rssm.hidden", int),
-                                stoch=flag(meta, "agent.dyn.rssm.stoch", int),
-                                classes=flag(meta, "agent.dyn.rssm.classes", int),
-                                blocks=flag(meta, "agent.dyn.rssm.blocks", int),
-                                free_nats=flag(meta, "agent.dyn.rssm.free_nats"), kernels=kernels),
-                  units=flag(meta, "agent.enc.simple.units", int), horizon=flag(meta, "agent.imag_length", int),
-                  cnn_depth=flag(meta, "agent.enc.simple.depth", int),
-                  lr=flag(meta, "agent.opt.lr"), warmup=flag(meta, "agent.opt.warmup", int),
-                  replay_context=flag(meta, "replay_context", int), kernels=kernels, precision="float32")
     dynamics = overrides.pop("dynamics", {})
-    kwargs["dynamics"] |= dynamics
-    kwargs |= overrides
     torch.manual_seed(0)
-    agent = DreamerV3_2025(obs, ActionSpec(kind == "discrete", dim), **kwargs)
-    load_official_2025(agent, group(arrays, "init"))
+    if meta["version"] == "2025":
+        kwargs = dict(dynamics=dict(deter=flag(meta, "agent.dyn.rssm.deter", int),
+                                    hidden=flag(meta, "agent.dyn.rssm.hidden", int),
+                                    stoch=flag(meta, "agent.dyn.rssm.stoch", int),
+                                    classes=flag(meta, "agent.dyn.rssm.classes", int),
+                                    blocks=flag(meta, "agent.dyn.rssm.blocks", int),
+                                    free_nats=flag(meta, "agent.dyn.rssm.free_nats"), kernels=kernels) | dynamics,
+                      units=flag(meta, "agent.enc.simple.units", int), horizon=flag(meta, "agent.imag_length", int),
+                      cnn_depth=flag(meta, "agent.enc.simple.depth", int),
+                      lr=flag(meta, "agent.opt.lr"), warmup=flag(meta, "agent.opt.warmup", int),
+                      replay_context=flag(meta, "replay_context", int), kernels=kernels, precision="float32")
+        agent = DreamerV3_2025(obs, ActionSpec(kind == "discrete", dim), **(kwargs | overrides))
+    else:
+        rssm = dict(deter=flag(meta, "rssm.deter", int), stoch=flag(meta, "rssm.stoch", int),
+                    classes=flag(meta, "rssm.classes", int), units=flag(meta, "rssm.units", int),
+                    free_nats=flag(meta, "dyn_loss.free"), kernels=kernels) | dynamics
+        kwargs = dict(dynamics=partial(CategoricalRSSM, **rssm), units=flag(meta, "actor.units", int),
+                      layers=flag(meta, "actor.layers", int), mlp_units=flag(meta, "encoder.mlp_units", int),
+                      mlp_layers=flag(meta, "encoder.mlp_layers", int), cnn_depth=flag(meta, "encoder.cnn_depth", int),
+                      horizon=flag(meta, "imag_horizon", int), model_lr=flag(meta, "model_opt.lr"),
+                      actor_lr=flag(meta, "actor_opt.lr"), critic_lr=flag(meta, "critic_opt.lr"), kernels=kernels,
+                      precision="float32")
+        agent = DreamerV3(obs, ActionSpec(kind == "discrete", dim), **(kwargs | overrides))
+    load_official(agent, group(arrays, "init"))
     return agent
 
 
@@ -152,36 +167,38 @@ class RecordedDraws:
         return self.rows[("normal", event)][1][where].reshape(mean.shape).to(mean.dtype)
 
 
-def run_update(agent: DreamerV3_2025, batch: dict[str, np.ndarray], recorded: dict[str, np.ndarray],
+def run_update(agent, batch: dict[str, np.ndarray], recorded: dict[str, np.ndarray],
                extra: tuple[tuple[int, ...], ...] = ()
                ) -> tuple[dict[str, float], dict[str, torch.Tensor], RecordedDraws]:
     """One ``agent.update(batch)`` with the official draws; returns ``(metrics, gradients by reverie key, the
     draw source)``. The gradients are the ones the optimiser receives."""
     names = {id(p): k for k, p in agent.named_parameters()}
     grads: dict[str, torch.Tensor] = {}
-    step = agent.opt.step
+    optimizers = [getattr(agent, name) for name in agent.optimizers]
 
-    def recording_step(closure=None):
-        for group_ in agent.opt.param_groups:
-            for p in group_["params"]:
-                if p.grad is not None:
-                    grads[names[id(p)]] = p.grad.detach().clone()
-        return step(closure)
+    def recording(optimizer):
+        step = optimizer.step
 
-    agent.opt.step = recording_step
+        def recording_step(closure=None):
+            for group_ in optimizer.param_groups:
+                for p in group_["params"]:
+                    if p.grad is not None:
+                        grads[names[id(p)]] = p.grad.detach().clone()
+            return step(closure)
+        return recording_step
+
+    for optimizer in optimizers:
+        optimizer.step = recording(optimizer)
     source = RecordedDraws(recorded, extra=extra)
     try:
         with draws.drawing_from(source):
             metrics = agent.update(batch)
     finally:
-        del agent.opt.step
+        for optimizer in optimizers:
+            del optimizer.step
     return metrics, grads, source
 
 
 def official_in_reverie(agent, official: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Official arrays by official name -> reverie layout by reverie key (the map's transforms)."""
-    out = {}
-    for name, (key, transform) in official_map_2025(agent).items():
-        if name in official:
-            out[key] = torch.as_tensor(np.array(transform(official[name])))
-    return out
+    return {k: torch.as_tensor(v.copy()) for k, v in to_reverie(agent, official).items()}
