@@ -152,7 +152,11 @@ def make_2023(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int
 
     config = embodied.Config(agt.Agent.configs["defaults"])
     for name in case["configs"][1:]:
-        config = config.update(agt.Agent.configs[name])
+        block = dict(agt.Agent.configs[name])
+        # 8fa35f8's atari100k block sets actor_eval_sample, a key its defaults lack (Config.update refuses it); it
+        # changes only how evaluation episodes act, not the update
+        block.pop("actor_eval_sample", None)
+        config = config.update(block)
     config = embodied.Flags(config).parse(FLAGS_2023.split())
 
     draws: list[dict[str, np.ndarray]] = []

@@ -44,6 +44,12 @@ def _conv(x: np.ndarray) -> np.ndarray:
     return x.transpose(3, 2, 0, 1)  # (k, k, in, out) -> (out, in, k, k)
 
 
+def _conv_transpose(x: np.ndarray) -> np.ndarray:
+    """A 2023 transposed-conv kernel ``(k, k, out, in)`` (``jax.lax.conv_transpose``, ``HWOI``, not flipped) as
+    ``ConvTranspose2d``'s ``(in, out, k, k)``: torch's transposed convolution flips the kernel spatially."""
+    return x[::-1, ::-1].transpose(3, 2, 0, 1)
+
+
 def _hwc_to_chw(shape: tuple[int, int, int]) -> np.ndarray:
     """``perm`` with ``reverie[r] = official[perm[r]]`` for a map ``(C, h, w)`` flattened as ``(h, w, C)``
     officially and as ``(C, h, w)`` in reverie."""
@@ -189,15 +195,33 @@ def official_map_2023(agent) -> dict[str, tuple[str, Transform]]:
         NotImplementedError: image observations, another dynamics or representation objective.
     """
     wm = agent.wm
-    if wm.image_keys:
-        raise NotImplementedError("official_map_2023: image observations are not mapped yet")
     if type(wm.dynamics).__name__ != "CategoricalRSSM" or wm.representation.name != "reconstruction":
         raise NotImplementedError("official_map_2023: only the official model maps (CategoricalRSSM dynamics, "
                                   "representation=reconstruction)")
     dyn = wm.dynamics
     deter, stoch = dyn.deter, dyn.stoch * dyn.classes
     entries: dict[str, tuple[str, Transform]] = {}
-    _mlp_2023(entries, "agent/wm/enc/mlp", "wm.encoder", len(wm.encoder.hidden))
+    image_tokens = vector_tokens = 0
+    if wm.image_encoder is not None:
+        convs = [i for i, m in enumerate(wm.image_encoder.layers) if isinstance(m, torch.nn.Conv2d)]
+        for n, i in enumerate(convs):  # s{n}res: Conv2d (no bias), ChannelNorm
+            entries[f"agent/wm/enc/cnn/s{n}res/kernel"] = (f"wm.image_encoder.layers.{i}.weight", _conv)
+            entries[f"agent/wm/enc/cnn/s{n}res/norm/scale"] = (f"wm.image_encoder.layers.{i + 1}.weight", _copy)
+            entries[f"agent/wm/enc/cnn/s{n}res/norm/bias"] = (f"wm.image_encoder.layers.{i + 1}.bias", _copy)
+        image_tokens = wm.image_encoder.out_dim
+        channels = wm.image_encoder.layers[convs[-1]].out_channels
+        side = int(round((image_tokens // channels) ** 0.5))
+        token_perm = _hwc_to_chw((channels, side, side))
+    if wm.encoder is not None:
+        _mlp_2023(entries, "agent/wm/enc/mlp", "wm.encoder", len(wm.encoder.hidden))
+        vector_tokens = wm.encoder.out_dim
+
+    def embed_rows(kernel: np.ndarray) -> np.ndarray:  # obs_out's embed rows (image hwc, vector) -> (image chw,
+        rows = kernel[deter:]                            # vector), as the weight (out, in)
+        if image_tokens:
+            rows = np.concatenate([rows[:image_tokens][token_perm], rows[image_tokens:]], 0)
+        return rows.T
+
     r = "agent/wm/rssm"
     entries[f"{r}/initial"] = ("wm.dynamics.initial_deter", _copy)
     entries[f"{r}/img_in/kernel"] = ("wm.dynamics.in_z.weight", lambda k: k[:stoch].T)  # rows (stoch, action)
@@ -213,15 +237,30 @@ def official_map_2023(agent) -> dict[str, tuple[str, Transform]]:
     entries[f"{r}/img_out/norm/bias"] = ("wm.dynamics.prior_net.hidden.0.1.bias", _copy)
     _dense(entries, f"{r}/img_stats", "wm.dynamics.prior_net.out")
     entries[f"{r}/obs_out/kernel"] = ("wm.dynamics.post_h.weight", lambda k: k[:deter].T)  # rows (deter, embed)
-    entries[f"{r}/obs_out/kernel@embed"] = ("wm.dynamics.post_e.weight", lambda k: k[deter:].T)
+    entries[f"{r}/obs_out/kernel@embed"] = ("wm.dynamics.post_e.weight", embed_rows)
     entries[f"{r}/obs_out/norm/scale"] = ("wm.dynamics.post_norm.0.weight", _copy)
     entries[f"{r}/obs_out/norm/bias"] = ("wm.dynamics.post_norm.0.bias", _copy)
     _dense(entries, f"{r}/obs_stats", "wm.dynamics.post_out")
     decoder = wm.representation.decoder
-    _mlp_2023(entries, "agent/wm/dec/mlp", "wm.representation.decoder", len(decoder.hidden))
-    keys = [f"agent/wm/dec/mlp/dist_{k}/out" for k in wm.vector_keys]
-    entries["agent/wm/dec/mlp/*/out/kernel"] = ("wm.representation.decoder.out.weight", keys)
-    entries["agent/wm/dec/mlp/*/out/bias"] = ("wm.representation.decoder.out.bias", keys)
+    if decoder is not None:
+        _mlp_2023(entries, "agent/wm/dec/mlp", "wm.representation.decoder", len(decoder.hidden))
+        keys = [f"agent/wm/dec/mlp/dist_{k}/out" for k in wm.vector_keys]
+        entries["agent/wm/dec/mlp/*/out/kernel"] = ("wm.representation.decoder.out.weight", keys)
+        entries["agent/wm/dec/mlp/*/out/bias"] = ("wm.representation.decoder.out.bias", keys)
+    image_decoder = wm.representation.image_decoder
+    if image_decoder is not None:
+        name = "wm.representation.image_decoder"
+        map_perm = _hwc_to_chw(image_decoder.in_shape)
+        entries["agent/wm/dec/cnn/in/kernel"] = (f"{name}.linear.weight", lambda k: k.T[map_perm])
+        entries["agent/wm/dec/cnn/in/bias"] = (f"{name}.linear.bias", lambda b: b[map_perm])
+        convs = [i for i, m in enumerate(image_decoder.layers) if isinstance(m, torch.nn.ConvTranspose2d)]
+        for n, i in enumerate(convs):  # s{n}res: ConvTranspose2d, ChannelNorm (the last: bias, no norm)
+            entries[f"agent/wm/dec/cnn/s{n}res/kernel"] = (f"{name}.layers.{i}.weight", _conv_transpose)
+            if n == len(convs) - 1:
+                entries[f"agent/wm/dec/cnn/s{n}res/bias"] = (f"{name}.layers.{i}.bias", _copy)
+            else:
+                entries[f"agent/wm/dec/cnn/s{n}res/norm/scale"] = (f"{name}.layers.{i + 1}.weight", _copy)
+                entries[f"agent/wm/dec/cnn/s{n}res/norm/bias"] = (f"{name}.layers.{i + 1}.bias", _copy)
     for official, reverie in (("agent/wm/rew", "wm.reward_head"), ("agent/wm/cont", "wm.cont_head"),
                               ("agent/task_behavior/critic/net", "critic"),
                               ("agent/task_behavior/critic/slow", "slow_critic"),

@@ -24,7 +24,8 @@ from reverie.models.dynamics import block, categorical
 from reverie.models.dynamics.categorical import free_bits
 from reverie.models.distributions import unimix_logits
 
-CASES = ["official2025_vector_continuous", "official2025_image_discrete", "official2023_vector_continuous"]
+CASES = ["official2025_vector_continuous", "official2025_image_discrete", "official2023_vector_continuous",
+         "official2023_image_discrete"]
 # reverie's loss metric: the official one, per version (observation keys added per case)
 LOSSES = {"2025": {"loss/reward": "loss/rew", "loss/cont": "loss/con", "loss/dyn": "loss/dyn", "loss/rep": "loss/rep",
                    "loss/policy": "loss/policy", "loss/value": "loss/value", "loss/repval": "loss/repval"},

@@ -171,31 +171,26 @@ def run_update(agent, batch: dict[str, np.ndarray], recorded: dict[str, np.ndarr
                extra: tuple[tuple[int, ...], ...] = ()
                ) -> tuple[dict[str, float], dict[str, torch.Tensor], RecordedDraws]:
     """One ``agent.update(batch)`` with the official draws; returns ``(metrics, gradients by reverie key, the
-    draw source)``. The gradients are the ones the optimiser receives."""
+    draw source)``. The gradients are taken before any clipping, as the official ones (recorded before the
+    official optimiser chain, whose first transform clips)."""
     names = {id(p): k for k, p in agent.named_parameters()}
     grads: dict[str, torch.Tensor] = {}
-    optimizers = [getattr(agent, name) for name in agent.optimizers]
+    clip = torch.nn.utils.clip_grad_norm_
 
-    def recording(optimizer):
-        step = optimizer.step
+    def recording_clip(params, *args, **kwargs):  # every optimiser step clips first (WorldModelAgent._step)
+        params = list(params)
+        for p in params:
+            if p.grad is not None:
+                grads[names[id(p)]] = p.grad.detach().clone()
+        return clip(params, *args, **kwargs)
 
-        def recording_step(closure=None):
-            for group_ in optimizer.param_groups:
-                for p in group_["params"]:
-                    if p.grad is not None:
-                        grads[names[id(p)]] = p.grad.detach().clone()
-            return step(closure)
-        return recording_step
-
-    for optimizer in optimizers:
-        optimizer.step = recording(optimizer)
     source = RecordedDraws(recorded, extra=extra)
+    torch.nn.utils.clip_grad_norm_ = recording_clip
     try:
         with draws.drawing_from(source):
             metrics = agent.update(batch)
     finally:
-        for optimizer in optimizers:
-            del optimizer.step
+        torch.nn.utils.clip_grad_norm_ = clip
     return metrics, grads, source
 
 
