@@ -6,10 +6,11 @@ produce the official losses, the gradient of every parameter and the parameters 
 readable modules (``kernels=off``) and with the kernels (``kernels=auto``). The counter-checks change one thing
 the side-by-side learning runs could never see and show that the same comparison then fails.
 
-Tolerances (float32 on both sides, different summation orders; the largest errors seen are in docs/fidelity.md):
-each loss to a relative 1e-5; each gradient tensor to 1e-4 of its largest entry; each parameter after an update to
-2e-6 absolute plus 1e-6 relative; the return normaliser's percentiles to 2e-6 of the larger of the two (the
-goldens' returns span thousands: their value heads start off zero), at least 1e-7.
+Tolerances (float32 on both sides, different summation orders and math libraries; about 3x the largest errors
+seen on an Intel Xeon, docs/fidelity.md, bench/golden_errors.py): each loss to a relative 3e-5; each gradient
+tensor to 3e-4 of its largest entry (the critics' gradients carry the goldens' large returns: their value heads
+start off zero, so returns span thousands); each parameter after an update to 2e-6 absolute plus 1e-6 relative;
+the return normaliser's percentiles to 1e-5 of the larger of the two, at least 1e-7.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ LOSSES = {"2025": {"loss/reward": "loss/rew", "loss/cont": "loss/con", "loss/dyn
                    "loss/rep": "rep_loss_mean", "loss/model": "model_opt_loss", "loss/actor": "actor_opt_loss",
                    "loss/critic": "extr_critic_critic_opt_loss"}}
 OBS_LOSS = {"2025": "loss/{}", "2023": "{}_loss_mean"}
-LOSS_RTOL, GRAD_RTOL, PARAM_ATOL, PARAM_RTOL, NORM_RTOL = 1e-5, 1e-4, 2e-6, 1e-6, 2e-6
+LOSS_RTOL, GRAD_RTOL, PARAM_ATOL, PARAM_RTOL, NORM_RTOL = 3e-5, 3e-4, 2e-6, 1e-6, 1e-5
 
 
 def extra_draws(meta: dict) -> tuple[tuple[int, ...], ...]:
