@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--case", choices=sorted(CASES), required=True)
     parser.add_argument("--version", choices=sorted(COMMITS), default="2025")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="also save the official agent after update 2 with the official checkpoint code here")
     args = parser.parse_args()
     source = args.source.expanduser().resolve()
     commit = (source / ".fidelity_commit").read_text().strip() if (source / ".fidelity_commit").exists() else "?"
@@ -110,7 +112,7 @@ def main() -> None:
         raise SystemExit(f"--source {source} holds commit {commit!r}, not {COMMITS[args.version]}")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     make = make_2023 if args.version == "2023" else make_2025
-    files, flags, draws = make(source, CASES[args.case])
+    files, flags, draws = make(source, CASES[args.case], args.checkpoint)
     meta = {"version": args.version, "commit": commit, "case": args.case, "configs": CASES[args.case]["configs"],
             "flags": flags, "seed": SEED, "batch": [B, T], "obs": CASES[args.case]["obs"],
             "action": CASES[args.case]["action"],
@@ -136,7 +138,7 @@ def perturb(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def make_2023(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int]:
+def make_2023(source: Path, case: dict, checkpoint: Path | None = None) -> tuple[dict[str, np.ndarray], str, int]:
     """The goldens of the 2023 official code (8fa35f8): ``(files, flags, draws in update 2)``. Its agent is built as
     its ``train.py`` builds it (``agent.Agent(obs_space, act_space, step, config)``, the ``JAXAgent`` wrapper) and
     trained with ``agent.train(data, state)``; its three optimisers' gradients are recorded by name."""
@@ -257,10 +259,15 @@ def make_2023(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int
         for i, draw in enumerate(draws):
             files |= {f"draw{update}/{i:03d}/{k}": v for k, v in draw.items()}
         files |= {f"metric{update}/{k}": np.asarray(v) for k, v in mets.items() if np.asarray(v).size == 1}
+    if checkpoint is not None:  # the official checkpoint code: one pickle file (its folder must exist)
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        saver = embodied.Checkpoint(checkpoint / "checkpoint.ckpt", parallel=False)
+        saver.agent = agent
+        saver.save()
     return files, FLAGS_2023, len(draws)
 
 
-def make_2025(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int]:
+def make_2025(source: Path, case: dict, checkpoint: Path | None = None) -> tuple[dict[str, np.ndarray], str, int]:
     """The goldens of the current official code (e3f0224): ``(files, flags, draws in update 2)``."""
     sys.path[:0] = [str(source), str(source / "dreamerv3")]
     import elements
@@ -362,6 +369,10 @@ def make_2025(source: Path, case: dict) -> tuple[dict[str, np.ndarray], str, int
         metrics.append(agent._take_outs(agent.pending_mets))
     for update, mets in enumerate(metrics, 1):
         files |= {f"metric{update}/{k}": np.asarray(v) for k, v in mets.items() if np.asarray(v).size == 1}
+    if checkpoint is not None:  # the official checkpoint code: <dir>/ckpt/<stamp>/agent.pkl and ckpt/latest
+        saver = elements.Checkpoint(checkpoint / "ckpt")
+        saver.agent = agent
+        saver.save()
     return files, FLAGS, len(draws)
 
 

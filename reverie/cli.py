@@ -41,6 +41,7 @@ commands:
   pretrain DATA [OVR ...]     learn from logged episodes, no env steps (`reverie pretrain --help`)
   record --out DIR [...]      record episodes from a policy into a dataset (`reverie record --help`)
   eval RUN [--episodes N]     evaluate a trained run: returns table, videos (`reverie eval --help`)
+  import-official CKPT [...]  an official DreamerV3 checkpoint (2023 or 2025 code) as a run folder (docs/fidelity.md)
   imagine RUN [--horizon H]   decode the world model's imagination from a run (`reverie imagine --help`)
   play RUN [--port P]         play inside the world model next to the real env, in a browser (`reverie play --help`)
   compare ...                 compare scores with the official ones (`reverie compare --help`)
@@ -392,7 +393,23 @@ def cmd_play(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "imagine": cmd_imagine, "play": cmd_play,
+def cmd_import_official(argv: list[str]) -> int:
+    """``reverie import-official CKPT [overrides]``: an official DreamerV3 checkpoint as a run folder."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: reverie import-official CHECKPOINT [config overrides]\n\n"
+              "Load an official DreamerV3 checkpoint (the 2025 code's <logdir>/ckpt, the 2023 code's "
+              "checkpoint.ckpt) into the reverie agent the overrides build (agent=dreamerv3_2025 or dreamerv3, the "
+              "official run's sizes and env) and write it as runs/<...>_official/checkpoints/best.pt, for reverie "
+              "eval / play / imagine and train init_from=RUN (docs/fidelity.md).")
+        return 0
+    from reverie.state.official_run import import_official
+
+    run_dir = import_official(argv[0], argv[1:])
+    print(f"[reverie] imported {argv[0]} into {run_dir} (reverie eval {run_dir})")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "import-official": cmd_import_official, "eval": cmd_eval, "imagine": cmd_imagine, "play": cmd_play,
             "pretrain": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_pretrain"]).cmd_pretrain(argv),
             "record": lambda argv: __import__("reverie.data.cli", fromlist=["cmd_record"]).cmd_record(argv),
             "compare": lambda argv: __import__("reverie.scores.cli", fromlist=["cmd_compare"]).cmd_compare(argv),

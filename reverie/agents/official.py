@@ -24,6 +24,8 @@ transform between them; :func:`load_official_2025` puts an official parameter di
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -89,10 +91,29 @@ def _dense(entries: dict, official: str, reverie: str, transform: Transform = _t
     entries[f"{official}/bias"] = (f"{reverie}.bias", _copy)
 
 
-def official_map_2025(agent) -> dict[str, tuple[str, Transform]]:
+Layout = dict[str, list[tuple[str, int]]]  # reverie vector key -> [(official key, width), ...] in reverie's order
+
+
+def _layout(agent, layout: Layout | None) -> Layout:
+    """The vector layout: ``layout``, or each reverie vector key as itself (its own width)."""
+    wm = agent.wm
+    return layout or {k: [(k, wm.obs_shapes[k][0])] for k in wm.vector_keys}
+
+
+def _rows(order: list[tuple[str, int]], want: list[tuple[str, int]]) -> np.ndarray:
+    """Row indices that take a concatenation in ``order`` to one in ``want`` (both ``[(key, width)]``)."""
+    start, offset = {}, 0
+    for key, width in order:
+        start[key], offset = offset, offset + width
+    return np.concatenate([np.arange(start[k], start[k] + w) for k, w in want]).astype(np.int64)
+
+
+def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie state-dict key, official -> reverie transform)}`` for a
     :class:`reverie.agents.DreamerV3_2025` with the official model (the block RSSM, reconstruction) on vector and
-    image observations.
+    image observations. ``layout``: which official vector keys each reverie vector key concatenates (reverie's DMC
+    ``vector`` is dm_control's entries in dm_control's order; the official code sorts its keys); None: the same
+    keys on both sides.
 
     Raises:
         NotImplementedError: another dynamics or representation objective, or an image decoder without ``bspace``.
@@ -106,7 +127,10 @@ def official_map_2025(agent) -> dict[str, tuple[str, Transform]]:
     entries: dict[str, tuple[str, Transform]] = {}
     vector_tokens = image_tokens = 0
     if wm.encoder is not None:
-        _mlp(entries, "enc", "wm.encoder", len(wm.encoder.hidden), linear="mlp{i}", norm="mlp{i}norm")
+        vectors = [item for key in wm.vector_keys for item in _layout(agent, layout)[key]]  # reverie's input order
+        encoder_rows = _rows(sorted(vectors), vectors)  # the official DictConcat sorts its keys
+        _mlp(entries, "enc", "wm.encoder", len(wm.encoder.hidden), linear="mlp{i}", norm="mlp{i}norm",
+             first=lambda k: k[encoder_rows].T)
         vector_tokens = wm.encoder.out_dim
     if wm.image_encoder is not None:
         encoder = wm.image_encoder
@@ -141,7 +165,12 @@ def official_map_2025(agent) -> dict[str, tuple[str, Transform]]:
     if decoder is not None:
         _mlp(entries, "dec/mlp", "wm.representation.decoder", len(decoder.hidden), first=decoder_input)
         for j, key in enumerate(wm.vector_keys):
-            _dense(entries, f"dec/vec/{key}/pred", f"wm.representation.decoder.out.parts.{j}")
+            parts = [f"dec/vec/{name}/pred" for name, _ in _layout(agent, layout)[key]]
+            if len(parts) == 1:
+                _dense(entries, parts[0], f"wm.representation.decoder.out.parts.{j}")
+            else:
+                entries[f"dec/vec/*{j}/kernel"] = (f"wm.representation.decoder.out.parts.{j}.weight", parts)
+                entries[f"dec/vec/*{j}/bias"] = (f"wm.representation.decoder.out.parts.{j}.bias", parts)
     image_decoder = wm.representation.image_decoder
     if image_decoder is not None:
         name = "wm.representation.image_decoder"
@@ -182,14 +211,15 @@ def _mlp_2023(entries: dict, official: str, reverie: str, layers: int, first: Tr
         entries[f"{official}/h{i}/norm/bias"] = (f"{reverie}.hidden.{i}.1.bias", _copy)
 
 
-def official_map_2023(agent) -> dict[str, tuple[str, Transform]]:
+def official_map_2023(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie key, transform)}`` for a :class:`reverie.agents.DreamerV3` with the 2023 model
     (:class:`reverie.models.dynamics.CategoricalRSSM`, reconstruction) on vector observations, against the 2023
     official code (8fa35f8, ``agent/...`` names). Where the layouts differ: the RSSM's ``img_in`` kernel reads
     ``cat(stoch, action)`` and is reverie's ``in_z`` and ``in_a``; ``obs_out`` reads ``cat(deter, embed)`` and is
     ``post_h`` and ``post_e``; the GRU kernel reads ``cat(deter, x)`` officially and ``cat(x, deter)`` in reverie;
     the per-key decoder outputs (``dist_<key>/out``) and the actor's mean and std (``dist_out/out``,
-    ``dist_out/std``) are one output layer each in reverie, concatenated.
+    ``dist_out/std``) are one output layer each in reverie, concatenated. ``layout`` as for
+    :func:`official_map_2025` (the 2023 encoder concatenates its keys in the env's order, as reverie's ``vector``).
 
     Raises:
         NotImplementedError: image observations, another dynamics or representation objective.
@@ -244,7 +274,7 @@ def official_map_2023(agent) -> dict[str, tuple[str, Transform]]:
     decoder = wm.representation.decoder
     if decoder is not None:
         _mlp_2023(entries, "agent/wm/dec/mlp", "wm.representation.decoder", len(decoder.hidden))
-        keys = [f"agent/wm/dec/mlp/dist_{k}/out" for k in wm.vector_keys]
+        keys = [f"agent/wm/dec/mlp/dist_{name}/out" for k in wm.vector_keys for name, _ in _layout(agent, layout)[k]]
         entries["agent/wm/dec/mlp/*/out/kernel"] = ("wm.representation.decoder.out.weight", keys)
         entries["agent/wm/dec/mlp/*/out/bias"] = ("wm.representation.decoder.out.bias", keys)
     image_decoder = wm.representation.image_decoder
@@ -277,7 +307,7 @@ def official_map_2023(agent) -> dict[str, tuple[str, Transform]]:
     return entries
 
 
-def official_map(agent) -> dict[str, tuple[str, Transform | list[str]]]:
+def official_map(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform | list[str]]]:
     """The parameter map of ``agent``'s official version: :func:`official_map_2025` for
     :class:`reverie.agents.DreamerV3_2025`, :func:`official_map_2023` for :class:`reverie.agents.DreamerV3`.
 
@@ -286,14 +316,16 @@ def official_map(agent) -> dict[str, tuple[str, Transform | list[str]]]:
     arrays listed in place of the transform along the output dimension (one reverie layer over several official
     ones).
     """
-    return official_map_2025(agent) if type(agent).__name__ == "DreamerV3_2025" else official_map_2023(agent)
+    if type(agent).__name__ == "DreamerV3_2025":
+        return official_map_2025(agent, layout)
+    return official_map_2023(agent, layout)
 
 
-def to_reverie(agent, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def to_reverie(agent, params: dict[str, np.ndarray], layout: Layout | None = None) -> dict[str, np.ndarray]:
     """Official arrays by official name -> arrays in reverie's layout by reverie key, for the entries of
     :func:`official_map` whose official arrays ``params`` holds."""
     out = {}
-    for name, (key, how) in official_map(agent).items():
+    for name, (key, how) in official_map(agent, layout).items():
         if "*" in name:
             suffix = name.rsplit("/", 1)[1]
             parts = [f"{p}/{suffix}" for p in how]
@@ -307,10 +339,10 @@ def to_reverie(agent, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def official_names(agent) -> set[str]:
+def official_names(agent, layout: Layout | None = None) -> set[str]:
     """The official parameter names :func:`official_map` reads."""
     names = set()
-    for name, (_, how) in official_map(agent).items():
+    for name, (_, how) in official_map(agent, layout).items():
         if "*" in name:
             names |= {f"{p}/{name.rsplit('/', 1)[1]}" for p in how}
         else:
@@ -318,16 +350,17 @@ def official_names(agent) -> set[str]:
     return names
 
 
-def load_official(agent, params: dict[str, np.ndarray], skip: tuple[str, ...] = ()) -> None:
+def load_official(agent, params: dict[str, np.ndarray], layout: Layout | None = None) -> None:
     """Copy an official parameter dict (``{name: array}``: the 2025 ``embodied.jax.Agent.params`` or the 2023
-    ``JAXAgent.varibs``, optimiser states and counters left out or not) into ``agent`` in place.
+    ``JAXAgent.varibs``, optimiser states and counters left out or not) into ``agent`` in place. ``layout``:
+    :func:`official_map_2025`'s (e.g. :func:`dmc_layout` for reverie's DMC ``vector``).
 
     Raises:
         KeyError: an official parameter the map lacks, or one the map needs that ``params`` lacks (the first
             such name, with what to do).
         ValueError: a shape that does not fit (the official name, both shapes).
     """
-    needed = official_names(agent)
+    needed = official_names(agent, layout)
     ignored = ("opt/", "_opt/", "_count/value", "/updates/value", "/step")
     model = {k: v for k, v in params.items() if not any(x in k or k.endswith(x) for x in ignored)}
     unknown = sorted(model.keys() - needed)
@@ -341,10 +374,94 @@ def load_official(agent, params: dict[str, np.ndarray], skip: tuple[str, ...] = 
                        f"pass every non-optimiser parameter of the official agent")
     state = dict(agent.named_parameters()) | dict(agent.named_buffers())
     with torch.no_grad():
-        for key, value in to_reverie(agent, model).items():
+        for key, value in to_reverie(agent, model, layout).items():
             target = state[key]
             if tuple(value.shape) != tuple(target.shape):
                 raise ValueError(f"load_official: the official array for reverie's {key!r} has shape "
                                  f"{value.shape} in reverie's layout, but {key!r} is {tuple(target.shape)}; build "
                                  f"the agent with the official run's sizes")
             target.copy_(torch.as_tensor(value.copy(), dtype=target.dtype))
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles numpy arrays and plain Python containers only; any other class (the official code's optimiser
+    states, counters, jax types) becomes an inert tuple of its arguments, and no other code runs."""
+
+    SAFE = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "str",
+                                      "bytes", "bool", "slice", "range")}
+
+    def find_class(self, module: str, name: str):
+        if module.split(".")[0] == "numpy" or (module, name) in self.SAFE or \
+                (module, name) in {("collections", "OrderedDict"), ("copyreg", "_reconstructor")}:
+            return super().find_class(module, name)
+        return _Inert
+
+
+class _Inert(tuple):
+    def __new__(cls, *args, **kwargs):
+        return tuple.__new__(cls, args)
+
+    def __setstate__(self, state):
+        pass
+
+
+def read_official_checkpoint(path: str | Path) -> tuple[str, dict[str, np.ndarray]]:
+    """``(version, parameters)`` of an official DreamerV3 checkpoint: the 2025 code's ``elements.Checkpoint``
+    folder (``<logdir>/ckpt/<stamp>/agent.pkl``; give the logdir, its ``ckpt`` folder or the stamp folder) or the
+    2023 code's ``checkpoint.ckpt`` (the file or its logdir). Only numpy arrays are unpickled; the parameters are
+    the agent's arrays by official name (optimiser states included; :func:`load_official` skips them).
+
+    Raises:
+        FileNotFoundError: no official checkpoint at ``path`` (what was looked for).
+        ValueError: the file holds no agent parameters.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        if (path / "checkpoint.ckpt").is_file():
+            path = path / "checkpoint.ckpt"
+        else:
+            if (path / "ckpt").is_dir():
+                path = path / "ckpt"
+            if (path / "latest").is_file():
+                path = path / (path / "latest").read_text().strip()
+    if path.is_file():  # 2023: one pickle {'agent': varibs, 'step': ..., ...}
+        with open(path, "rb") as f:
+            data = _ArraysOnly(f).load()
+        agent = data.get("agent") if isinstance(data, dict) else None
+        if not isinstance(agent, dict):
+            raise ValueError(f"{path}: no 'agent' parameters in this checkpoint (an official 2023 checkpoint.ckpt "
+                             f"holds them)")
+        return "2023", {k: np.asarray(v) for k, v in agent.items() if isinstance(v, np.ndarray)}
+    files = sorted(path.glob("agent-*.pkl")) if path.is_dir() else []
+    if path.is_dir() and (path / "agent.pkl").is_file():
+        files = [path / "agent.pkl"]
+    if not files:
+        raise FileNotFoundError(f"{path}: no official DreamerV3 checkpoint (looked for the 2025 code's "
+                                f"ckpt/<stamp>/agent.pkl and the 2023 code's checkpoint.ckpt)")
+    params: dict[str, np.ndarray] = {}
+    for file in files:  # a sharded save writes agent-0000.pkl, agent-0001.pkl, ... each a part of the dict
+        with open(file, "rb") as f:
+            data = _ArraysOnly(f).load()
+        params |= {k: np.asarray(v) for k, v in data.get("params", {}).items()}
+    if not params:
+        raise ValueError(f"{path}: no 'params' in {files[0].name}")
+    return "2025", params
+
+
+def dmc_layout(params: dict[str, np.ndarray], proprio_keys: list[str], key: str = "vector") -> Layout:
+    """The layout of reverie's DMC ``vector`` (``proprio_keys`` in dm_control's order, flattened) from an official
+    checkpoint's per-key decoder outputs (their widths): ``{key: [(name, width), ...]}``.
+
+    Raises:
+        KeyError: an entry of ``proprio_keys`` without an official decoder output (another task or env).
+    """
+    widths = {}
+    for name, value in params.items():
+        for prefix, suffix in (("dec/vec/", "/pred/bias"), ("agent/wm/dec/mlp/dist_", "/out/bias")):
+            if name.startswith(prefix) and name.endswith(suffix):
+                widths[name[len(prefix):-len(suffix)]] = int(np.asarray(value).shape[-1])
+    missing = [k for k in proprio_keys if k not in widths]
+    if missing:
+        raise KeyError(f"dmc_layout: the official checkpoint has no decoder output for {missing[0]!r} (its vector "
+                       f"keys: {sorted(widths)}); was it trained on this DMC task?")
+    return {key: [(k, widths[k]) for k in proprio_keys]}

@@ -1,0 +1,72 @@
+"""``reverie import-official``: an official DreamerV3 checkpoint as a reverie run folder.
+
+The official code's parameters (:func:`reverie.agents.official.read_official_checkpoint`: the 2025 code's
+``ckpt/<stamp>/agent.pkl``, the 2023 code's ``checkpoint.ckpt``) go into the reverie agent that the given config
+builds (``agent=dreamerv3_2025`` for the 2025 code, ``agent=dreamerv3`` for 2023, with the official run's sizes
+and env) through the parameter map (:func:`reverie.agents.official.load_official`), and are written as the run
+folder's ``checkpoints/best.pt`` with its ``config.yaml``: ``reverie eval``, ``reverie play``, ``reverie imagine``
+and ``reverie train init_from=RUN`` then read it as any run's weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from reverie.agents.official import dmc_layout, load_official, read_official_checkpoint
+from reverie.configs.compose import ConfigError, check_setup, load_config, make_run_dir
+from reverie.state.checkpoint import save_best
+
+AGENTS = {"2025": "dreamerv3_2025", "2023": "dreamerv3"}
+
+
+def import_official(checkpoint: str | Path, overrides: list[str], root: str | Path = "runs") -> Path:
+    """Write the run folder of an official checkpoint; returns it (``runs/<date>_<time>_<name>_official`` or the
+    config's ``run_dir``).
+
+    Raises:
+        ConfigError: the checkpoint is missing or unreadable, the config's agent is not the checkpoint's version's,
+            the env or agent cannot be built, or the parameters do not fit the agent (the first name or shape that
+            does not, with what to set). Nothing is written then.
+    """
+    try:
+        version, params = read_official_checkpoint(checkpoint)
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise ConfigError(f"import-official error: {err}") from err
+    cfg = load_config(overrides)
+    if cfg.agent.name != AGENTS[version]:
+        raise ConfigError(f"import-official error: {checkpoint} is a checkpoint of the {version} official code, "
+                          f"whose reverie agent is agent={AGENTS[version]}; this config has agent={cfg.agent.name}")
+    agent, obs_shapes, spec = check_setup(cfg)
+    try:
+        load_official(agent, params, official_layout(cfg, params))
+    except (KeyError, ValueError) as err:
+        message = err.args[0] if err.args else str(err)
+        raise ConfigError(f"import-official error: {message} (set the official run's sizes, e.g. "
+                          f"agent.module.dynamics.deter=..., and its env)") from err
+    run_dir = make_run_dir(cfg, root, kind="_official")
+    payload = {"agent": torch.nn.Module.state_dict(agent), "obs_shapes": obs_shapes, "action_spec": spec,
+               "config": OmegaConf.to_container(cfg, resolve=True), "counters": {"env_steps": 0, "updates": 0,
+                                                                               "frames": 0},
+               "eval_return": float("nan"), "eval_episodes": 0,
+               "official": {"version": version, "checkpoint": str(Path(checkpoint).expanduser().resolve())}}
+    save_best(run_dir / "checkpoints", payload)
+    return run_dir
+
+
+def official_layout(cfg, params: dict) -> dict | None:
+    """The vector layout for reverie's DMC ``vector`` (the official DMC envs give dm_control's entries as separate
+    keys): dm_control's proprio keys and the official checkpoint's widths; None for other envs (the same keys on
+    both sides)."""
+    if cfg.env.get("suite") != "dmc" or not cfg.env.get("proprio", False):
+        return None
+    from reverie.envs import make_env
+
+    env = make_env(cfg.env, cfg.seed)
+    try:
+        keys = list(getattr(env.unwrapped, "proprio_keys"))
+    finally:
+        env.close()
+    return dmc_layout(params, keys)
