@@ -114,3 +114,12 @@ def test_cpu_presets_size_the_vector_mlps_with_the_size_preset(exp):
     m = cfg.agent.module
     assert (m.mlp_units, m.mlp_layers) == (cfg.size.units, cfg.size.layers)
     assert (m.mlp_units, m.mlp_layers) != (1024, 5)
+
+
+@pytest.mark.parametrize("agent, env, precision", [("dreamerv3", "atari100k", "float32"),
+                                                   ("dreamerv3_2025", "atari100k", "auto"),
+                                                   ("dreamerv3", "dmc_proprio", "auto")])
+def test_reference_atari100k_computes_in_float32_for_the_2023_agent(agent, env, precision):
+    """The 2023 reference's atari100k block sets `jax.precision: float32` (8fa35f8 configs.yaml), its other suites
+    16 bits; the current official code's atari100k keeps its bfloat16 default."""
+    assert load_config([f"agent={agent}", "exp=reference", f"env={env}"]).agent.module.precision == precision
