@@ -186,11 +186,11 @@ def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[st
         convs = sum(isinstance(m, torch.nn.Conv2d) for m in image_decoder.layers)
         _conv_stack(entries, "dec", f"{name}.layers", image_decoder.layers,
                     [f"conv{i}" for i in reversed(range(convs - 1))] + ["imgout"])
-    for official, reverie, out in (("rew", "wm.reward_head", "logits"), ("con", "wm.cont_head", "logit"),
-                                   ("val", "critic", "logits"), ("slowval", "slow_critic", "logits")):
+    for official, reverie, out in (("rew", "wm.reward_head", "head/logits"), ("con", "wm.cont_head", "head/logit"),
+                                   ("val", "critic", "head/logits"), ("slowval", "slow_critic", "head/logits")):
         module = agent.get_submodule(reverie)
         _mlp(entries, f"{official}/mlp", reverie, len(module.hidden))
-        _dense(entries, f"{official}/head/{out}", f"{reverie}.out")
+        _dense(entries, f"{official}/{out}", f"{reverie}.out")
     _mlp(entries, "pol/mlp", "actor.net", len(agent.actor.net.hidden))
     if agent.spec.discrete:
         _dense(entries, "pol/head/action/logits", "actor.net.out")

@@ -54,13 +54,18 @@ def test_state_dict_round_trip_acts_identically():
     assert other.retnorm.high.item() == agent.retnorm.high.item()
 
 
-def test_slow_critic_tracks_critic_by_ema():
+def test_slow_critic_copies_the_critic_at_the_first_update_then_tracks_it_by_ema():
+    """The 2023 reference's SlowUpdater: mix 1 at its first call (after the first critic step), then 0.02."""
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), slow_critic_fraction=0.02, **TINY)
+    agent.update(vector_batch())
+    for slow, fast in zip(agent.slow_critic.parameters(), agent.critic.parameters()):
+        assert torch.equal(slow, fast)
     slow_before = [p.clone() for p in agent.slow_critic.parameters()]
     agent.update(vector_batch())
     for before, slow, fast in zip(slow_before, agent.slow_critic.parameters(), agent.critic.parameters()):
         torch.testing.assert_close(slow, 0.98 * before + 0.02 * fast)
+        assert not torch.equal(slow, fast)
 
 
 def test_advantage_at_t_weights_log_prob_of_action_taken_at_t(monkeypatch):
