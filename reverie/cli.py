@@ -275,6 +275,11 @@ def cmd_eval(argv: list[str]) -> int:
     paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
                           mode=mode, seed=seed, **({"acting": run.acting} if run.acting else {}))
     print(format_returns(result, title=f"{args.episodes} {mode} episodes, seed {seed}"))
+    if recorder is not None and recorder.quality:  # --openloop: prediction quality per episode (reverie.viz.quality)
+        from reverie.viz.quality import summary_line
+
+        for index, metrics in sorted(recorder.quality.items()):
+            print(f"open loop, episode {index}: {summary_line(metrics)}")
     print(f"[reverie] wrote {paths[0]}, {paths[1].name}"
           f"{f' and {len(recorder.written)} video/plot files' if recorder and recorder.written else ''} in {out}",
           file=sys.stderr)

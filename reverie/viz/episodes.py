@@ -25,6 +25,7 @@ import numpy as np
 from reverie.logs.video import mp4_writer, pad_even
 from reverie.viz.grid import abs_error, upscale, video_grid
 from reverie.viz.openloop import find_world_model, has_decoder, open_loop
+from reverie.viz.quality import prediction_quality
 from reverie.viz.reward_plot import reward_plot
 from reverie.viz.vector_plot import vector_plot
 
@@ -46,6 +47,9 @@ class EpisodeRecorder:
         context: ``C`` observed steps before the open loop.
         max_openloop_steps: the open-loop comparison covers at most this many first steps of an episode.
         scale: integer upscaling of the open-loop video (64x64 observations are small in a player).
+
+    ``quality``: per finished episode with an open loop, :func:`reverie.viz.quality.prediction_quality` (PSNR and
+    SSIM per open-loop step, the reward error).
     """
 
     def __init__(self, directory: str | Path, fps: int = 30, render: bool = True, openloop_agent: Any = None,
@@ -60,6 +64,7 @@ class EpisodeRecorder:
         self._writers: dict[int, Any] = {}
         self._rows: dict[int, list[dict[str, np.ndarray]]] = {}
         self.written: list[Path] = []
+        self.quality: dict[int, dict[str, float]] = {}  # episode -> prediction_quality of its open loop
 
     def _temp(self, env: int) -> Path:
         return self.directory / f".env{env}.partial.mp4"
@@ -116,6 +121,7 @@ class EpisodeRecorder:
         prev = np.concatenate([np.zeros_like(actions[:1]), actions[:-1]])  # prev_action_t = action_{t-1}
         batch["prev_action"] = prev[:, None]  # (T, A) -> (T, 1, A)
         result = open_loop(self.agent, batch, context=max(1, min(self.context, T - 1)), sample=False)
+        self.quality[index] = prediction_quality(result)  # PSNR / SSIM per open-loop step (reverie.viz.quality)
         images = result.image_keys
         for key in images:
             truth = result.truth[key]

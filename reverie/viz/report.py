@@ -25,6 +25,7 @@ import numpy as np
 
 from reverie.viz.grid import abs_error, video_grid
 from reverie.viz.openloop import OpenLoop, open_loop, prediction_errors
+from reverie.viz.quality import prediction_quality, quality_plot
 from reverie.viz.reward_plot import reward_plot
 from reverie.viz.vector_plot import vector_plot
 
@@ -87,5 +88,9 @@ def report(agent: Any, data: Any, logger: Any, step: int, *, length: int | None 
         logger.image(f"openloop/{key}", vector_plot(result, key), step)
     logger.image("openloop/reward", reward_plot(result, sequences), step)
     logger.scalars(prediction_errors(result))
+    quality = prediction_quality(result)  # PSNR / SSIM per open-loop step, reward error (reverie.viz.quality)
+    logger.scalars(quality)
+    for key in result.image_keys:
+        logger.image(f"quality/{key}", quality_plot(quality, key), step)
     logger.scalar("viz/report_s", time.perf_counter() - start)
     return result

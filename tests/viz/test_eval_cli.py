@@ -47,6 +47,9 @@ def test_eval_writes_the_returns_table_videos_and_openloop_plots(run_dir, tmp_pa
         assert frames.shape[0] == length + 1 and frames.shape[-1] == 3  # reset frame + one per step
         assert iio.imread(tmp_path / f"episode_{k:03d}_openloop.png").ndim == 3
     assert not list(tmp_path.glob(".*partial*"))  # dropped extra episodes leave no files
+    quality = [line for line in printed if line.startswith("open loop, episode ")]  # vector obs: the reward error
+    assert [line.split(":")[0] for line in quality] == [f"open loop, episode {k}" for k in range(3)]
+    assert all(re.search(r"reward error \d+\.\d{3}$", line) for line in quality)
 
 
 def test_recording_videos_does_not_change_the_episodes(run_dir, tmp_path):

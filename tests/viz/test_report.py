@@ -29,6 +29,11 @@ def test_report_writes_videos_plots_and_scalars(tmp_path, image_agent, image_bat
         assert image.ndim == 3 and image.shape[2] == 3 and image.std() > 0
     assert {"openloop/image_error", "openloop/vector_error", "recon/image_error", "openloop/reward_error",
             "viz/report_s"} <= set(pending)
+    # prediction quality per open-loop step k = 1..T-C (reverie.viz.quality), and its plot
+    assert {f"quality/image_{m}_k{k}" for m in ("psnr", "ssim") for k in range(1, T - 3 + 1)} <= set(pending)
+    assert f"quality/image_psnr_k{T - 3 + 1}" not in pending
+    assert {"quality/image_psnr_recon", "quality/image_ssim_onestep", "quality/reward_error"} <= set(pending)
+    assert iio.imread(tmp_path / "plots" / "quality_image_40.png").std() > 0
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     (gif,) = events.Images("openloop/image")
