@@ -45,7 +45,8 @@ from gymnasium import spaces
 DEFAULT_CAMERAS = {"quadruped": 2}  # DreamerV3 reference (embodied/envs/dmc.py); every other domain uses 0
 TASK_ALIASES = {"cup_catch": "ball_in_cup_catch"}  # the reference's spelling
 GL_BACKENDS = {"egl": "libegl1 libgl1", "osmesa": "libosmesa6"}  # MUJOCO_GL value -> Debian packages
-DEFAULTS = {"action_repeat": 2, "image": True, "proprio": False, "size": 64, "camera": None}
+DEFAULTS = {"action_repeat": 2, "image": True, "proprio": False, "size": 64, "camera": None, "proprio_split": False}
+RESERVED = ("image", "reward", "is_first", "is_last", "is_terminal", "prev_action", "action")  # not entry names
 
 _PROBE = (
     "import os, sys; os.environ['MUJOCO_GL'] = sys.argv[1]; "
@@ -158,6 +159,8 @@ class DMCEnv(gym.Env):
         action_repeat: physics-control steps per agent step, an int >= 1 (rewards summed).
         image: include ``image`` uint8 ``(size, size, 3)``.
         proprio: include ``vector`` float32 ``(F,)``, the flattened proprio observations.
+        proprio_split: instead of ``vector``, each dm_control entry as its own key (flattened float32; a name that
+            clashes with a row key gets an ``obs_`` prefix), as the official DreamerV3 DMC envs give them.
         size: image side in pixels.
         camera: MuJoCo camera id; None picks the reference's (quadruped 2, else 0).
         render_mode: None or ``"rgb_array"`` (``render()`` returns the ``(size, size, 3)`` camera image).
@@ -173,7 +176,7 @@ class DMCEnv(gym.Env):
 
     def __init__(self, task: str, action_repeat: int = 2, image: bool = True, proprio: bool = False, size: int = 64,
                  camera: int | None = None, render_mode: str | None = None, task_kwargs: dict | None = None,
-                 environment_kwargs: dict | None = None):
+                 environment_kwargs: dict | None = None, proprio_split: bool = False):
         if not image and not proprio:
             raise ValueError("DMC env needs env.image=true and/or env.proprio=true (no observation otherwise)")
         for key, value, low in (("action_repeat", action_repeat, 1), ("size", size, 8)):
@@ -184,6 +187,7 @@ class DMCEnv(gym.Env):
         suite = _require_dm_control(required_gl=image or render_mode is not None)
         self.domain, self.task_name = dmc_task(task, suite.ALL_TASKS)
         self.repeat, self.size, self.image, self.proprio = int(action_repeat), int(size), bool(image), bool(proprio)
+        self.proprio_split = bool(proprio_split)
         self.camera = DEFAULT_CAMERAS.get(self.domain, 0) if camera is None else int(camera)
         self.render_mode = render_mode
         self._load_kwargs = {"task_kwargs": dict(task_kwargs or {}), "environment_kwargs": environment_kwargs}
@@ -199,9 +203,18 @@ class DMCEnv(gym.Env):
         if self.image:
             entries["image"] = spaces.Box(0, 255, (self.size, self.size, 3), np.uint8)
         if self.proprio:
-            width = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in self._env.observation_spec().values())
-            entries["vector"] = spaces.Box(-np.inf, np.inf, (width,), np.float32)
+            widths = {k: int(np.prod(spec.shape, dtype=np.int64)) for k, spec in self._env.observation_spec().items()}
+            if self.proprio_split:
+                for key, width in widths.items():
+                    entries[self.entry_key(key)] = spaces.Box(-np.inf, np.inf, (width,), np.float32)
+            else:
+                entries["vector"] = spaces.Box(-np.inf, np.inf, (sum(widths.values()),), np.float32)
         return spaces.Dict(entries)
+
+    @staticmethod
+    def entry_key(name: str) -> str:
+        """The observation key of dm_control entry ``name`` with ``proprio_split``."""
+        return f"obs_{name}" if name in RESERVED else name
 
     def _obs(self, timestep) -> dict[str, np.ndarray]:
         obs = {}
@@ -209,7 +222,10 @@ class DMCEnv(gym.Env):
             obs["image"] = self.render_image()
         if self.proprio:
             parts = [np.asarray(timestep.observation[k], np.float32).reshape(-1) for k in self.proprio_keys]
-            obs["vector"] = np.concatenate(parts)
+            if self.proprio_split:
+                obs |= {self.entry_key(k): part for k, part in zip(self.proprio_keys, parts)}
+            else:
+                obs["vector"] = np.concatenate(parts)
         return obs
 
     def render_image(self) -> np.ndarray:
@@ -400,10 +416,12 @@ def metadata(cfg: Mapping) -> dict[str, Any]:
         "task": s["task"],
         "action_repeat": s["action_repeat"],
         "frames_per_agent_step": s["action_repeat"],
-        "observations": [k for k, on in (("image", s["image"]), ("vector", s["proprio"])) if on],
+        "observations": [k for k, on in (("image", s["image"]), ("vector", s["proprio"] and not s["proprio_split"]),
+                                          ("<dm_control entries>", s["proprio"] and s["proprio_split"])) if on],
         "image_size": [s["size"], s["size"]] if s["image"] else None,
         "camera": camera if s["image"] else None,
-        "vector": "all proprio entries flattened in dm_control's order" if s["proprio"] else None,
+        "vector": None if not s["proprio"] else "each dm_control entry its own key" if s["proprio_split"] else
+        "all proprio entries flattened in dm_control's order",
         "episode_end": "dm_control time limit -> truncation; discount 0 -> termination",
         "mujoco_gl": os.environ.get("MUJOCO_GL"),
     }

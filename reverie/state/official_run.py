@@ -60,8 +60,8 @@ def official_layout(cfg, params: dict) -> dict | None:
     """The vector layout for reverie's DMC ``vector`` (the official DMC envs give dm_control's entries as separate
     keys): dm_control's proprio keys and the official checkpoint's widths; None for other envs (the same keys on
     both sides)."""
-    if cfg.env.get("suite") != "dmc" or not cfg.env.get("proprio", False):
-        return None
+    if cfg.env.get("suite") != "dmc" or not cfg.env.get("proprio", False) or cfg.env.get("proprio_split", False):
+        return None  # not DMC, or its entries as separate keys as the official envs
     from reverie.envs import make_env
 
     env = make_env(cfg.env, cfg.seed)

@@ -34,6 +34,30 @@ def test_proprio_vector_shapes(task, width):
     assert env.action_space.low.min() == -1 and env.action_space.high.max() == 1
 
 
+def test_proprio_split_gives_each_dm_control_entry_its_own_key():
+    """walker's entries orientations (14), height (1), velocity (9): split, each is its own key; the values are the
+    vector's, cut in dm_control's order; the same seed and actions give the same values both ways."""
+    joined, split = make_env(proprio("walker_walk"), seed=0), make_env(proprio("walker_walk", proprio_split=True), 0)
+    assert {k: s.shape for k, s in split.observation_space.spaces.items()} == \
+        {"orientations": (14,), "height": (1,), "velocity": (9,)}
+    a, _ = joined.reset(seed=3)
+    b, _ = split.reset(seed=3)
+    for _ in range(3):
+        assert np.array_equal(a["vector"], np.concatenate([b["orientations"], b["height"], b["velocity"]]))
+        action = np.full(joined.action_space.shape, 0.3, np.float32)
+        a, b = joined.step(action)[0], split.step(action)[0]
+    assert dmc.DMCEnv.entry_key("reward") == "obs_reward" and dmc.DMCEnv.entry_key("height") == "height"
+
+
+def test_reference_dmc_proprio_splits_the_entries_for_the_current_official_agent():
+    """The official DMC envs give separate keys, so the 2025 decoder's AGC clips each key's output layer alone."""
+    from reverie.configs.compose import load_config
+
+    assert load_config(["agent=dreamerv3_2025", "exp=reference", "env=dmc_proprio"]).env.proprio_split is True
+    assert load_config(["agent=dreamerv3", "exp=reference", "env=dmc_proprio"]).env.proprio_split is False
+    assert load_config(["env=dmc_proprio"]).env.proprio_split is False
+
+
 def test_action_repeat_2_sums_rewards_over_two_physics_steps():
     """Against dm_control itself, seeded the same way: one agent step == two control steps, rewards summed."""
     from dm_control import suite
