@@ -85,6 +85,43 @@ def replay_returns(reward: torch.Tensor, boot: torch.Tensor, is_terminal: torch.
     return lambda_return(reward, boot, 1.0 - is_terminal.float(), gamma, lam, is_last=is_last)
 
 
+class PolicyLag(nn.Module):
+    """The official code's acting copy of the policy (``embodied/jax/agent.py``: ``policy_params`` and
+    ``pending_sync``): the agent acts with a copy of its world model and actor; the first update after the copy was
+    last refreshed stores the parameters it starts from as pending, and the next ``act`` acts with the copy, then
+    takes the pending parameters. So the policy lags the trained parameters by the updates of one to two acting
+    steps (the official DMC runs: 16 envs at ratio 1024, 16 updates per policy call, 16-32 updates behind).
+
+    Holds ``wm``/``actor`` (the acting copy), ``pending_wm``/``pending_actor`` and the flag ``pending`` (a buffer),
+    all saved with the agent, so a resumed run acts as the run it continues.
+    """
+
+    def __init__(self, wm: nn.Module, actor: nn.Module):
+        super().__init__()
+        self.wm, self.actor = copy.deepcopy(wm).requires_grad_(False), copy.deepcopy(actor).requires_grad_(False)
+        self.pending_wm = copy.deepcopy(wm).requires_grad_(False)
+        self.pending_actor = copy.deepcopy(actor).requires_grad_(False)
+        self.register_buffer("pending", torch.zeros((), dtype=torch.bool))
+
+    @torch.no_grad()
+    def before_update(self, wm: nn.Module, actor: nn.Module) -> None:
+        """The first update since the copy took the pending parameters: keep the ones it starts from."""
+        if not bool(self.pending):
+            for mine, theirs in ((self.pending_wm, wm), (self.pending_actor, actor)):
+                for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()):
+                    a.copy_(b)
+            self.pending.fill_(True)
+
+    @torch.no_grad()
+    def acted(self) -> None:
+        """After acting: the copy takes the pending parameters, if any."""
+        if bool(self.pending):
+            for mine, theirs in ((self.wm, self.pending_wm), (self.actor, self.pending_actor)):
+                for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()):
+                    a.copy_(b)
+            self.pending.fill_(False)
+
+
 class DreamerV3_2025(WorldModelAgent):
     """The current official DreamerV3 agent, with the :class:`reverie.agents.base.Agent` protocol.
 
@@ -122,6 +159,8 @@ class DreamerV3_2025(WorldModelAgent):
             replay value losses and the sampling kernel in the policy's draw (:mod:`reverie.models.kernels`; the
             dynamics read the key through their own config block).
         device, precision: as :class:`reverie.agents.DreamerV3`.
+        policy_lag: act with the official code's lagging copy of the policy (:class:`PolicyLag`; on under
+            ``exp=reference``); False: act with the parameters as trained.
 
     Raises:
         ValueError: ``imag_last`` negative or 1 with the replay value loss on (its returns need two rows),
@@ -145,7 +184,7 @@ class DreamerV3_2025(WorldModelAgent):
                  retnorm_low: float = 0.05, retnorm_high: float = 0.95, lr: float = 4e-5, agc: float = 0.3,
                  eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
                  replay_context: int = 0, kernels: str = "auto", device: str = "cpu", precision: str = "auto",
-                 representation: str = "reconstruction", objectives: dict | None = None):
+                 representation: str = "reconstruction", objectives: dict | None = None, policy_lag: bool = False):
         super().__init__()
         if replay_context not in (0, 1):
             raise ValueError(f"DreamerV3_2025: replay_context must be 0 (no context) or 1 (one context row, the "
@@ -186,6 +225,8 @@ class DreamerV3_2025(WorldModelAgent):
         self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer(retnorm_decay, retnorm_limit, retnorm_low, retnorm_high)
+        # policy_lag: the official acting copy (module docstring of PolicyLag); its modules are saved with the agent
+        self.policy_lag = PolicyLag(self.wm, self.actor) if policy_lag else None
         install(self, kernels)  # into every module built above (reverie.models.kernels), with the agent's setting
         self._place(device, precision)
         self.opt = LaProp(self.trainable(), lr=lr, agc=agc, eps=eps, beta1=beta1, beta2=beta2, warmup=warmup)
@@ -195,22 +236,27 @@ class DreamerV3_2025(WorldModelAgent):
         return [*self.wm.parameters(), *self.actor.parameters(), *self.critic.parameters()]
 
     # ----------------------------------------------------------------------------------------------- acting
-    @torch.inference_mode()
     def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
         """One policy step for ``N`` envs (Agent protocol; official ``Agent.policy``): filter the observation,
         then sample the policy (``"explore"``, ``"sample"``) or take its mode (``"eval"``; the official policy
         samples in every mode). Returns ``(action (N, A) float32, state)``: one-hot or clipped to ``[-1, 1]``.
+        With ``policy_lag`` the acting copy acts, then takes the pending parameters (:class:`PolicyLag`).
 
         Raises:
             ValueError: unknown ``mode``.
         """
-        data, latent, prev_action = self._act_inputs(obs, state, mode)
-        with autocast(self.device, self.compute_dtype):
-            post = self.wm.posterior_step(data, prev_action, latent)
-            dist = self.actor(self.wm.dynamics.features(post))
-            action = dist.mode if mode == "eval" else dist.sample()
-        if not self.spec.discrete:
-            action = action.clamp(-1.0, 1.0)
+        wm, actor = (self.policy_lag.wm, self.policy_lag.actor) if self.policy_lag is not None else (self.wm,
+                                                                                                     self.actor)
+        with torch.inference_mode():
+            data, latent, prev_action = self._act_inputs(obs, state, mode)
+            with autocast(self.device, self.compute_dtype):
+                post = wm.posterior_step(data, prev_action, latent)
+                dist = actor(wm.dynamics.features(post))
+                action = dist.mode if mode == "eval" else dist.sample()
+            if not self.spec.discrete:
+                action = action.clamp(-1.0, 1.0)
+        if self.policy_lag is not None:
+            self.policy_lag.acted()
         return action.float().cpu().numpy(), (post, action.float())
 
     # -------------------------------------------------------------------------------------------- replay context
@@ -262,6 +308,8 @@ class DreamerV3_2025(WorldModelAgent):
             ValueError: replay context is on but the batch lacks the latent keys (sample a replay built with
                 :meth:`replay_latent_spec`).
         """
+        if self.policy_lag is not None:
+            self.policy_lag.before_update(self.wm, self.actor)
         data = self._update_inputs(batch)
         data["is_last"] = torch.as_tensor(np.asarray(batch["is_last"]), device=self.device)
         state = None

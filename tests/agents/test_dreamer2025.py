@@ -325,3 +325,48 @@ def test_official_dmc_proprio_preset_has_the_official_values():
         ("dmc", "walker_walk", 1, 16, False)
     assert (cfg.replay.capacity, cfg.train.steps, cfg.train.prefill) == (5_000_000, 1_100_000, 0)
     assert cfg.agent.module.dynamics.deter == 512 and cfg.agent.module.units == 64
+
+
+def test_policy_lag_acts_with_the_parameters_from_before_the_first_update_after_the_last_refresh():
+    """The official acting copy: act P1 (v0); updates T1, T2 (pending = v0, the parameters T1 starts from); act P2
+    (acts with v0, then takes v0); updates T3, T4 (pending = v2); act P3 acts with v0, then takes v2; update T5
+    (pending = v4); act P4 acts with v2. Each act equals a fresh agent loaded with those parameters."""
+    torch.manual_seed(0)
+    agent = DreamerV3_2025({"vector": (4,)}, ActionSpec(False, 2), **TINY, lr=1e-2, warmup=0, policy_lag=True)
+    reference = DreamerV3_2025({"vector": (4,)}, ActionSpec(False, 2), **TINY)
+    obs = {"vector": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), "is_first": np.ones(3, bool)}
+
+    def params() -> dict:
+        return {k: v.clone() for k, v in torch.nn.Module.state_dict(agent).items() if k.startswith(("wm.", "actor."))}
+
+    def acts_as(snapshot: dict) -> bool:
+        torch.nn.Module.load_state_dict(reference, snapshot, strict=False)
+        torch.manual_seed(5)
+        mine = agent.act(obs, None, "sample")[0]
+        torch.manual_seed(5)
+        return np.array_equal(mine, reference.act(obs, None, "sample")[0])
+
+    v = [params()]
+    assert acts_as(v[0])  # P1
+    for _ in range(2):  # T1, T2
+        agent.update(batch(discrete=False))
+        v.append(params())
+    assert acts_as(v[0])  # P2 acts with v0 (the copy), then takes v0
+    for _ in range(2):  # T3, T4
+        agent.update(batch(discrete=False))
+        v.append(params())
+    assert acts_as(v[0])  # P3 acts with v0, then takes v2
+    agent.update(batch(discrete=False))  # T5 (pending = v4)
+    v.append(params())
+    assert acts_as(v[2])  # P4: the copy took v2 after P3
+    assert not acts_as(v[0])  # P5 acts with v4, not v0: the acts above tell the parameters apart
+
+
+def test_policy_lag_off_acts_with_the_trained_parameters_and_on_saves_its_copies():
+    torch.manual_seed(0)
+    plain = DreamerV3_2025({"vector": (4,)}, ActionSpec(True, 2), **TINY)
+    assert plain.policy_lag is None and not any(k.startswith("policy_lag.") for k in plain.state_dict()["modules"])
+    lagging = DreamerV3_2025({"vector": (4,)}, ActionSpec(True, 2), **TINY, policy_lag=True)
+    keys = lagging.state_dict()["modules"]
+    assert "policy_lag.pending" in keys and "policy_lag.actor.net.out.weight" in keys
+    assert not any(p is q for p in lagging.trainable() for q in lagging.policy_lag.parameters())
