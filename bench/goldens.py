@@ -62,11 +62,16 @@ FLAGS_2023 = ("--jax.platform cpu --jax.precision float32 --jax.prealloc False -
               "--actor.units 8 --actor.layers 2 --critic.units 8 --critic.layers 2 --imag_horizon 4 "
               "--model_opt.lr 1e-3 --actor_opt.lr 1e-3 --critic_opt.lr 1e-3 --dyn_loss.free 0.5 --rep_loss.free 0.5 "
               f"--batch_size {B} --batch_length {T} --seed {SEED} --logdir /tmp/reverie_goldens")
+REPLAY_STEPS, REPLAY_WINDOWS = 40, [(0, 0), (0, 7), (0, 13), (0, 20), (1, 3), (1, 9), (1, 15), (1, 24)]
 CASES = {
     "vector_continuous": {"configs": ["defaults", "dmc_proprio"], "obs": {"position": (3,), "velocity": (2,)},
                           "action": ("continuous", 1)},
     "image_discrete": {"configs": ["defaults", "atari100k"], "obs": {"image": (64, 64, 3)},
                        "action": ("discrete", 6)},
+    # the data path (2025 only): one recorded stream of two envs through the official replay and the official
+    # agent's _apply_replay_context; the windows REPLAY_WINDOWS as (env, first row)
+    "replay": {"configs": ["defaults", "dmc_proprio"], "obs": {"position": (3,), "velocity": (2,)},
+               "action": ("continuous", 1)},
 }
 
 
@@ -111,7 +116,9 @@ def main() -> None:
     if not commit.startswith(COMMITS[args.version]):
         raise SystemExit(f"--source {source} holds commit {commit!r}, not {COMMITS[args.version]}")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    make = make_2023 if args.version == "2023" else make_2025
+    if args.case == "replay" and args.version != "2025":
+        raise SystemExit("--case replay is a 2025 case (the replay context)")
+    make = make_2023 if args.version == "2023" else make_replay if args.case == "replay" else make_2025
     files, flags, draws = make(source, CASES[args.case], args.checkpoint)
     meta = {"version": args.version, "commit": commit, "case": args.case, "configs": CASES[args.case]["configs"],
             "flags": flags, "seed": SEED, "batch": [B, T], "obs": CASES[args.case]["obs"],
@@ -265,6 +272,80 @@ def make_2023(source: Path, case: dict, checkpoint: Path | None = None) -> tuple
         saver.agent = agent
         saver.save()
     return files, FLAGS_2023, len(draws)
+
+
+def make_stream(case: dict, rng: np.random.Generator) -> list[list[dict[str, np.ndarray]]]:
+    """Two envs' steps as the official driver stores them: observations, ``action`` (taken after the step's
+    observation), ``reward``, the flags, and the policy's replay-context entries ``dyn/deter``, ``dyn/stoch``
+    (random: as if written at acting time). Env 0: an episode of 9 steps ending in a terminal, then one cut by a
+    time limit at 12 steps, then one running on; env 1: a terminal at 17 steps, then one running on."""
+    ends = {0: {8: True, 20: False}, 1: {16: True}}  # last step of an episode -> terminal (else a time limit)
+    streams = []
+    for env in range(2):
+        steps, first = [], True
+        for t in range(REPLAY_STEPS):
+            step = {k: rng.normal(0.0, 2.0, s).astype(np.float32) for k, s in case["obs"].items()}
+            step["action"] = rng.uniform(-1, 1, (case["action"][1],)).astype(np.float32)
+            step["reward"] = np.float32(0.0 if first else rng.normal())
+            end = ends[env].get(t)
+            step.update(is_first=np.bool_(first), is_last=np.bool_(end is not None),
+                        is_terminal=np.bool_(bool(end)))
+            step["dyn/deter"] = rng.normal(size=(16,)).astype(np.float32)
+            step["dyn/stoch"] = np.eye(4, dtype=np.float32)[rng.integers(4, size=4)]
+            steps.append(step)
+            first = end is not None
+        streams.append(steps)
+    return streams
+
+
+def make_replay(source: Path, case: dict, checkpoint: Path | None = None) -> tuple[dict[str, np.ndarray], str, int]:
+    """The data path's golden: the stream of :func:`make_stream` added to the official ``embodied.core.Replay``
+    (``length = batch_length + replay_context``), the windows ``REPLAY_WINDOWS`` read from it as its ``sample``
+    reads one (``_getseq``, ``_assemble_batch``, ``_annotate_batch``), then through the official agent's
+    ``_apply_replay_context``: the carry, observations and previous actions the official update starts from."""
+    sys.path[:0] = [str(source), str(source / "dreamerv3")]
+    import elements
+    import jax
+    import ruamel.yaml as yaml
+    import embodied.jax.internal as internal
+    from dreamerv3.agent import Agent
+    from embodied.core.replay import Replay
+
+    setup = internal.setup  # _apply_replay_context runs eagerly here: allow its host-to-device transfers
+    internal.setup = lambda **kwargs: setup(**{**kwargs, "transfer_guard": False})
+    configs = yaml.YAML(typ="safe").load((source / "dreamerv3" / "configs.yaml").read_text())
+    config = elements.Config(configs["defaults"]).update(configs["dmc_proprio"])
+    flags = FLAGS.replace("--replay_context 0", "--replay_context 1")
+    config = elements.Flags(config).parse(flags.split())
+    spaces = {k: elements.Space(np.float32, s) for k, s in case["obs"].items()}
+    spaces |= {"reward": elements.Space(np.float32), "is_first": elements.Space(bool),
+               "is_last": elements.Space(bool), "is_terminal": elements.Space(bool)}
+    act = {"action": elements.Space(np.float32, (case["action"][1],), -1, 1)}
+    agent = Agent(spaces, act, elements.Config(
+        **config.agent, logdir=config.logdir, seed=config.seed, jax=config.jax, batch_size=config.batch_size,
+        batch_length=config.batch_length, replay_context=config.replay_context, report_length=config.report_length,
+        replica=config.replica, replicas=config.replicas))
+    streams = make_stream(case, np.random.default_rng(SEED))
+    length = config.batch_length + config.replay_context
+    replay = Replay(length, chunksize=1024)
+    for t in range(REPLAY_STEPS):
+        for env, steps in enumerate(streams):
+            replay.add(steps[t], worker=env)
+    chunks = {env: replay.current[env][0] for env in range(2)}  # one chunk per env (1024 > REPLAY_STEPS)
+    seqs = [replay._getseq(chunks[env], start, concat=False) for env, start in REPLAY_WINDOWS]
+    data = replay._annotate_batch(replay._assemble_batch(seqs, 0, length), [False] * len(seqs), True)
+    data["consec"] = np.zeros(data["is_first"].shape, np.int32)  # the first chunk of each window (consec_train 1)
+    carry = agent.init_train(len(seqs))[:3]  # (enc, dyn, dec) carries: what _apply_replay_context unpacks with the
+    carry = (*carry, {"action": np.zeros((len(seqs), case["action"][1]), np.float32)})  # previous action
+    carry, obs, prevact, _ = agent.model._apply_replay_context(carry, {k: jax.numpy.asarray(v) for k, v in data.items()})
+    files = {f"stream{env}/{k}": np.stack([s[k] for s in steps]) for env, steps in enumerate(streams)
+             for k in steps[0]}
+    files["windows"] = np.asarray(REPLAY_WINDOWS, np.int64)
+    files |= {f"window/{k}": np.asarray(v) for k, v in data.items() if k != "stepid"}
+    files |= {f"carry/{k}": np.asarray(v) for k, v in carry[1].items()}  # the dynamics' carry (enc/dec: none)
+    files |= {f"obs/{k}": np.asarray(v) for k, v in obs.items()}
+    files |= {f"prevact/{k}": np.asarray(v) for k, v in prevact.items()}
+    return files, flags, 0
 
 
 def make_2025(source: Path, case: dict, checkpoint: Path | None = None) -> tuple[dict[str, np.ndarray], str, int]:

@@ -284,7 +284,8 @@ class Replay:
             self.arrays[key][rows] = steps[key]
         self._advance(count)
 
-    def sample(self, batch: int, length: int, online: bool = False, index: bool = False) -> dict[str, np.ndarray]:
+    def sample(self, batch: int, length: int, online: bool = False, index: bool = False,
+               at: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
 
         Cost is ``O(batch * length)`` per key whatever the capacity or fill: one fancy-index per key.
@@ -297,6 +298,8 @@ class Replay:
                 data) leaves the queue alone.
             index: also return ``replay_column`` ``(B,)`` and ``replay_start`` ``(B,)`` (int64: each window's
                 column and the absolute position of its first row), what :meth:`write` takes.
+            at: ``(columns (B,), starts (B,))``: read these windows (absolute positions of their first rows, as
+                ``replay_start``) instead of drawing them; the generator is not used (tests, tools).
 
         Returns:
             Every spec key as ``(T, B, *shape)`` (images uint8), plus ``prev_action`` ``(T, B, A)`` float32:
@@ -317,17 +320,26 @@ class Replay:
                 f"{'' if within_capacity else f' or raise replay.capacity (rows per env: {self.length})'}"
             )
         base = self.added - self.fill  # absolute position of time-order position 0
+        if at is not None:
+            cols, pos = np.asarray(at[0], np.int64), np.asarray(at[1], np.int64) - base
+            if cols.shape != (batch,) or pos.shape != (batch,) or (cols < 0).any() or (cols >= self.num_envs).any() \
+                    or (pos < offset).any() or (pos >= offset + starts).any():
+                raise ValueError(f"sample(at=...): {batch} windows of {length} rows must start within the stored "
+                                 f"rows [{base + offset}, {base + offset + starts - 1}] of columns "
+                                 f"0..{self.num_envs - 1}")
+            online = False
         queued_cols, queued_pos = [], []
         while online and self.queue and len(queued_cols) < batch:
             col, start = self.queue.popleft()
             if offset <= start - base and start + length <= self.added:  # still stored (else dropped, as official)
                 queued_cols.append(col)
                 queued_pos.append(start - base)
-        rest = batch - len(queued_cols)
-        cols = np.concatenate([np.asarray(queued_cols, np.int64),
-                               self.rng.integers(0, self.num_envs, size=rest)])  # (B,)
-        pos = np.concatenate([np.asarray(queued_pos, np.int64),
-                              offset + self.rng.integers(0, starts, size=rest)])  # (B,) time-order start positions
+        if at is None:
+            rest = batch - len(queued_cols)
+            cols = np.concatenate([np.asarray(queued_cols, np.int64),
+                                   self.rng.integers(0, self.num_envs, size=rest)])  # (B,)
+            pos = np.concatenate([np.asarray(queued_pos, np.int64),
+                                  offset + self.rng.integers(0, starts, size=rest)])  # (B,) time-order start positions
         oldest = self.cursor if self._wrapped else 0
         tpos = pos[None, :] + np.arange(length)[:, None]  # (T, B) time-order positions
         rows = (oldest + tpos) % self.length  # (T, B) physical rows

@@ -295,3 +295,16 @@ def test_extend_equals_adding_row_by_row(first, second):
     with pytest.raises(ValueError, match=r"'vector' has shape \(1, 3, 1\), expected"):
         extended.extend({**{key: np.stack([r[key] for r in rows[:1]]) for key in spec()},
                          "vector": np.zeros((1, 3, 1), np.float32)})
+
+
+def test_sample_at_reads_the_given_windows_and_refuses_windows_outside_the_stored_rows():
+    replay = Replay(64, 2, spec())
+    fill(replay, 10)
+    batch = replay.sample(2, 4, index=True, at=(np.array([1, 0]), np.array([6, 0])))
+    assert batch["replay_column"].tolist() == [1, 0] and batch["replay_start"].tolist() == [6, 0]
+    np.testing.assert_array_equal(batch["reward"][:, 0], replay.arrays["reward"][6:10, 1])
+    np.testing.assert_array_equal(batch["reward"][:, 1], replay.arrays["reward"][0:4, 0])
+    with pytest.raises(ValueError, match=r"must start within the stored rows \[0, 6\] of columns 0..1"):
+        replay.sample(1, 4, at=(np.array([0]), np.array([7])))
+    with pytest.raises(ValueError, match="stored rows"):
+        replay.sample(1, 4, at=(np.array([2]), np.array([0])))
