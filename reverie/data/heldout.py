@@ -28,13 +28,16 @@ def heldout_replay(dataset: Dataset) -> Any:
 def heldout_errors(agent: Any, replay: Any, length: int, sequences: int, seed: int = 0) -> dict[str, float]:
     """Open-loop and reconstruction errors of ``agent``'s world model on ``sequences`` windows of ``length`` rows
     of a :func:`heldout_replay`, keyed ``heldout/openloop/<key>_error``, ``heldout/recon/<key>_error`` and
-    ``heldout/openloop/reward_error`` (vectors in raw units, images in ``[0, 1]``); empty (with a warning) when
-    the held-out data is shorter than one window."""
+    ``heldout/openloop/reward_error`` (vectors in raw units, images in ``[0, 1]``), and the prediction quality per
+    open-loop step (:func:`reverie.viz.quality.prediction_quality`: ``heldout/quality/<key>_psnr_k<k>``, ...);
+    empty (with a warning) when the held-out data is shorter than one window."""
     from reverie.viz.openloop import open_loop, prediction_errors
+    from reverie.viz.quality import prediction_quality
     from reverie.viz.report import CONTEXT, sample_for_report
 
     batch = sample_for_report(replay, sequences, length, seed=seed)
     if batch is None:
         return {}
     result = open_loop(agent, batch, context=max(1, min(CONTEXT, length - 1)), seed=seed)
-    return {f"heldout/{key}": value for key, value in prediction_errors(result).items()}
+    metrics = prediction_errors(result) | prediction_quality(result)
+    return {f"heldout/{key}": value for key, value in metrics.items()}

@@ -103,6 +103,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         self.diverged = self.interrupted = False
         self.stopped_by: str | None = None  # "stop_return" | "max_minutes": what ended the run before its length
         self.bad_in_row, self.written = 0, -1  # updates skipped in a row; env step of the last metrics row
+        self.quality: dict[str, float] = {}  # the last open-loop report's prediction quality (summary.json)
         self.progress: Progress | None = None
         self._flag: SignalFlag | None = None  # several ranks: the signal flag they agree on (see running)
         self._first_update = True
@@ -304,6 +305,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
                    "interrupted": self.interrupted, "diverged": self.diverged, "stopped_by": self.stopped_by,
                    "resumed_from": None if self.saved is None else self.saved["counters"]["updates" if self.offline
                                                                                         else "env_steps"]}
+        summary |= self.quality  # the last open-loop report's prediction quality (a sweep objective)
         if not stopped and info.is_main:
             write_summary(self.run_dir, summary)  # the completion marker: this run (or sweep trial) is finished
         outcome = "interrupted" if self.interrupted else "diverged" if self.diverged else "done"

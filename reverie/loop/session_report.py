@@ -4,6 +4,8 @@ episode video."""
 
 from __future__ import annotations
 
+import re
+
 import time
 from typing import Any
 
@@ -54,7 +56,9 @@ class SessionReport:
     def write_report(self) -> None:
         """Write the open-loop report now (videos/, plots/ and its metrics; :func:`reverie.viz.report`); offline
         with ``pretrain.heldout``, also the open-loop error on the held-out data (``heldout/...``)."""
-        report(self.agent, self.replay, self.logger, self.step, length=self.batch[1])
+        result = report(self.agent, self.replay, self.logger, self.step, length=self.batch[1])
+        if result is not None:  # the summary's prediction quality: the last report's means over the open loop
+            self.quality = {k: v for k, v in result.quality.items() if not re.search(r"_k\d+$", k)}
         if self.heldout is not None:
             from reverie.data.heldout import heldout_errors
 

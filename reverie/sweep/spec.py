@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,10 @@ ALGORITHMS = ("grid", "random", "optuna")
 the grid); ``optuna``: Optuna TPE through Ray Tune's integration, ``samples`` configurations."""
 
 METRICS = ("eval_return",)
-"""Trial metrics: ``eval_return`` = mean return of the last evaluation (``summary.json``; higher is better)."""
+"""Trial metrics: ``eval_return`` = mean return of the last evaluation (``summary.json``; higher is better), and
+the prediction quality of the run's last open-loop report, a ``summary.json`` entry as well (:data:`QUALITY`:
+``quality/<key>_psnr`` or ``_ssim``, their ``_recon`` and ``_onestep`` forms; higher is better)."""
+QUALITY = re.compile(r"^quality/\w+_(psnr|ssim)(_recon|_onestep)?$")
 
 TOP_KEYS = ("name", "base", "budget", "space", "search", "seeds", "metric", "resources", "max_concurrent",
             "retries", "scheduler")
@@ -186,8 +190,10 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
 
     seeds = _seeds(data.get("seeds", 1), where)
     metric = str(data.get("metric") or "eval_return")
-    if metric not in METRICS:
-        raise SweepSpecError(f"{where}: metric {metric!r} is not supported; supported: {', '.join(METRICS)}")
+    if metric not in METRICS and not QUALITY.match(metric):
+        raise SweepSpecError(f"{where}: metric {metric!r} is not supported; supported: {', '.join(METRICS)}, or a "
+                             f"prediction quality quality/<key>_psnr | _ssim (e.g. quality/image_psnr; also "
+                             f"..._psnr_recon, ..._psnr_onestep): a run's open-loop reports must be on")
     resources = data.get("resources") or {}
     if not isinstance(resources, dict):
         raise SweepSpecError(f"{where}: 'resources' must be a mapping like {{cpus: 1, gpus: 0}}")

@@ -96,13 +96,14 @@ def run_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
     finals: list[float] = []
     for seed in seeds:
 
-        def report(step: int, value: float) -> None:  # an evaluation of the running seed
-            tune.report({metric: value, "env_steps": step, "done": False, "seeds_done": len(finals)})
+        def report(step: int, value: float) -> None:  # an evaluation of the running seed (eval_return only)
+            if metric == "eval_return":
+                tune.report({metric: value, "env_steps": step, "done": False, "seeds_done": len(finals)})
 
         summary = run_seed(trial_dir(setup["sweep_dir"], params, seed), params, seed, setup, report)
         if summary.get("stopped"):
             return
-        finals.append(float(summary.get("eval_return", float("nan"))))
+        finals.append(float(summary.get(metric, float("nan"))))
         done = len(finals) == len(seeds)
         tune.report({metric: sum(finals) / len(finals) if done else finals[-1], "done": done,
                      "env_steps": int(summary.get("env_steps", 0)), "seeds_done": len(finals)})

@@ -56,6 +56,7 @@ class OpenLoop:
         latent: ``{"openloop", "onestep"}`` -> ``(T, B)`` float32: the cosine between those states' features and
             the posterior features of the same step (1 for ``t < C`` in ``openloop``).
         decoded: whether the world model has decoders (``openloop``/``recon``/``onestep`` are filled).
+        quality: :func:`reverie.viz.quality.prediction_quality` of this pass, once a report computed it.
     """
 
     context: int
@@ -68,6 +69,7 @@ class OpenLoop:
     is_first: np.ndarray | None = None
     latent: dict[str, np.ndarray] = field(default_factory=dict)
     decoded: bool = True
+    quality: dict[str, float] = field(default_factory=dict)
 
     @property
     def image_keys(self) -> list[str]:

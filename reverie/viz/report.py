@@ -88,7 +88,7 @@ def report(agent: Any, data: Any, logger: Any, step: int, *, length: int | None 
         logger.image(f"openloop/{key}", vector_plot(result, key), step)
     logger.image("openloop/reward", reward_plot(result, sequences), step)
     logger.scalars(prediction_errors(result))
-    quality = prediction_quality(result)  # PSNR / SSIM per open-loop step, reward error (reverie.viz.quality)
+    quality = result.quality = prediction_quality(result)  # PSNR / SSIM per open-loop step (reverie.viz.quality)
     logger.scalars(quality)
     for key in result.image_keys:
         logger.image(f"quality/{key}", quality_plot(quality, key), step)

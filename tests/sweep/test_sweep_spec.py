@@ -69,6 +69,7 @@ def test_empty_search_space(space):
     ({"resources": {"cpus": 0}}, "resources.cpus must be a positive number"),
     ({"retries": -1}, "retries must be an integer >= 0"),
     ({"metric": "loss"}, "metric 'loss' is not supported"),
+    ({"metric": "quality/reward_error"}, "prediction quality quality/<key>_psnr | _ssim"),  # lower is better
     ({"scheduler": {"asha": {}}, "search": {"algorithm": "optuna", "samples": 2}}, "Optuna trials run their seeds"),
 ])
 def test_bad_values_are_explained(change, message):
@@ -200,3 +201,8 @@ def test_optuna_search_space_maps_each_distribution_to_a_tune_domain():
     assert isinstance(domains["r"], Integer) and (domains["r"].lower, domains["r"].upper) == (2, 5)
     with pytest.raises(ValueError, match="optuna searches get their configurations from the searcher"):
         configurations(spec)
+
+
+def test_a_prediction_quality_metric_is_a_sweep_objective():
+    for metric in ("quality/image_psnr", "quality/image_ssim_onestep", "quality/vector_psnr_recon"):
+        assert parse_spec({**GRID, "metric": metric}).metric == metric

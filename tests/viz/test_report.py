@@ -85,3 +85,7 @@ def test_training_with_reports_writes_them_and_trains_identically(tmp_path):
     updates = rows_on[-1]["updates"]
     reports = updates // 50 + (updates % 50 != 0)  # every 50 updates, and at the end unless that just had one
     assert len(plots) == 2 * reports  # a reward and a vector plot per report
+    # the summary holds the last report's own quality (vector obs: the reward error; rows hold interval means)
+    summary = json.loads((on / "summary.json").read_text())
+    assert 0.0 <= summary["quality/reward_error"] < float("inf") and "quality/reward_error_k1" not in summary
+    assert not any(k.startswith("quality/") for k in json.loads((tmp_path / "off" / "summary.json").read_text()))
