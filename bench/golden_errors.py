@@ -20,7 +20,8 @@ sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests"), os.path.join(_ROOT, "tests"
 
 import numpy as np  # noqa: E402
 
-from helpers.official_goldens import DATA, build_agent, group, load, official_in_reverie, reverie_batch, run_update  # noqa: E402,E501
+from helpers.official_goldens import (DATA, build_agent, group, load, official_in_reverie,  # noqa: E402
+                                      reverie_batch, run_update)
 from test_official_update import LOSSES, OBS_LOSS, extra_draws  # noqa: E402
 
 

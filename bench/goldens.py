@@ -337,7 +337,8 @@ def make_replay(source: Path, case: dict, checkpoint: Path | None = None) -> tup
     data["consec"] = np.zeros(data["is_first"].shape, np.int32)  # the first chunk of each window (consec_train 1)
     carry = agent.init_train(len(seqs))[:3]  # (enc, dyn, dec) carries: what _apply_replay_context unpacks with the
     carry = (*carry, {"action": np.zeros((len(seqs), case["action"][1]), np.float32)})  # previous action
-    carry, obs, prevact, _ = agent.model._apply_replay_context(carry, {k: jax.numpy.asarray(v) for k, v in data.items()})
+    window = {k: jax.numpy.asarray(v) for k, v in data.items()}
+    carry, obs, prevact, _ = agent.model._apply_replay_context(carry, window)
     files = {f"stream{env}/{k}": np.stack([s[k] for s in steps]) for env, steps in enumerate(streams)
              for k in steps[0]}
     files["windows"] = np.asarray(REPLAY_WINDOWS, np.int64)
