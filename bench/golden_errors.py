@@ -56,7 +56,7 @@ def errors(name: str, kernels: str) -> dict[str, float | str]:
 
 
 def main() -> None:
-    names = sorted(p.stem for p in DATA.glob("official*.npz"))
+    names = sorted(p.stem for p in DATA.glob("official*.npz") if not p.stem.endswith("_replay"))  # updates only
     print(f"| case | kernels | loss (rel) | gradient (rel to max) | parameter (abs) | return normaliser (rel) | "
           f"draws (abs prob) |")
     print("|---|---|---|---|---|---|---|")
