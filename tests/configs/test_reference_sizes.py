@@ -123,3 +123,22 @@ def test_reference_atari100k_computes_in_float32_for_the_2023_agent(agent, env, 
     """The 2023 reference's atari100k block sets `jax.precision: float32` (8fa35f8 configs.yaml), its other suites
     16 bits; the current official code's atari100k keeps its bfloat16 default."""
     assert load_config([f"agent={agent}", "exp=reference", f"env={env}"]).agent.module.precision == precision
+
+
+def test_r2_dmc_vision_preset_has_r2dreamers_values():
+    """r2dreamer at 546e4fa: configs.yaml:17-18, 23, 29-30; env/dmc_vision.yaml:2-6; model/size12M.yaml:4-8;
+    model/_base_.yaml:9, 11-19, 21-31, 37, 55, 62, 159-161."""
+    cfg = load_config(["exp=r2_dmc_vision"])
+    m = cfg.agent.module
+    assert (cfg.agent.name, m.representation, m.objectives.r2.lambd) == ("dreamerv3_2025", "r2", 5e-4)
+    assert (cfg.agent.train_ratio, cfg.agent.batch_size, cfg.agent.batch_length) == (512, 16, 64)
+    assert (m.dynamics.deter, m.dynamics.hidden, m.dynamics.stoch, m.dynamics.classes, m.dynamics.blocks,
+            m.units, m.cnn_depth) == (2048, 256, 32, 16, 8, 256, 16)
+    assert (m.lr, m.agc, m.eps, m.beta1, m.beta2, m.warmup, m.slow_critic_fraction, m.actor_entropy) == \
+        (4e-5, 0.3, 1e-20, 0.9, 0.999, 1000, 0.02, 3e-4)
+    scales = {"barlow": 0.05, "reward": 1.0, "cont": 1.0, "dyn": 1.0, "rep": 0.1, "policy": 1.0, "value": 1.0,
+              "repval": 0.3}
+    assert {k: m.loss_scales[k] for k in scales} == scales and m.actor_unimix == 0.01
+    assert (cfg.env.suite, cfg.env.image, cfg.env.num_envs, cfg.env.action_repeat) == ("dmc", True, 16, 2)
+    assert (cfg.train.steps * cfg.env.action_repeat, cfg.train.eval_every * cfg.env.action_repeat,
+            cfg.train.eval_episodes, cfg.train.prefill, cfg.replay.capacity) == (1_010_000, 10_000, 10, 0, 500_000)
