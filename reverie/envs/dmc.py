@@ -42,6 +42,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from reverie.envs import dmc_subtle
+
 DEFAULT_CAMERAS = {"quadruped": 2}  # DreamerV3 reference (embodied/envs/dmc.py); every other domain uses 0
 TASK_ALIASES = {"cup_catch": "ball_in_cup_catch"}  # the reference's spelling
 GL_BACKENDS = {"egl": "libegl1 libgl1", "osmesa": "libosmesa6"}  # MUJOCO_GL value -> Debian packages
@@ -126,6 +128,12 @@ def _require_dm_control(required_gl: bool):
     return suite
 
 
+def subtle_domain(name: str) -> str:
+    """The suite domain of a DMC-Subtle task (``"ball_in_cup_catch_subtle"`` -> ``"ball_in_cup"``)."""
+    return "ball_in_cup" if name.startswith("ball_in_cup") else "point_mass" if name.startswith("point_mass") \
+        else name.split("_", 1)[0]
+
+
 def dmc_task(name: str, all_tasks=None) -> tuple[str, str]:
     """``"cartpole_swingup"`` -> ``("cartpole", "swingup")``; ``"cup_catch"`` -> ``("ball_in_cup", "catch")``.
 
@@ -147,7 +155,7 @@ def dmc_task(name: str, all_tasks=None) -> tuple[str, str]:
     raise ValueError(
         f"env.task={name!r} is not a DeepMind Control Suite task. Names are <domain>_<task> "
         f"(cartpole_swingup, walker_walk, ball_in_cup_catch). Close names: {', '.join(close) or 'none'}. "
-        f"All tasks: {', '.join(sorted(names))}"
+        f"All tasks: {', '.join(sorted(names))}; DMC-Subtle: {', '.join(dmc_subtle.TASKS)}"
     )
 
 
@@ -185,7 +193,9 @@ class DMCEnv(gym.Env):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"DMC env render_mode must be None or 'rgb_array', got {render_mode!r}")
         suite = _require_dm_control(required_gl=image or render_mode is not None)
-        self.domain, self.task_name = dmc_task(task, suite.ALL_TASKS)
+        self.subtle = str(task) in dmc_subtle.TASKS  # DMC-Subtle (reverie.envs.dmc_subtle): a suite task, smaller
+        self.domain, self.task_name = (subtle_domain(task), str(task)) if self.subtle else dmc_task(task,
+                                                                                                  suite.ALL_TASKS)
         self.repeat, self.size, self.image, self.proprio = int(action_repeat), int(size), bool(image), bool(proprio)
         self.proprio_split = bool(proprio_split)
         self.camera = DEFAULT_CAMERAS.get(self.domain, 0) if camera is None else int(camera)
@@ -264,8 +274,12 @@ class DMCEnv(gym.Env):
     # ------------------------------------------------------------------------------------------------ state
     def _load(self, suite):
         """``suite.load`` of this task; remembers the digests of the fresh model's fields (:func:`model_fields`)."""
-        env = suite.load(self.domain, self.task_name, task_kwargs=dict(self._load_kwargs["task_kwargs"]),
-                         environment_kwargs=self._load_kwargs["environment_kwargs"])
+        if getattr(self, "subtle", False):  # (an env pickled before DMC-Subtle existed has no such attribute)
+            env = dmc_subtle.load(self.task_name, dict(self._load_kwargs["task_kwargs"]),
+                                  self._load_kwargs["environment_kwargs"])
+        else:
+            env = suite.load(self.domain, self.task_name, task_kwargs=dict(self._load_kwargs["task_kwargs"]),
+                             environment_kwargs=self._load_kwargs["environment_kwargs"])
         self._model_digests = {name: _digest(value) for name, value in model_fields(env.physics.model.ptr).items()}
         return env
 
