@@ -51,7 +51,9 @@ class Imagined:
         context: ``C``. horizon: ``H``.
         obs: observation key -> decoded ``(C + H, *shape)`` (images uint8 ``(C + H, C_k, H, W)``); empty
             without decoders.
-        truth: observation key -> the ``C`` observed rows ``(C, *shape)``.
+        truth: observation key -> the observed rows ``(C + H', *shape)``: the ``C`` context rows, then what the
+            real env gave for the imagined actions, executed from the last context row (``H' <= H``: until the
+            episode ended).
         actions: ``(C + H, A)``: the action taken at each step (the last one is never executed).
         reward: ``(C + H,)`` predicted reward. cont: ``(C + H,)`` continue probability (empty without a head).
         objective: the world model's representation objective; ``obs`` is empty unless it decodes.
@@ -130,8 +132,28 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
                 if finished or row["is_first"][0]:
                     raise ValueError(f"imagine: the episode ended after {t + 1} steps, before the {context} "
                                      f"context steps; use a smaller --context")
+        imagined = _imagine_from(agent, wm, keys, rows, taken, spec, actions, horizon, seed)
+        truth_rows = []  # the real env's answer to the imagined actions, from the last context row on
+        for action in imagined["actions"][context - 1:context - 1 + horizon]:
+            row, finished = stepper.step(action[None])
+            if finished or row["is_first"][0]:
+                break
+            truth_rows.append(row)
     finally:
         stepper.close()
+    truth = {k: np.concatenate([np.stack([r[k][0] for r in rows]),
+                                np.stack([r[k][0] for r in truth_rows]).reshape(-1, *rows[0][k].shape[1:])])
+             for k in keys}
+    feat = imagined["feat"]
+    cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)
+    return Imagined(context, horizon, decode_mode(wm, feat) if decoded else {}, truth, imagined["actions"],
+                    wm.reward(feat).mean.float().cpu().numpy(), cont, objective_name(wm))
+
+
+def _imagine_from(agent: Any, wm: Any, keys: tuple[str, ...], rows: list, taken: list, spec: ActionSpec,
+                  actions: Any, horizon: int, seed: int) -> dict[str, Any]:
+    """The posterior of the ``C`` context rows, then ``horizon`` prior steps: ``{"feat": (C + H, F),
+    "actions": (C + H, A)}`` (the action of each step; the last one is never executed)."""
     batch = {k: np.stack([r[k] for r in rows]) for k in (*keys, "is_first")}  # C x (1, ...) -> (C, 1, ...)
     prev = np.stack([np.zeros_like(taken[0]), *taken[:-1]])  # prev_action_t = action_{t-1}: (C, A)
     batch["prev_action"] = prev[:, None]
@@ -154,9 +176,7 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
                   for k in dynamics.feature_keys}  # what features reads
     feat = dynamics.features(trajectory)  # (C + H, F)
     all_actions = np.concatenate([np.stack(taken[:-1]), torch.cat(acts).cpu().numpy()])  # (C - 1 + H + 1, A)
-    cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)
-    return Imagined(context, horizon, decode_mode(wm, feat) if decoded else {}, {k: batch[k][:, 0] for k in keys},
-                    all_actions, wm.reward(feat).mean.float().cpu().numpy(), cont, objective_name(wm))
+    return {"feat": feat, "actions": all_actions}
 
 
 def imagined_strip(result: Imagined, per_row: int = ROW_FRAMES) -> np.ndarray:
@@ -196,13 +216,19 @@ def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
     elif result.obs:
         top = axes[0, 0]
         for k, v in result.obs.items():
+            true = result.truth.get(k)
             for f in range(min(v.shape[-1], 8)):
-                top.plot(steps, v[:, f], lw=1, label=f"{k}[{f}]")
+                (line,) = top.plot(steps, v[:, f], lw=1, label=f"{k}[{f}]")
+                if true is not None and len(true):
+                    top.plot(np.arange(len(true)), true[:, f], lw=1, ls="--", color=line.get_color())
         shade_context(top, result.context)
+        top.plot([], [], color="0.3", lw=1, label="decoded (solid)")
+        top.plot([], [], color="0.3", lw=1, ls="--", label="true: the env's answer to the same actions (dashed)")
         top.legend(fontsize=6, ncol=4)
         top.set_xlabel("step t", fontsize=7)
-        top.set_ylabel("decoded value", fontsize=7)
-        top.set_title(f"decoded features (context t < {result.context}, imagined after)", fontsize=8)
+        top.set_ylabel("value", fontsize=7)
+        top.set_title(f"decoded features and the true ones (context t < {result.context}, imagined after)",
+                      fontsize=8)
     else:
         bottom.set_title(f"no decoder (representation {result.objective}): predicted reward and continue "
                          f"(context t < {result.context}, imagined after)", fontsize=8)
@@ -232,7 +258,9 @@ def write_imagined(result: Imagined, directory: str | Path, fps: int = 10, scale
     paths[0].write_text(json.dumps({"context": result.context, "horizon": result.horizon,
                                     "actions": result.actions.tolist(), "reward": result.reward.tolist(),
                                     "cont": result.cont.tolist(), "representation": result.objective,
-                                    "decoded": sorted(result.obs)}) + "\n", encoding="utf-8")
+                                    "decoded": sorted(result.obs),
+                                    "true_steps": len(next(iter(result.truth.values()), []))}) + "\n",
+                         encoding="utf-8")
     iio.imwrite(paths[1], imagined_strip(result))
     for k, v in result.obs.items():
         if v.ndim == 4 and v.dtype == np.uint8:

@@ -112,6 +112,7 @@ def test_imagine_command_with_policy_random_and_given_actions(run_dir, tmp_path,
     assert main(["imagine", str(run_dir), "--horizon", "6", "--out", str(tmp_path / "policy")]) == 0
     out = json.loads((tmp_path / "policy" / "imagine.json").read_text())
     assert len(out["reward"]) == 5 + 6 == len(out["cont"]) and np.asarray(out["actions"]).shape == (11, 2)
+    assert out["true_steps"] <= 11 and out["true_steps"] > 5  # the real env's answer to the imagined actions
     assert iio.imread(tmp_path / "policy" / "imagine.png").ndim == 3
     np.save(tmp_path / "acts.npy", np.array([1, 1, 0, 0, 1, 1]))
     assert main(["imagine", str(run_dir), "--horizon", "6", "--actions", str(tmp_path / "acts.npy"),
@@ -138,7 +139,8 @@ def test_imagined_video_of_an_image_world_model(tmp_path, tiny_agent):
     agent = tiny_agent({"image": (3, 16, 16)}, actions=2)
     result = imagine(agent, env_cfg, ActionSpec(True, 2), seed=0, context=3, horizon=4)
     np.testing.assert_array_equal(result.obs["image"].shape, (7, 3, 16, 16))
-    assert result.truth["image"].shape == (3, 3, 16, 16)
+    assert result.truth["image"].shape == (7, 3, 16, 16)  # 3 observed rows, then the env's answer to 4 actions
+    assert result.truth["image"][:, 0, 0, 0].tolist() == list(range(7))  # the env's step counter, t = 0..6
     paths = write_imagined(result, tmp_path, scale=2)
     video = iio.imread(tmp_path / "imagine_image.mp4", index=None)
     assert [p.name for p in paths] == ["imagine.json", "imagine.png", "imagine_image.mp4"]
