@@ -259,19 +259,28 @@ def cmd_eval(argv: list[str]) -> int:
     acting = f" ({run.acting})" if run.acting else ""
     print(f"[reverie] eval: {args.episodes} {mode} episode(s){acting}...", file=sys.stderr, flush=True)
 
+    last_line = [started]
+
     def episode_done(done: int, episodes: int, episode_return: float) -> None:  # a line per episode: never silent
         print(f"[reverie] eval: episode {done}/{episodes} return {episode_return:.1f} "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+        last_line[0] = time.monotonic()
+
+    def step_done(steps: int) -> None:  # inside a long episode (a planner's): a line every 10 s
+        now = time.monotonic()
+        if now - last_line[0] >= 10.0:
+            print(f"[reverie] eval: {steps} steps ({now - started:.0f} s)", file=sys.stderr, flush=True)
+            last_line[0] = now
 
     try:
         result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder,
-                          on_episode=episode_done)
+                          on_episode=episode_done, on_step=step_done)
     except TypeError as err:  # a user env whose constructor takes no render_mode
         print(f"eval: no episode videos, the env cannot render ({err}); --no-video skips them", file=sys.stderr)
         recorder = EpisodeRecorder(out, render=False, context=args.context, openloop_agent=run.agent) \
             if args.openloop else None
         result = evaluate(run.agent, run.config["env"], args.episodes, seed, mode=mode, recorder=recorder,
-                          on_episode=episode_done)
+                          on_episode=episode_done, on_step=step_done)
     paths = write_returns(result, out, checkpoint=str(run.checkpoint), env_steps=run.counters.get("env_steps"),
                           mode=mode, seed=seed, **({"acting": run.acting} if run.acting else {}))
     print(format_returns(result, title=f"{args.episodes} {mode} episodes, seed {seed}"))

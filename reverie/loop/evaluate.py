@@ -23,7 +23,8 @@ EVAL_SEED_OFFSET = 10_000  # eval env copies get seeds disjoint from the trainin
 
 def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str = "eval",
              max_envs: int = 16, recorder: Any = None,
-             on_episode: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
+             on_episode: Callable[[int, int, float], None] | None = None,
+             on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run ``episodes`` full episodes with the agent's policy and return their returns and lengths.
 
     Episodes are spread over ``min(episodes, max_envs)`` parallel copies with fixed per-copy quotas, so
@@ -41,6 +42,8 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
             ``render_mode="rgb_array"`` (when ``recorder.render``) and every kept episode ``k`` (the order of
             ``returns``) gets its video. Rendering does not change the dynamics or the seeds.
         on_episode: called as ``on_episode(done, episodes, episode_return)`` after each kept episode (progress).
+        on_step: called as ``on_step(steps)`` after every vector step with the steps taken so far (progress inside
+            long episodes, e.g. a planner's).
 
     Returns:
         ``{"returns": [float] * episodes, "lengths": [int] * episodes, "mean", "std", "min", "max"}``.
@@ -59,6 +62,7 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
     returns: list[float] = []
     lengths: list[int] = []
     done = np.zeros(n, int)
+    steps = 0
 
     def frames() -> list | None:
         return list(stepper.env.call("render")) if render else None
@@ -72,6 +76,9 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
             if recorder is not None:
                 recorder.act(action)
             row, finished = stepper.step(action)
+            steps += 1
+            if on_step is not None:
+                on_step(steps)
             if recorder is not None:
                 recorder.observe(row, frames())
             for ep in finished:

@@ -230,3 +230,32 @@ def test_the_imagine_png_shows_every_step_in_labelled_rows():
     assert (last[:, 5 * 8:] == 255).all()  # the short last row ends in white, not in repeated frames
     assert fig.axes[4].get_xlabel() == "step t" and fig.axes[4].get_ylabel() == "reward"
     assert imagined_strip(result).ndim == 3
+
+
+def test_eval_prints_a_line_every_10_s_inside_a_long_episode(run_dir, tmp_path, capsys, monkeypatch):
+    """A planner's episode can take minutes: besides a line per episode, eval says how many steps it has taken
+    every 10 s (here the clock advances 11 s at every reading, so every step gets a line)."""
+    import itertools
+    import time as time_module
+
+    from reverie.loop import evaluate as evaluate_module
+
+    clock = itertools.count(0.0, 11.0)
+    monkeypatch.setattr(time_module, "monotonic", lambda: next(clock))
+    steps_seen = []
+    original = evaluate_module.evaluate
+
+    def counting(*args, on_step=None, **kwargs):
+        def both(steps):
+            steps_seen.append(steps)
+            on_step(steps)
+        return original(*args, on_step=both, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "evaluate", counting)
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    length = json.loads((tmp_path / "returns.json").read_text())["lengths"][0]
+    assert steps_seen == list(range(1, length + 1))
+    lines = [line for line in err.splitlines() if re.fullmatch(r"\[reverie\] eval: \d+ steps \(\d+ s\)", line)]
+    assert [int(line.split()[2]) for line in lines] == list(range(1, length + 1))
