@@ -45,8 +45,9 @@ def build(agent_name: str | None, size: str, precision: str, kernels: str):
     from reverie.agents.build import build_agent
     from reverie.configs.compose import load_config
 
+    context = ["agent.module.replay_context=0"] if agent_name == "dreamerv3_2025" else []  # no stored latents here
     cfg = load_config([f"agent={agent_name}", f"size={size}", f"agent.module.precision={precision}",
-                       f"agent.module.kernels={kernels}"])
+                       f"agent.module.kernels={kernels}", *context])
     return build_agent(cfg.agent, {"vector": (4,)}, ActionSpec(True, 2))
 
 
