@@ -62,11 +62,16 @@ def test_ctrl_c_in_a_terminal_reaches_reverie_and_make_waits_for_its_checkpoint(
                             env={**os.environ, "MARK": str(mark)})
     os.close(follower)
     out = b""
-    deadline = time.monotonic() + 30
-    while b"started" not in out and time.monotonic() < deadline:
-        out += os.read(leader, 4096)
-    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-    code = proc.wait(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while b"started" not in out and time.monotonic() < deadline:
+            out += os.read(leader, 4096)
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        code = proc.wait(timeout=60)
+    finally:  # a failure leaves no stand-in looping behind
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     while True:
         try:
             chunk = os.read(leader, 4096)
