@@ -204,6 +204,10 @@ class DMCEnv(gym.Env):
         self._env = self._load(suite)
         self.proprio_keys = list(self._env.observation_spec())
         self.observation_space = self._observation_space()
+        widths = {k: int(np.prod(spec.shape, dtype=np.int64)) for k, spec in self._env.observation_spec().items()}
+        # names of the vector's entries, for plots (reverie imagine): "position[0]", ..., "velocity[1]"
+        self.feature_names = {"vector": [f"{k}[{i}]" if w > 1 else k for k, w in widths.items() for i in range(w)]} \
+            if self.proprio and not self.proprio_split else {}
         act = self._env.action_spec()
         self.action_space = spaces.Box(np.asarray(act.minimum, np.float32), np.asarray(act.maximum, np.float32),
                                        act.shape, np.float32)

@@ -23,7 +23,7 @@ underneath) and, for image observations, ``imagine_<key>.mp4``. A world model wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class Imagined:
         actions: ``(C + H, A)``: the action taken at each step (the last one is never executed).
         reward: ``(C + H,)`` predicted reward. cont: ``(C + H,)`` continue probability (empty without a head).
         objective: the world model's representation objective; ``obs`` is empty unless it decodes.
+        names: observation key -> the names of its vector entries, where the env gives them (the DMC ``vector``:
+            ``position[0]``, ...); plots label the features with them.
     """
 
     context: int
@@ -67,6 +69,7 @@ class Imagined:
     reward: np.ndarray
     cont: np.ndarray
     objective: str = "reconstruction"
+    names: dict[str, list[str]] = field(default_factory=dict)
 
 
 def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed: int):
@@ -133,6 +136,7 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
                     raise ValueError(f"imagine: the episode ended after {t + 1} steps, before the {context} "
                                      f"context steps; use a smaller --context")
         imagined = _imagine_from(agent, wm, keys, rows, taken, spec, actions, horizon, seed)
+        names = env_feature_names(stepper.env)
         truth_rows = []  # the real env's answer to the imagined actions, from the last context row on
         for action in imagined["actions"][context - 1:context - 1 + horizon]:
             row, finished = stepper.step(action[None])
@@ -147,7 +151,15 @@ def imagine(agent: Any, env_cfg: Any, spec: ActionSpec, seed: int, context: int 
     feat = imagined["feat"]
     cont = wm.cont(feat).mean.float().cpu().numpy() if hasattr(wm, "cont") else np.zeros(0, np.float32)
     return Imagined(context, horizon, decode_mode(wm, feat) if decoded else {}, truth, imagined["actions"],
-                    wm.reward(feat).mean.float().cpu().numpy(), cont, objective_name(wm))
+                    wm.reward(feat).mean.float().cpu().numpy(), cont, objective_name(wm), names)
+
+
+def env_feature_names(vector_env: Any) -> dict[str, list[str]]:
+    """The first env copy's ``feature_names`` (``{key: [name, ...]}``; the DMC env has them), else ``{}``."""
+    try:
+        return dict(vector_env.get_attr("feature_names")[0] or {})
+    except (AttributeError, IndexError):
+        return {}
 
 
 def _imagine_from(agent: Any, wm: Any, keys: tuple[str, ...], rows: list, taken: list, spec: ActionSpec,
@@ -217,8 +229,9 @@ def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
         top = axes[0, 0]
         for k, v in result.obs.items():
             true = result.truth.get(k)
+            names = result.names.get(k, [])
             for f in range(min(v.shape[-1], 8)):
-                (line,) = top.plot(steps, v[:, f], lw=1, label=f"{k}[{f}]")
+                (line,) = top.plot(steps, v[:, f], lw=1, label=names[f] if f < len(names) else f"{k}[{f}]")
                 if true is not None and len(true):
                     top.plot(np.arange(len(true)), true[:, f], lw=1, ls="--", color=line.get_color())
         shade_context(top, result.context)

@@ -177,3 +177,11 @@ def test_suggestions_are_real_task_names():
     message = str(caught.value)
     assert "(cartpole_swingup, walker_walk, ball_in_cup_catch). Close names: ball_in_cup_catch." in message
     assert dmc.dmc_task("cup_catch", tasks) == ("ball_in_cup", "catch")
+
+
+def test_the_vector_entries_have_names():
+    env = make_env(proprio("walker_walk"), seed=0)
+    names = env.unwrapped.feature_names["vector"]
+    assert names[:2] == ["orientations[0]", "orientations[1]"] and names[14] == "height"
+    assert names[15:] == [f"velocity[{i}]" for i in range(9)] and len(names) == 24
+    assert make_env(proprio("walker_walk", proprio_split=True), seed=0).unwrapped.feature_names == {}

@@ -14,7 +14,7 @@ from reverie.cli import main
 from reverie.loop.evaluate import evaluate
 from reverie.state.saved_run import RunError, load_run
 from reverie.viz.episodes import EpisodeRecorder
-from reverie.viz.imagine import imagine, write_imagined
+from reverie.viz.imagine import Imagined, imagine, imagined_figure, write_imagined
 
 
 @pytest.fixture(scope="module")
@@ -259,3 +259,15 @@ def test_eval_prints_a_line_every_10_s_inside_a_long_episode(run_dir, tmp_path, 
     assert steps_seen == list(range(1, length + 1))
     lines = [line for line in err.splitlines() if re.fullmatch(r"\[reverie\] eval: \d+ steps \(\d+ s\)", line)]
     assert [int(line.split()[2]) for line in lines] == list(range(1, length + 1))
+
+
+def test_the_imagine_plot_names_vector_features_where_the_env_names_them():
+    T = 6
+    obs = {"vector": np.linspace(0, 1, T * 3, dtype=np.float32).reshape(T, 3)}
+    result = Imagined(context=2, horizon=4, obs=obs, truth={"vector": obs["vector"][:4]},
+                      actions=np.zeros((T, 1), np.float32), reward=np.zeros(T, np.float32), cont=np.ones(T, np.float32),
+                      names={"vector": ["position[0]", "position[1]", "velocity"]})
+    fig = imagined_figure(result)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[:3] == ["position[0]", "position[1]", "velocity"]
+    assert any("true" in label for label in labels)
