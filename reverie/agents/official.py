@@ -1,25 +1,27 @@
 """The official DreamerV3 code's parameters in reverie's agents, and back: the parameter map.
 
-The current official code (danijar/dreamerv3 at e3f0224) names its parameters by module path, e.g.
-``dyn/dynin0/kernel`` or ``pol/head/action/mean/bias``, with ``(in, out)`` dense kernels; reverie's
-:class:`reverie.agents.DreamerV3_2025` holds the same layers as torch modules with ``(out, in)`` weights.
-:func:`official_map_2025` lists, for a reverie agent, every official name with its reverie state-dict key and the
-transform between them; :func:`load_official_2025` puts an official parameter dict into the agent and
-:func:`export_official_2025` makes one from it. Where the layouts differ:
+The official code names its parameters by module path (2025, e3f0224: ``dyn/dynin0/kernel``,
+``pol/head/action/mean/bias``; 2023, 8fa35f8: ``agent/wm/rssm/img_in/kernel``, ...) with ``(in, out)`` dense
+kernels; reverie's :class:`reverie.agents.DreamerV3_2025` and :class:`reverie.agents.DreamerV3` hold the same layers
+as torch modules with ``(out, in)`` weights. :func:`official_map` lists, for a reverie agent, every official name
+with its reverie key and the transform between them; :func:`load_official` puts an official parameter dict into
+the agent, :func:`to_official` writes the agent's parameters back in the official layout, and
+:func:`read_official_checkpoint` reads an official checkpoint (``reverie import-official``,
+:mod:`reverie.state.official_run`). Where the layouts differ:
 
 - dense kernels are transposed (official ``x @ kernel``, torch ``x @ weight.T``); block-linear kernels
   ``(G, in/G, out/G)`` and every bias and norm scale are copied as they are;
-- the vector decoder's first layer reads ``cat(stoch, deter)`` officially (``rssm.py`` ``Decoder``) and
+- the 2025 vector decoder's first layer reads ``cat(stoch, deter)`` officially (``rssm.py`` ``Decoder``) and
   ``cat(deter, stoch)`` in reverie (the features every head reads): its input rows are reordered;
-- per-key decoder outputs (``dec/vec/<key>/pred``) and the policy's mean and std (``pol/head/action/mean``,
-  ``.../stddev``) are separate layers on both sides, in reverie in the order of the sorted keys;
-- the slow value (``slowval``) is the slow critic; the return normaliser's ``retnorm/lo``, ``retnorm/hi`` are
-  :class:`reverie.agents.returns.ReturnNormalizer`'s ``low``, ``high``.
-
-- images: conv kernels ``(k, k, in, out)`` become ``(out, in, k, k)``; the official code flattens its last
-  feature map ``(h, w, C)`` and reverie ``(C, h, w)``, so the rows of the posterior's first layer that read the
-  image tokens and the outputs of the image decoder's ``sp2`` layer are permuted; the official tokens are
-  ``cat(vector, image)`` and reverie's ``cat(image, vector)``.
+- per-key decoder outputs (``dec/vec/<key>/pred``) and the 2025 policy's mean and std are separate layers on both
+  sides; the 2023 ones (``dist_<key>/out``, ``dist_out/out`` and ``dist_out/std``) are one layer in reverie;
+- the 2023 RSSM's ``img_in`` reads ``cat(stoch, action)`` (reverie's ``in_z`` and ``in_a``), ``obs_out``
+  ``cat(deter, embed)`` (``post_h`` and ``post_e``), its GRU ``cat(deter, x)`` where reverie's reads ``cat(x, deter)``;
+- images: conv kernels ``(k, k, in, out)`` become ``(out, in, k, k)``; the 2023 transposed convolutions
+  (``jax.lax.conv_transpose``, not flipped) are flipped for ``ConvTranspose2d``; the official code flattens its
+  feature maps ``(h, w, C)`` and reverie ``(C, h, w)``, so the posterior's image rows and the decoders' first maps
+  are permuted; the 2025 tokens are ``cat(vector, image)`` and reverie's ``cat(image, vector)``;
+- the slow value is the slow critic; the return normaliser's ``lo``/``hi`` are reverie's ``low``/``high``.
 """
 
 from __future__ import annotations
@@ -348,6 +350,46 @@ def official_names(agent, layout: Layout | None = None) -> set[str]:
         else:
             names.add(name.split("@")[0])
     return names
+
+
+def to_official(agent, template: dict[str, np.ndarray], layout: Layout | None = None) -> dict[str, np.ndarray]:
+    """The agent's parameters in the official layout, by official name: the inverse of :func:`load_official`.
+    ``template`` (an official parameter dict of the same configuration, e.g. a checkpoint's or the official
+    agent's initial one) gives the official shapes; every transform of the map only moves entries, so each is
+    inverted by mapping the official positions through it.
+
+    Raises:
+        KeyError: ``template`` lacks an official parameter the map needs.
+    """
+    state = dict(agent.named_parameters()) | dict(agent.named_buffers())
+    out: dict[str, np.ndarray] = {}
+
+    def positions(name: str) -> np.ndarray:  # the official array's flat positions, in its shape
+        if name not in template:
+            raise KeyError(f"to_official: the template lacks {name!r}")
+        return np.arange(int(np.prod(np.shape(template[name]))), dtype=np.int64).reshape(np.shape(template[name]))
+
+    def scatter(names: list[str], index: np.ndarray, value: np.ndarray) -> None:
+        sizes = [int(np.prod(np.shape(template[n]))) for n in names]
+        flat = np.concatenate([out.get(n, np.zeros(np.shape(template[n]), np.float32)).ravel() for n in names])
+        flat[index.ravel()] = value.ravel()
+        for n, part in zip(names, np.split(flat, np.cumsum(sizes)[:-1])):
+            out[n] = part.reshape(np.shape(template[n])).astype(np.asarray(template[n]).dtype)
+
+    with torch.no_grad():
+        for name, (key, how) in official_map(agent, layout).items():
+            value = state[key].detach().cpu().numpy()
+            if "*" in name:  # one reverie layer over several official ones, concatenated along the outputs
+                suffix = name.rsplit("/", 1)[1]
+                names = [f"{p}/{suffix}" for p in how]
+                offsets = np.cumsum([0] + [int(np.prod(np.shape(template[n]))) for n in names])[:-1]
+                parts = [positions(n) + o for n, o in zip(names, offsets)]
+                index = np.concatenate([p.T if p.ndim == 2 else p for p in parts], 0)
+                scatter(names, index, value)
+            else:
+                source = name.split("@")[0]
+                scatter([source], np.asarray(how(positions(source))), value)
+    return out
 
 
 def load_official(agent, params: dict[str, np.ndarray], layout: Layout | None = None) -> None:

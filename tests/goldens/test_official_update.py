@@ -134,3 +134,19 @@ def test_the_comparison_fails_without_the_dynamics_stop_gradient(name, monkeypat
     monkeypatch.setattr(categorical, "kl_losses", _kl_without_stop_gradient)
     problems = compare(name, "off")
     assert problems and not any("loss/" in p for p in problems), problems[:3]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_map_goes_both_ways(name):
+    """Official parameters loaded into reverie and written back in the official layout are the official ones."""
+    from reverie.agents.official import to_official
+
+    meta, arrays = load(name)
+    agent = build_agent(meta, arrays)
+    official = group(arrays, "init")
+    back = to_official(agent, official)
+    assert back.keys() <= official.keys() and len(back) > 20
+    for key, value in back.items():
+        np.testing.assert_array_equal(value, official[key], err_msg=key)
+    mapped = {k for k in official if not any(x in k for x in ("_count/", "/updates/", "/step"))}
+    assert mapped == set(back)
