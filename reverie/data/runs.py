@@ -34,7 +34,9 @@ def read_run(path: str | Path) -> list[Episode]:
     payload = load_checkpoint(path)
     if "replay_dir" not in payload:
         raise DatasetError(f"dataset error: the checkpoint {payload['checkpoint_path']} holds no replay snapshot; pass "
-                           f"a run directory written by `reverie train` or `reverie pretrain`")
+                           f"a run directory written by `reverie train` or `reverie pretrain`, or (init_from) set "
+                           f"init.keep_data=false to start from its weights alone (e.g. an imported official "
+                           f"checkpoint)")
     folder = Path(payload["replay_dir"])
     meta = Replay.verify(folder)
     # the replay context's stored latents are training state, not data: a dataset's rows have none

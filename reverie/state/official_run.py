@@ -4,8 +4,9 @@ The official code's parameters (:func:`reverie.agents.official.read_official_che
 ``ckpt/<stamp>/agent.pkl``, the 2023 code's ``checkpoint.ckpt``) go into the reverie agent that the given config
 builds (``agent=dreamerv3_2025`` for the 2025 code, ``agent=dreamerv3`` for 2023, with the official run's sizes
 and env) through the parameter map (:func:`reverie.agents.official.load_official`), and are written as the run
-folder's ``checkpoints/best.pt`` with its ``config.yaml``: ``reverie eval``, ``reverie play``, ``reverie imagine``
-and ``reverie train init_from=RUN`` then read it as any run's weights.
+folder's ``checkpoints/best.pt`` (and ``ckpt_0000000000.pt``, with fresh optimiser states) with its
+``config.yaml``: ``reverie eval``, ``reverie play``, ``reverie imagine`` and ``reverie train init_from=RUN`` then
+read it as any run's weights.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from omegaconf import OmegaConf
 
 from reverie.agents.official import dmc_layout, load_official, read_official_checkpoint
 from reverie.configs.compose import ConfigError, check_setup, load_config, make_run_dir
-from reverie.state.checkpoint import save_best
+from reverie.state.checkpoint import save_best, save_checkpoint
 
 AGENTS = {"2025": "dreamerv3_2025", "2023": "dreamerv3"}
 
@@ -53,6 +54,9 @@ def import_official(checkpoint: str | Path, overrides: list[str], root: str | Pa
                "eval_return": float("nan"), "eval_episodes": 0,
                "official": {"version": version, "checkpoint": str(Path(checkpoint).expanduser().resolve())}}
     save_best(run_dir / "checkpoints", payload)
+    # the same weights with fresh optimiser states as checkpoint 0, which `reverie train init_from=RUN` reads (an
+    # imported run has no loop state: it is a starting point, not a run to resume)
+    save_checkpoint(run_dir / "checkpoints", 0, payload | {"agent": agent.state_dict()}, keep=1)
     return run_dir
 
 

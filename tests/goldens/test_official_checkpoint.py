@@ -58,6 +58,16 @@ def test_an_official_checkpoint_imports_and_evaluates(version, tmp_path):
                                                  f"official{version}_vector_continuous.npz")[f"param2/{name}"])
     assert main(["eval", str(run_dir), "--episodes", "1", "--no-video", "--out", str(tmp_path / "eval")]) == 0
     assert (tmp_path / "eval" / "returns.json").is_file()
+    # init_from (with init.keep_data=false: an import holds no replay) loads the same weights into a new agent
+    from reverie.configs.compose import check_init, check_setup, load_config
+
+    cfg = load_config([*SIZES[version], *ENV, f"init_from={run_dir}", "init.keep_data=false"])
+    setup = check_setup(cfg)
+    assert check_init(cfg, setup, 1) is None
+    fresh = dict(setup[0].named_parameters())
+    for key, value in expected.items():
+        if key in fresh:
+            assert torch.equal(fresh[key].detach(), torch.as_tensor(value.copy())), key
 
 
 def test_a_checkpoint_of_the_other_version_or_size_is_refused_before_anything_is_written(tmp_path):
