@@ -103,23 +103,25 @@ class PolicyLag(nn.Module):
         self.pending_actor = copy.deepcopy(actor).requires_grad_(False)
         self.register_buffer("pending", torch.zeros((), dtype=torch.bool))
 
-    @torch.no_grad()
     def before_update(self, wm: nn.Module, actor: nn.Module) -> None:
         """The first update since the copy took the pending parameters: keep the ones it starts from."""
         if not bool(self.pending):
-            for mine, theirs in ((self.pending_wm, wm), (self.pending_actor, actor)):
-                for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()):
-                    a.copy_(b)
+            _copy_state(((self.pending_wm, wm), (self.pending_actor, actor)))
             self.pending.fill_(True)
 
-    @torch.no_grad()
     def acted(self) -> None:
         """After acting: the copy takes the pending parameters, if any."""
         if bool(self.pending):
-            for mine, theirs in ((self.wm, self.pending_wm), (self.actor, self.pending_actor)):
-                for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()):
-                    a.copy_(b)
+            _copy_state(((self.wm, self.pending_wm), (self.actor, self.pending_actor)))
             self.pending.fill_(False)
+
+
+@torch.no_grad()
+def _copy_state(pairs) -> None:
+    """Copy each ``(target, source)`` module pair's parameters and buffers (same architecture) in place."""
+    for target, source in pairs:
+        for a, b in zip(target.state_dict().values(), source.state_dict().values()):
+            a.copy_(b)
 
 
 class DreamerV3_2025(WorldModelAgent):

@@ -110,6 +110,21 @@ def _rows(order: list[tuple[str, int]], want: list[tuple[str, int]]) -> np.ndarr
     return np.concatenate([np.arange(start[k], start[k] + w) for k, w in want]).astype(np.int64)
 
 
+def _official_model(agent, dynamics: str, owner: str) -> tuple:
+    """``(world model, dynamics, D, S*K)`` of an agent with the official model: ``dynamics`` (the class name) and
+    the reconstruction objective.
+
+    Raises:
+        NotImplementedError: another dynamics or representation objective.
+    """
+    wm = agent.wm
+    if type(wm.dynamics).__name__ != dynamics or wm.representation.name != "reconstruction":
+        raise NotImplementedError(f"{owner}: only the official model maps ({dynamics} dynamics, "
+                                  f"representation=reconstruction)")
+    dyn = wm.dynamics
+    return wm, dyn, dyn.deter, dyn.stoch * dyn.classes
+
+
 def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie state-dict key, official -> reverie transform)}`` for a
     :class:`reverie.agents.DreamerV3_2025` with the official model (the block RSSM, reconstruction) on vector and
@@ -120,12 +135,7 @@ def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[st
     Raises:
         NotImplementedError: another dynamics or representation objective, or an image decoder without ``bspace``.
     """
-    wm = agent.wm
-    if type(wm.dynamics).__name__ != "BlockRSSM" or wm.representation.name != "reconstruction":
-        raise NotImplementedError("official_map_2025: only the official model maps (BlockRSSM dynamics, "
-                                  "representation=reconstruction)")
-    dyn = wm.dynamics
-    deter, stoch = dyn.deter, dyn.stoch * dyn.classes
+    wm, dyn, deter, stoch = _official_model(agent, "BlockRSSM", "official_map_2025")
     entries: dict[str, tuple[str, Transform]] = {}
     vector_tokens = image_tokens = 0
     if wm.encoder is not None:
@@ -215,8 +225,8 @@ def _mlp_2023(entries: dict, official: str, reverie: str, layers: int, first: Tr
 
 def official_map_2023(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie key, transform)}`` for a :class:`reverie.agents.DreamerV3` with the 2023 model
-    (:class:`reverie.models.dynamics.CategoricalRSSM`, reconstruction) on vector observations, against the 2023
-    official code (8fa35f8, ``agent/...`` names). Where the layouts differ: the RSSM's ``img_in`` kernel reads
+    (:class:`reverie.models.dynamics.CategoricalRSSM`, reconstruction) on vector and image observations, against
+    the 2023 official code (8fa35f8, ``agent/...`` names). Where the layouts differ: the RSSM's ``img_in`` kernel reads
     ``cat(stoch, action)`` and is reverie's ``in_z`` and ``in_a``; ``obs_out`` reads ``cat(deter, embed)`` and is
     ``post_h`` and ``post_e``; the GRU kernel reads ``cat(deter, x)`` officially and ``cat(x, deter)`` in reverie;
     the per-key decoder outputs (``dist_<key>/out``) and the actor's mean and std (``dist_out/out``,
@@ -224,14 +234,9 @@ def official_map_2023(agent, layout: Layout | None = None) -> dict[str, tuple[st
     :func:`official_map_2025` (the 2023 encoder concatenates its keys in the env's order, as reverie's ``vector``).
 
     Raises:
-        NotImplementedError: image observations, another dynamics or representation objective.
+        NotImplementedError: another dynamics or representation objective.
     """
-    wm = agent.wm
-    if type(wm.dynamics).__name__ != "CategoricalRSSM" or wm.representation.name != "reconstruction":
-        raise NotImplementedError("official_map_2023: only the official model maps (CategoricalRSSM dynamics, "
-                                  "representation=reconstruction)")
-    dyn = wm.dynamics
-    deter, stoch = dyn.deter, dyn.stoch * dyn.classes
+    wm, dyn, deter, stoch = _official_model(agent, "CategoricalRSSM", "official_map_2023")
     entries: dict[str, tuple[str, Transform]] = {}
     image_tokens = vector_tokens = 0
     if wm.image_encoder is not None:
@@ -328,68 +333,54 @@ def to_reverie(agent, params: dict[str, np.ndarray], layout: Layout | None = Non
     :func:`official_map` whose official arrays ``params`` holds."""
     out = {}
     for name, (key, how) in official_map(agent, layout).items():
-        if "*" in name:
-            suffix = name.rsplit("/", 1)[1]
-            parts = [f"{p}/{suffix}" for p in how]
-            if all(p in params for p in parts):
-                arrays = [np.asarray(params[p]) for p in parts]
-                out[key] = np.concatenate([a.T if a.ndim == 2 else a for a in arrays], 0)
+        sources = _sources(name, how)
+        if not all(source in params for source in sources):
             continue
-        source = name.split("@")[0]
-        if source in params:
-            out[key] = np.asarray(how(np.asarray(params[source])))
+        arrays = [np.asarray(params[source]) for source in sources]
+        if "*" in name:  # one reverie layer over several official ones, concatenated along the outputs
+            out[key] = np.concatenate([a.T if a.ndim == 2 else a for a in arrays], 0)
+        else:
+            out[key] = np.asarray(how(arrays[0]))
     return out
+
+
+def _sources(name: str, how: Transform | list[str]) -> list[str]:
+    """The official arrays one entry of :func:`official_map` reads: those listed for a ``*`` entry (with the
+    entry's last name part), else the name before any ``@``."""
+    if "*" in name:
+        return [f"{p}/{name.rsplit('/', 1)[1]}" for p in how]
+    return [name.split("@")[0]]
 
 
 def official_names(agent, layout: Layout | None = None) -> set[str]:
     """The official parameter names :func:`official_map` reads."""
-    names = set()
-    for name, (_, how) in official_map(agent, layout).items():
-        if "*" in name:
-            names |= {f"{p}/{name.rsplit('/', 1)[1]}" for p in how}
-        else:
-            names.add(name.split("@")[0])
-    return names
+    return {source for name, (_, how) in official_map(agent, layout).items() for source in _sources(name, how)}
 
 
 def to_official(agent, template: dict[str, np.ndarray], layout: Layout | None = None) -> dict[str, np.ndarray]:
     """The agent's parameters in the official layout, by official name: the inverse of :func:`load_official`.
     ``template`` (an official parameter dict of the same configuration, e.g. a checkpoint's or the official
-    agent's initial one) gives the official shapes; every transform of the map only moves entries, so each is
-    inverted by mapping the official positions through it.
+    agent's initial one) gives the official shapes; every transform of the map only moves entries, so the map
+    applied to the official arrays' positions (:func:`to_reverie` of position arrays) says where each reverie entry
+    goes.
 
     Raises:
         KeyError: ``template`` lacks an official parameter the map needs.
     """
+    names = sorted(official_names(agent, layout))
+    missing = [n for n in names if n not in template]
+    if missing:
+        raise KeyError(f"to_official: the template lacks {missing[0]!r}")
+    sizes = [int(np.prod(np.shape(template[n]))) for n in names]
+    starts = np.cumsum([0] + sizes)[:-1]
+    positions = {n: np.arange(start, start + size, dtype=np.int64).reshape(np.shape(template[n]))
+                 for n, start, size in zip(names, starts, sizes)}  # every official entry's place in one buffer
     state = dict(agent.named_parameters()) | dict(agent.named_buffers())
-    out: dict[str, np.ndarray] = {}
-
-    def positions(name: str) -> np.ndarray:  # the official array's flat positions, in its shape
-        if name not in template:
-            raise KeyError(f"to_official: the template lacks {name!r}")
-        return np.arange(int(np.prod(np.shape(template[name]))), dtype=np.int64).reshape(np.shape(template[name]))
-
-    def scatter(names: list[str], index: np.ndarray, value: np.ndarray) -> None:
-        sizes = [int(np.prod(np.shape(template[n]))) for n in names]
-        flat = np.concatenate([out.get(n, np.zeros(np.shape(template[n]), np.float32)).ravel() for n in names])
-        flat[index.ravel()] = value.ravel()
-        for n, part in zip(names, np.split(flat, np.cumsum(sizes)[:-1])):
-            out[n] = part.reshape(np.shape(template[n])).astype(np.asarray(template[n]).dtype)
-
-    with torch.no_grad():
-        for name, (key, how) in official_map(agent, layout).items():
-            value = state[key].detach().cpu().numpy()
-            if "*" in name:  # one reverie layer over several official ones, concatenated along the outputs
-                suffix = name.rsplit("/", 1)[1]
-                names = [f"{p}/{suffix}" for p in how]
-                offsets = np.cumsum([0] + [int(np.prod(np.shape(template[n]))) for n in names])[:-1]
-                parts = [positions(n) + o for n, o in zip(names, offsets)]
-                index = np.concatenate([p.T if p.ndim == 2 else p for p in parts], 0)
-                scatter(names, index, value)
-            else:
-                source = name.split("@")[0]
-                scatter([source], np.asarray(how(positions(source))), value)
-    return out
+    flat = np.zeros(sum(sizes), np.float64)
+    for key, index in to_reverie(agent, positions, layout).items():
+        flat[index.ravel()] = state[key].detach().cpu().double().numpy().ravel()
+    return {n: flat[start:start + size].reshape(np.shape(template[n])).astype(np.asarray(template[n]).dtype)
+            for n, start, size in zip(names, starts, sizes)}
 
 
 def load_official(agent, params: dict[str, np.ndarray], layout: Layout | None = None) -> None:

@@ -5,7 +5,6 @@ episode video."""
 from __future__ import annotations
 
 import re
-
 import time
 from typing import Any
 

@@ -147,7 +147,6 @@ class RecordedDraws:
     def categorical(self, probs: torch.Tensor, unimix: float) -> torch.Tensor:
         k = probs.shape[-1]
         mixed = (1.0 - unimix) * probs.double() + unimix / k
-        lead = probs.shape[0]
         key = ("categorical", tuple(probs.shape[1:]))
         if key not in self.rows and tuple(probs.shape) in self.extra_shapes:  # a draw the official code does not make
             self.extra.append(tuple(probs.shape))

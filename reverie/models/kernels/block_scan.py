@@ -139,13 +139,14 @@ class _BlockObserveScan(torch.autograd.Function):
             probs, stochs = new(T, B, S, K, dtype=pd), new(T, B, S, K, dtype=pd)
             # the draws of all steps (unimix_index's, one uniform per latent and step, drawn in the loop's order:
             # rand of (T, B, S, 1) gives the numbers of T calls of (B, S, 1)), then per step only the CDF search
-            # (with a draw source installed, reverie.models.draws, each step asks it instead)
             source = draws.source()
-            u = torch.rand(T, B, S, 1, device=ax.device, dtype=torch.float32) if source is None else ax.new_zeros(T)
-            target = ((u - spec.unimix) * (1.0 / (1.0 - spec.unimix))).to(pd)
-            uniform = (u < spec.unimix, (u * (K / spec.unimix)).long().clamp_(max=K - 1)) if spec.unimix > 0 else None
-            if source is not None:
-                uniform = None
+            if source is None:
+                u = torch.rand(T, B, S, 1, device=ax.device, dtype=torch.float32)
+                target = ((u - spec.unimix) * (1.0 / (1.0 - spec.unimix))).to(pd)
+                uniform = (u < spec.unimix, (u * (K / spec.unimix)).long().clamp_(max=K - 1)) \
+                    if spec.unimix > 0 else None
+            else:  # a draw source is installed (reverie.models.draws): each step asks it instead
+                target, uniform = ax.new_zeros(T), None
             steps = zip(prev, z, a0, a1, n0, n1_, x, pre, npre, y, sr, cand, ct, upd, q, nq_, p1, *rstd, deters, logits,
                         probs, stochs, ax, ex, target)  # each buffer's views of step t, made once
             h, s = deter0, stoch0
