@@ -19,6 +19,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
+from reverie.envs.gl import select_gl
+
 SCALES = {"reacher_subtle": 1 / 3, "finger_turn_subtle": 1 / 2, "point_mass_subtle": 1 / 6,
           "ball_in_cup_catch_subtle": 1 / 12, "cartpole_swingup_subtle": 1 / 20}
 TASKS = tuple(SCALES)
@@ -114,4 +116,5 @@ def load(name: str, task_kwargs: dict | None = None, environment_kwargs: dict | 
     extra = sorted(set(task_kwargs or {}) - {"random"})
     if extra:
         raise ValueError(f"DMC-Subtle tasks take only task_kwargs.random, got {extra}")
+    select_gl(required=False)  # dm_control fixes its OpenGL backend at import: choose it first (glfw fails headless)
     return BUILDERS[name]((task_kwargs or {}).get("random"), environment_kwargs)

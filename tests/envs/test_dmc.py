@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 pytest.importorskip("dm_control", reason="DMC tests need dm_control and mujoco<4: pip install -e '.[dmc]'")
 
 from reverie.envs import dmc, make_env  # noqa: E402
+from reverie.envs import gl as gl_backend  # noqa: E402
 
 CONFIGS = "reverie/configs/env"
 
@@ -142,7 +143,7 @@ def fresh_gl(monkeypatch):
     """select_gl as in a new process: no MUJOCO_GL, dm_control's renderer not imported, nothing probed yet."""
     monkeypatch.delenv("MUJOCO_GL", raising=False)
     monkeypatch.delitem(sys.modules, "dm_control._render", raising=False)
-    monkeypatch.setattr(dmc, "_gl_failures", {})
+    monkeypatch.setattr(gl_backend, "_gl_failures", {})
 
 
 def test_gl_prefers_egl_then_osmesa(fresh_gl, monkeypatch):
@@ -152,21 +153,21 @@ def test_gl_prefers_egl_then_osmesa(fresh_gl, monkeypatch):
         tried.append(cmd[-1])
         return _Done(0 if cmd[-1] == "osmesa" else 1, "EGL: no display")
 
-    monkeypatch.setattr(dmc.subprocess, "run", run)
-    assert dmc.select_gl() == "osmesa" and tried == ["egl", "osmesa"]
+    monkeypatch.setattr(gl_backend.subprocess, "run", run)
+    assert gl_backend.select_gl() == "osmesa" and tried == ["egl", "osmesa"]
     import os
 
     assert os.environ["MUJOCO_GL"] == "osmesa"
 
 
 def test_gl_error_names_the_debian_packages(fresh_gl, monkeypatch):
-    monkeypatch.setattr(dmc.subprocess, "run", lambda cmd, **kwargs: _Done(1, "ImportError: cannot load library"))
-    with pytest.raises(dmc.GLUnavailableError,
+    monkeypatch.setattr(gl_backend.subprocess, "run", lambda cmd, **kwargs: _Done(1, "ImportError: cannot load library"))
+    with pytest.raises(gl_backend.GLUnavailableError,
                        match=r"apt-get install -y libegl1 libgl1.*apt-get install -y libosmesa6"):
-        dmc.select_gl(required=True)
-    with pytest.raises(dmc.GLUnavailableError, match="MUJOCO_GL=egl: ImportError: cannot load library"):
-        dmc.select_gl(required=True)  # remembered: no second probe, same clear error
-    assert dmc.select_gl(required=False) == "disable"  # proprio-only runs go on without GL
+        gl_backend.select_gl(required=True)
+    with pytest.raises(gl_backend.GLUnavailableError, match="MUJOCO_GL=egl: ImportError: cannot load library"):
+        gl_backend.select_gl(required=True)  # remembered: no second probe, same clear error
+    assert gl_backend.select_gl(required=False) == "disable"  # proprio-only runs go on without GL
 
 
 def test_suggestions_are_real_task_names():

@@ -5,9 +5,16 @@ import pytest
 
 pytest.importorskip("dm_control", reason="DMC tests need dm_control and mujoco<4: pip install -e '.[dmc]'")
 
-from dm_control import suite  # noqa: E402
+from reverie.envs import dmc, dmc_subtle, make_env  # noqa: E402
 
-from reverie.envs import dmc_subtle, make_env  # noqa: E402
+
+def _suite():
+    """dm_control's suite, imported only after select_gl: importing it first (at collection, as this module once did)
+    fixes dm_control's backend to glfw in this worker, and every later pixel test there fails headless."""
+    dmc.select_gl(required=False)
+    from dm_control import suite
+
+    return suite
 
 # (subtle task, suite domain and task it scales, geoms (finger: the site) scaled, scale)
 CASES = [("reacher_subtle", "reacher", "hard", ["target"], 1 / 3),
@@ -20,7 +27,7 @@ CASES = [("reacher_subtle", "reacher", "hard", ["target"], 1 / 3),
 @pytest.mark.parametrize("name, domain, task, geoms, scale", CASES)
 def test_each_subtle_task_is_its_suite_task_with_the_object_scaled(name, domain, task, geoms, scale):
     subtle = dmc_subtle.load(name, {"random": 0})
-    plain = suite.load(domain, task, task_kwargs={"random": 0})
+    plain = _suite().load(domain, task, task_kwargs={"random": 0})
     subtle.reset(), plain.reset()  # reacher and finger size their targets at each reset
     for geom in geoms:  # finger's target is a site, the others are geoms
         sizes = "site_size" if name == "finger_turn_subtle" else "geom_size"
