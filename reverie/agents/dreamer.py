@@ -7,7 +7,6 @@ size presets set the widths.
 from __future__ import annotations
 
 import copy
-from contextlib import nullcontext
 from functools import partial
 from typing import Any, Callable
 
@@ -15,8 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from reverie.agents import objectives
 from reverie.agents.base import WorldModelAgent, adam, loss_scale_table
 from reverie.agents.dreamer_planning import make_dreamer_planner
+from reverie.agents.objectives import Backprop, Reinforce
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.models.distributions import BoundedNormal, TwoHotSymlog, UnimixCategorical, unimix_sample
 from reverie.models.dynamics import CategoricalRSSM, Dynamics, check_dynamics
@@ -189,6 +190,9 @@ class DreamerV3(WorldModelAgent):
                              f"reference's default; backprop: the return's gradient through the imagined dynamics "
                              f"with straight-through one-hot actions), got {actor_grad_disc!r}")
         self.actor_grad_disc = actor_grad_disc
+        # the actor's gradient estimator, chosen once (reverie.agents.objectives): REINFORCE for discrete actions
+        # by default, backprop for continuous ones always and for discrete ones with actor_grad_disc=backprop
+        self.estimator = "reinforce" if action_spec.discrete and actor_grad_disc == "reinforce" else "backprop"
         self.planner = make_dreamer_planner(action_spec, planner, plan)  # None: the actor acts
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
         self.model_clip, self.ac_clip = model_clip, ac_clip
@@ -305,10 +309,7 @@ class DreamerV3(WorldModelAgent):
                                                                    int]:
         """World model (eq. 4-5): losses, one guarded optimiser step; returns ``(metrics, posterior, skipped)``."""
         losses, post, info = self.wm.loss(data)
-        if losses.keys() != self.loss_scales.keys():  # a dynamics whose loss() returned other keys than its loss_keys
-            raise RuntimeError(f"DreamerV3: the world model returned the losses {sorted(losses)}, its scales are for "
-                               f"{sorted(self.loss_scales)} (a dynamics' loss() must return its loss_keys)")
-        model_loss = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
+        model_loss = objectives.weighted_sum(losses, self.loss_scales, "DreamerV3")
         grad_norm, skipped = self._step(self.model_opt, model_loss, self.wm.parameters(), self.model_clip)
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
@@ -332,83 +333,52 @@ class DreamerV3(WorldModelAgent):
             return self.actor_tape(self.actor.net, self.horizon)
         return ActorPasses(self.actor.net)
 
+    def _estimator(self) -> Reinforce | Backprop:
+        """This update's actor gradient estimator, of the kind chosen at construction (:attr:`estimator`)."""
+        if self.estimator == "reinforce":
+            return Reinforce(self.actor, self._actor_passes(), fast=self.fast)
+        return Backprop(self.actor)
+
     def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``."""
-        dynamics = self.wm.dynamics
-        # `reinforce`: discrete actions by REINFORCE (actor_grad_disc, the default); else backprop (continuous
-        # actions always; discrete ones with actor_grad_disc=backprop, through straight-through one-hot samples)
-        reinforce = self.spec.discrete and self.actor_grad_disc == "reinforce"
-        dists: list[torch.distributions.Distribution] = []  # backprop: pi(. | s_t), t = 0..H, for the actor loss
-        passes = self._actor_passes()
-
-        def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
-            feat = dynamics.features(state).to(self.compute_dtype)  # (N, F)
-            if reinforce:  # sampling only (no grad); the actor loss evaluates pi on all steps at once below
-                return self.actor.sample(passes(feat), fast=self.fast)
-            dist = self.actor(feat.detach())  # the actor's input is detached; its action is not
-            dists.append(dist)
-            return dist.rsample()  # continuous: reparameterised; discrete: straight-through one-hot
-
-        # REINFORCE: the rollout needs no gradients. Backprop: the returns' gradient flows through the dynamics
-        # (straight through the world model into the actions).
-        with torch.no_grad() if reinforce else nullcontext():
-            states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
-            feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F), cast once, read by every head
+        """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``
+        (2023 ``agent.py`` ``ImagActorCritic``; :mod:`reverie.agents.objectives`)."""
+        dynamics, estimator = self.wm.dynamics, self._estimator()
+        with torch.set_grad_enabled(estimator.grad):  # REINFORCE: no gradient; backprop: through the rollout
+            states, actions = dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(self.compute_dtype)),
+                                               start, self.horizon)  # (H+1, N, ...)
+            feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F)
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
             cont_dist = self.wm.cont(feat[1:])  # Bernoulli over (H, N)
             cont_step = cont_dist.mode if self.imag_cont == "mode" else cont_dist.mean  # 0/1 or the probability
             cont = torch.cat([start_cont[None], cont_step.to(start_cont.dtype)])  # start's own flag is known
-        # REINFORCE: one critic pass serves the returns (detached) and the critic loss, and one softmax of it the
-        # values and the loss's backward. Backprop: the returns need values differentiable in the imagined
-        # states, so the critic loss gets its own pass below.
-        critic_probs = None
-        with torch.enable_grad() if reinforce else nullcontext():
-            critic_out = self.critic(feat)  # (H+1, N, 255)
-        if reinforce:
-            with torch.no_grad():
-                critic_probs = torch.softmax(critic_out, -1, dtype=torch.promote_types(critic_out.dtype,
-                                                                                        torch.float32))
-                value = TwoHotSymlog(critic_out, probs=critic_probs).mean  # (H+1, N)
-        else:
-            value = TwoHotSymlog(critic_out).mean  # (H+1, N)
-        ret = lambda_return(reward, value.detach() if reinforce else value, cont, self.gamma, self.lam)  # (H, N)
+            value = TwoHotSymlog(self.critic(feat)).mean  # (H+1, N)
+        ret = lambda_return(reward, value, cont, self.gamma, self.lam)  # (H, N)
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
-        # --- actor: advantage at t weights log pi(a_t | s_t), a_t sampled at s_t (eq. 8-9) ---
+        # --- actor ---
         all_ret = all_gather_cat(ret.detach().flatten())  # data parallel: every rank's returns, one global scale
         finite_ret = bool(torch.isfinite(all_ret).all())  # a non-finite return must not poison the normaliser's EMAs
         retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the actor's step is skipped
         if finite_ret:
             self.retnorm.update(all_ret)
         scale = self.retnorm.scale()
-        # backprop: the baseline keeps its gradient through the imagined states, as the 2023 reference's
-        # `adv = normed_ret - normed_base` with `base = value[:-1]` (agent.py, ImagActorCritic.loss);
-        # REINFORCE weights log pi by the detached advantage either way
-        adv = (ret - value[:-1]) / scale  # (H, N)
-        if reinforce:  # pi(. | s_t) for t < H: the rollout's passes (same weights, same states: the same values)
-            policy_dist = self.actor.dist(passes.replay(feat[:-1].detach()))  # (H, N)
-            objective = policy_dist.log_prob(actions[:-1]) * adv.detach()  # (H, N)
-            entropy = policy_dist.entropy()  # (H, N)
-        else:
-            objective = adv
-            entropy = torch.stack([dists[t].entropy() for t in range(self.horizon)])  # (H, N)
-        actor_loss = -(weight * (objective + self.actor_entropy * entropy)).mean()
+        adv = objectives.advantage(ret, value[:-1], scale)  # (H, N); backprop: the baseline keeps its gradient
+        actor_loss, entropy = estimator.loss(feat, actions, adv, weight, self.actor_entropy)
+        actor_loss = actor_loss.mean()
         actor_norm, skipped = self._step(self.actor_opt, actor_loss, self.actor.parameters(), self.ac_clip,
                                          ok=finite_ret)
-        passes.clear()  # the tape's activations are not needed after the actor's backward pass
+        estimator.close()
         if skipped:  # a skipped step changes nothing (the Agent protocol's guard): the normaliser goes back too
             with torch.no_grad():
                 self.retnorm.low.copy_(retnorm[0])
                 self.retnorm.high.copy_(retnorm[1])
 
-        # --- critic: two-hot regression to the lambda-return, regularised towards the slow critic ---
+        # --- critic ---
         critic_feat = feat[:-1].detach()
-        critic_dist = TwoHotSymlog(critic_out[:-1], probs=critic_probs[:-1], fast=self.fast) if reinforce else \
-            TwoHotSymlog(self.critic(critic_feat), fast=self.fast)
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean
-        critic_loss = -critic_dist.log_prob_mix([ret.detach(), slow_target], [1.0, self.slow_reg])  # (H, N)
-        critic_loss = (weight * critic_loss).mean()
+        critic_dist = TwoHotSymlog(self.critic(critic_feat), fast=self.fast)
+        critic_loss = objectives.critic_loss(critic_dist, ret, slow_target, weight, self.slow_reg).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
         if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value
             # the first step taken copies the critic (2023 jaxutils.SlowUpdater: mix 1 at its first call), every

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from reverie.agents import objectives
 from reverie.agents.base import WorldModelAgent, loss_scale_table
 from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
@@ -366,11 +367,8 @@ class DreamerV3_2025(WorldModelAgent):
             rows = {"feat": feat[-K:], "reward": data["reward"][-K:], "is_terminal": data["is_terminal"][-K:],
                     "is_last": last[-K:], "boot": imag["ret"][0].detach().view(K, B)}  # (K*B,) -> (K, B)
             losses["repval"] = self._replay_value_loss(rows)
-        expected = self.loss_scales.keys() - ({"repval"} if not self.loss_scales["repval"] else set())
-        if losses.keys() != expected:  # a dynamics whose loss() returned other keys than its loss_keys
-            raise RuntimeError(f"DreamerV3_2025: the update's losses are {sorted(losses)}, its scales are for "
-                               f"{sorted(expected)} (a dynamics' loss() must return its loss_keys)")
-        total = sum(self.loss_scales[k] * v.mean() for k, v in losses.items())
+        scales = {k: v for k, v in self.loss_scales.items() if k != "repval" or v}  # repval 0: not computed
+        total = objectives.weighted_sum(losses, scales, "DreamerV3_2025")
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics["loss/model"] = sum(self.loss_scales[k] * losses[k].detach().mean() for k in wm.loss_keys)
         metrics["loss/total"] = total.detach()
@@ -413,13 +411,13 @@ class DreamerV3_2025(WorldModelAgent):
         if bool(torch.isfinite(gathered).all()):  # a non-finite return must not move the normaliser
             self.retnorm.update(gathered)
         scale = self.retnorm.scale()
-        adv = (ret - value[:-1]) / scale  # (H, N)
+        adv = objectives.advantage(ret, value[:-1], scale)  # (H, N)
         policy = self.actor(feat[:-1])  # pi(. | s_t), t < H
-        logpi = policy.log_prob(imag["action"][:-1])  # (H, N)
         entropy = policy.entropy()  # (H, N)
-        policy_loss = -weight * (logpi * adv.detach() + self.actor_entropy * entropy)
-        value_loss = -weight * TwoHotSymexp(value_out, probs=probs, fast=self.fast).log_prob_mix(
-            [ret, imag["slow"]], [1.0, self.slow_reg])
+        policy_loss = objectives.reinforce_policy_loss(policy.log_prob(imag["action"][:-1]), adv, entropy, weight,
+                                                       self.actor_entropy)
+        value_loss = objectives.critic_loss(TwoHotSymexp(value_out, probs=probs, fast=self.fast), ret, imag["slow"],
+                                            weight, self.slow_reg)
         imag["ret"] = ret
         imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
                            "return/low": self.retnorm.low.clone(), "return/high": self.retnorm.high.clone(),
@@ -444,7 +442,7 @@ class DreamerV3_2025(WorldModelAgent):
             slow = TwoHotSymexp(self.slow_critic(feat)).mean  # (K-1, B)
         ret = replay_returns(rows["reward"], rows["boot"], rows["is_terminal"], rows["is_last"], self.gamma, self.lam)
         weight = 1.0 - rows["is_last"][:-1].float()  # (K-1, B)
-        return -weight * TwoHotSymexp(value_out, fast=self.fast).log_prob_mix([ret, slow], [1.0, self.slow_reg])
+        return objectives.critic_loss(TwoHotSymexp(value_out, fast=self.fast), ret, slow, weight, self.slow_reg)
 
     def _optimize(self, loss: torch.Tensor, finite_returns: bool,
                   retnorm: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:

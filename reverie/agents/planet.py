@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from reverie.agents import objectives
 from reverie.agents.base import WorldModelAgent, adam, loss_scale_table
 from reverie.agents.dreamer_planning import PLANNERS
 from reverie.agents.planning import WorldModelPlanning, make_planner
@@ -164,7 +165,7 @@ class PlaNet(WorldModelAgent):
         ``sum_k loss_scales[k] * mean over (T, B) of losses[k]`` (reference ``training/utility.py:233-257``: each
         objective's ``reduce_mean``, times its scale, summed). Returns ``(loss, losses (T, B) each, info)``."""
         losses, _, info = self.wm.loss(data)
-        return sum(self.loss_scales[k] * v.mean() for k, v in losses.items()), losses, info
+        return objectives.weighted_sum(losses, self.loss_scales, "PlaNet"), losses, info
 
 
 def tf_adam_epsilon(opt: torch.optim.Adam, eps: float) -> None:

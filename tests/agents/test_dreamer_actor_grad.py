@@ -57,7 +57,7 @@ def test_backprop_actor_gradient_is_the_reference_through_straight_through_actio
     # the same agent, the same draws, by REINFORCE (the default): another gradient
     torch.set_rng_state(rng)
     agent.retnorm.load_state_dict(norm)
-    agent.actor_grad_disc = "reinforce"
+    agent.estimator = "reinforce"  # the estimator is chosen at construction: switch it here
     reinforce = behaviour_actor_grads(agent, start, start_cont)
     diff = sum(float((e - r).norm()) for e, r in zip(expected, reinforce))
     assert diff > 0.1 * sum(float(e.norm()) for e in expected)

@@ -85,5 +85,5 @@ def test_a_loss_function_that_returns_other_keys_than_declared_stops_the_update(
         return losses | {"new_term": losses["dyn"]}, info
 
     agent.wm.dynamics.loss = extra
-    with pytest.raises(RuntimeError, match=r"returned the losses .*'new_term'.*its scales are for"):
+    with pytest.raises(RuntimeError, match=r"the update's losses are .*'new_term'.*its scales are for"):
         agent.update(random_batch(4, 2, seed=0) | {"is_first": np.ones((4, 2), bool)})

@@ -1,0 +1,118 @@
+"""The objectives the agents minimise, as plain functions of tensors: read them beside the papers.
+
+Imagined rows are ``(H, N)`` (horizon, starts), replayed rows ``(T, B)``. Each function returns the per-row loss;
+the agent takes its mean. The world model's own terms (decoder or representation objective, reward, continue, the
+KL terms with free nats) are in :meth:`reverie.models.world_model.WorldModel.loss` and the dynamics' ``loss``
+(:func:`reverie.models.dynamics.categorical.kl_losses`, :func:`reverie.models.dynamics.gaussian.free_nats_hinge`);
+every agent adds them up with :func:`weighted_sum`.
+
+Gradient estimators of the actor (2023 ``actor_grad_disc`` / ``actor_grad_cont``), one chosen per agent at
+construction: :class:`Reinforce` samples the rollout without gradient and weighs ``log pi`` by the detached
+advantage; :class:`Backprop` lets the return's gradient flow through the imagined dynamics into the actions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from reverie.models.distributions import TwoHotSymlog
+
+
+def weighted_sum(losses: dict[str, torch.Tensor], scales: dict[str, float], owner: str) -> torch.Tensor:
+    """``sum_k scales[k] * mean(losses[k])``, the one total of every agent (official ``agent.py:237-240``).
+
+    Raises:
+        RuntimeError: the loss keys differ from the scale keys as sets (a dynamics or objective returned a loss
+            that has no scale, or none for a scale): the message names both.
+    """
+    if losses.keys() != scales.keys():
+        raise RuntimeError(f"{owner}: the update's losses are {sorted(losses)}, its scales are for {sorted(scales)} "
+                           f"(a dynamics' or objective's loss() must return exactly its loss_keys)")
+    return sum(scales[k] * v.mean() for k, v in losses.items())
+
+
+def advantage(ret: torch.Tensor, value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``(R_t - v(s_t)) / S`` ``(H, N)``: the lambda-return over the critic's value, in units of the return scale
+    ``S`` (:class:`reverie.agents.returns.ReturnNormalizer`; DreamerV3 section 4, actor learning)."""
+    return (ret - value) / scale
+
+
+def reinforce_policy_loss(log_prob: torch.Tensor, adv: torch.Tensor, entropy: torch.Tensor, weight: torch.Tensor,
+                          entropy_scale: float) -> torch.Tensor:
+    """``-w_t (log pi(a_t | s_t) sg(A_t) + eta H[pi(. | s_t)])`` ``(H, N)`` (2023 ``agent.py``
+    ``ImagActorCritic.loss`` ``'reinforce'``; 2025 ``imag_loss``). All arguments ``(H, N)``; ``weight`` detached."""
+    return -weight * (log_prob * adv.detach() + entropy_scale * entropy)
+
+
+def backprop_policy_loss(adv: torch.Tensor, entropy: torch.Tensor, weight: torch.Tensor,
+                         entropy_scale: float) -> torch.Tensor:
+    """``-w_t (A_t + eta H[pi(. | s_t)])`` ``(H, N)``: the advantage itself is maximised, its gradient flowing
+    through the imagined states into the actions (2023 ``agent.py`` ``'backprop': -adv``)."""
+    return -weight * (adv + entropy_scale * entropy)
+
+
+def critic_loss(value: TwoHotSymlog, ret: torch.Tensor, slow: torch.Tensor, weight: torch.Tensor,
+                slow_reg: float) -> torch.Tensor:
+    """``-w_t (log p(sg(R_t) | s_t) + slow_reg log p(v_slow(s_t) | s_t))`` ``(H, N)``: two-hot regression of the
+    critic distribution ``value`` to the lambda-return, regularised towards the slow critic's mean ``slow``
+    (2023 ``agent.py`` ``VFunction.loss``; 2025 ``imag_loss`` ``value``, and ``repl_loss`` on replayed rows)."""
+    return -weight * value.log_prob_mix([ret.detach(), slow.detach()], [1.0, slow_reg])
+
+
+class Reinforce:
+    """REINFORCE for a discrete actor (2023 ``actor_grad_disc: reinforce``, the default; the 2025 agent's only
+    estimator): the rollout samples without gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps
+    at once. ``passes``: the actor network's passes (``passes(feat)`` per step, ``passes.replay(feats)`` for the
+    loss; a recording tape under kernels, else the network twice)."""
+
+    grad = False  # the rollout runs under no_grad
+
+    def __init__(self, actor: nn.Module, passes, fast: bool = False):
+        self.actor, self.passes, self.fast = actor, passes, fast
+
+    def act(self, feat: torch.Tensor) -> torch.Tensor:
+        """A one-hot action ``(N, A)`` from features ``(N, F)``."""
+        return self.actor.sample(self.passes(feat), fast=self.fast)
+
+    def loss(self, feat: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,
+             entropy_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss (H, N), entropy (H, N))`` from the rollout's ``feat (H+1, N, F)`` and ``action (H+1, N, A)``."""
+        policy = self.actor.dist(self.passes.replay(feat[:-1].detach()))  # pi(. | s_t), t < H
+        entropy = policy.entropy()
+        return reinforce_policy_loss(policy.log_prob(action[:-1]), adv, entropy, weight, entropy_scale), entropy
+
+    def close(self) -> None:
+        """Drops what the passes recorded (after the actor's backward pass)."""
+        self.passes.clear()
+
+
+class Backprop:
+    """Backprop through the imagined dynamics (2023 ``actor_grad_cont: backprop``; discrete actions with
+    ``actor_grad_disc: backprop`` through straight-through one-hot samples): the rollout keeps its gradient."""
+
+    grad = True
+
+    def __init__(self, actor: nn.Module):
+        self.actor, self.entropies = actor, []
+
+    def act(self, feat: torch.Tensor) -> torch.Tensor:
+        """A reparameterised (continuous) or straight-through one-hot (discrete) action ``(N, A)``; the actor's
+        input is detached, its action is not."""
+        policy = self.actor(feat.detach())
+        self.entropies.append(policy.entropy())
+        return policy.rsample()
+
+    def loss(self, feat: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,
+             entropy_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss (H, N), entropy (H, N))``; ``adv`` carries the gradient of the rollout."""
+        entropy = torch.stack(self.entropies[:adv.shape[0]])
+        return backprop_policy_loss(adv, entropy, weight, entropy_scale), entropy
+
+    def close(self) -> None:
+        self.entropies = []
+
+
+ESTIMATORS: dict[str, Callable[..., Reinforce | Backprop]] = {"reinforce": Reinforce, "backprop": Backprop}
