@@ -16,6 +16,21 @@ from reverie.runtime.collectives import all_finite, average_gradients
 from reverie.runtime.precision import resolve_precision
 
 
+class UpdateResult(dict):
+    """What ``update`` returns: the metrics ``{name: float}`` (this dict; ``guard/nonfinite`` among them for the
+    logs), ``skipped`` (optimiser steps the guard skipped in this update: the loop reads this, not the metric) and
+    ``replay_writes`` (``{replay key: (T, B, ...) array}`` to write back into the sampled rows, or None)."""
+
+    def __init__(self, metrics: dict[str, float], skipped: int = 0, replay_writes: dict | None = None):
+        super().__init__(metrics)
+        self.skipped, self.replay_writes = int(skipped), replay_writes
+
+    @classmethod
+    def of(cls, result: dict[str, float]) -> UpdateResult:
+        """``result`` itself, or a plain dict of metrics (another agent's) as a result with nothing skipped."""
+        return result if isinstance(result, cls) else cls(result)
+
+
 class Agent(Protocol):
     """What ``reverie.train`` needs from an agent.
 
@@ -24,11 +39,11 @@ class Agent(Protocol):
       returns ``(action (N, A) float32 numpy, new_state)``. Runs under ``torch.inference_mode``; no side
       effects on parameters. ``mode`` is ``"explore"`` (training collection), ``"eval"`` (policy mode) or
       ``"sample"`` (evaluation with sampled actions).
-    - ``update(batch)``: one gradient update on a replay batch of ``(T, B, ...)`` numpy arrays; returns
-      float metrics. Guard (issue 6): an optimiser step whose loss or gradient norm is non-finite must be
-      skipped (parameters, optimiser moments and step counts, normalisers and slow copies that follow the step:
-      the whole saved state that step would change, ``tests/agents/test_guard.py``) and counted in the metric
-      ``guard/nonfinite`` (skipped steps in this update; 0 or absent when none). ``train`` warns on each such
+    - ``update(batch)``: one gradient update on a replay batch of ``(T, B, ...)`` numpy arrays; returns an
+      :class:`UpdateResult` (float metrics; a plain dict of metrics counts as nothing skipped, no writes). Guard
+      (issue 6): an optimiser step whose loss or gradient norm is non-finite must be skipped (parameters,
+      optimiser moments and step counts, normalisers and slow copies that follow the step: the whole saved state
+      that step would change, ``tests/agents/test_guard.py``) and counted in ``UpdateResult.skipped``. ``train`` warns on each such
       update and stops the run, with a checkpoint, after ``train.max_nonfinite_updates`` in a row.
     - ``state_dict()`` / ``load_state_dict()``: everything the agent needs to continue exactly (parameters,
       optimisers, slow networks, normalisers), as picklable tensors and plain values. The loop saves
@@ -209,10 +224,12 @@ class WorldModelAgent(nn.Module):
         return self.wm.tensors({k: batch[k] for k in keys})
 
     @staticmethod
-    def _metric_floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-        """``update``'s common end: scalar tensors -> floats with one host sync for all of them."""
+    def _result(metrics: dict[str, torch.Tensor], skipped: int, replay_writes: dict | None = None) -> UpdateResult:
+        """``update``'s common end: scalar tensors -> floats with one host sync for all of them, ``skipped`` also
+        logged as ``guard/nonfinite``."""
+        metrics = metrics | {"guard/nonfinite": torch.tensor(float(skipped))}
         values = torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in metrics.values()]).tolist()
-        return dict(zip(metrics.keys(), values))
+        return UpdateResult(dict(zip(metrics.keys(), values)), skipped, replay_writes)
 
     def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
         """``{"modules": nn.Module state, <optimiser name>: its state, ...}``; with arguments, plain ``nn.Module``."""

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from reverie.agents import objectives
-from reverie.agents.base import WorldModelAgent, adam, loss_scale_table
+from reverie.agents.base import UpdateResult, WorldModelAgent, adam, loss_scale_table
 from reverie.agents.dreamer_planning import make_dreamer_planner
 from reverie.agents.objectives import Backprop, Reinforce
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
@@ -272,7 +272,7 @@ class DreamerV3(WorldModelAgent):
         return action.cpu().numpy().astype(np.float32), (post, action)
 
     # ----------------------------------------------------------------------------------------------- learning
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
         """One DreamerV3 update: world model, then actor and critic on imagined trajectories.
 
         Args:
@@ -281,22 +281,22 @@ class DreamerV3(WorldModelAgent):
 
         Returns:
             metrics: world-model losses (``loss/<key>``), ``kl``, entropies, actor/critic losses, return and
-            advantage statistics, gradient norms, ``guard/nonfinite`` (optimiser steps skipped).
+            advantage statistics, gradient norms; ``skipped``: optimiser steps skipped (of 3).
         """
         with autocast(self.device, self.compute_dtype):
-            metrics = self._update(self._inputs(batch))
-        return self._metric_floats(metrics)
+            metrics, skipped = self._update(self._inputs(batch))
+        return self._result(metrics, skipped)
 
-    def update_model(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    def update_model(self, batch: dict[str, np.ndarray]) -> UpdateResult:
         """The world-model step of :meth:`update` alone (offline pretraining, ``reverie pretrain``): the same loss,
         optimiser step and guard; actor, critic, slow critic and return normaliser are left as they are.
 
         Returns:
-            metrics: the world-model metrics of :meth:`update` and ``guard/nonfinite``.
+            the world-model metrics of :meth:`update`; ``skipped``: 1 when the step was skipped.
         """
         with autocast(self.device, self.compute_dtype):
             metrics, _, skipped = self._model_step(self._inputs(batch))
-        return self._metric_floats(metrics | {"guard/nonfinite": torch.tensor(float(skipped))})
+        return self._result(metrics, skipped)
 
     def _inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         data = self._update_inputs(batch)
@@ -315,16 +315,15 @@ class DreamerV3(WorldModelAgent):
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
         return metrics, post, skipped
 
-    def _update(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _update(self, data: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         metrics, post, skipped = self._model_step(data)
         # --- imagination from every posterior state (section 4), or from the last imag_last rows ---
         last = min(self.imag_last, data["is_first"].shape[0])  # K rows (0: all T)
         start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}  # (K*B, ...), time-major
         rows = slice(-last, None) if last else slice(None)
         start_cont = 1.0 - data["is_terminal"][rows].flatten(0, 1).to(data["reward"].dtype)  # (K, B) -> (K*B,)
-        behavior = self._behavior(start, start_cont)
-        metrics["guard/nonfinite"] = torch.tensor(float(skipped + behavior.pop("guard/nonfinite")))
-        return metrics | behavior
+        behavior, behavior_skipped = self._behavior(start, start_cont)
+        return metrics | behavior, skipped + behavior_skipped
 
     def _actor_passes(self) -> ActorPasses:
         """The discrete actor's rollout passes: recorded and differentiated at once by the tape (kernels, CPU: the
@@ -339,9 +338,10 @@ class DreamerV3(WorldModelAgent):
             return Reinforce(self.actor, self._actor_passes(), fast=self.fast)
         return Backprop(self.actor)
 
-    def _behavior(self, start: dict[str, torch.Tensor], start_cont: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Actor and critic losses on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``
-        (2023 ``agent.py`` ``ImagActorCritic``; :mod:`reverie.agents.objectives`)."""
+    def _behavior(self, start: dict[str, torch.Tensor],
+                  start_cont: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
+        """Actor and critic steps on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``
+        (2023 ``agent.py`` ``ImagActorCritic``; :mod:`reverie.agents.objectives`); returns ``(metrics, skipped)``."""
         dynamics, estimator = self.wm.dynamics, self._estimator()
         with torch.set_grad_enabled(estimator.grad):  # REINFORCE: no gradient; backprop: through the rollout
             states, actions = dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(self.compute_dtype)),
@@ -358,20 +358,16 @@ class DreamerV3(WorldModelAgent):
         # --- actor ---
         all_ret = all_gather_cat(ret.detach().flatten())  # data parallel: every rank's returns, one global scale
         finite_ret = bool(torch.isfinite(all_ret).all())  # a non-finite return must not poison the normaliser's EMAs
-        retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the actor's step is skipped
-        if finite_ret:
-            self.retnorm.update(all_ret)
-        scale = self.retnorm.scale()
+        stats = self.retnorm.next(all_ret) if finite_ret else (self.retnorm.low, self.retnorm.high)
+        scale = self.retnorm.scale(stats)  # stored below only if the actor's step is taken
         adv = objectives.advantage(ret, value[:-1], scale)  # (H, N); backprop: the baseline keeps its gradient
         actor_loss, entropy = estimator.loss(feat, actions, adv, weight, self.actor_entropy)
         actor_loss = actor_loss.mean()
         actor_norm, skipped = self._step(self.actor_opt, actor_loss, self.actor.parameters(), self.ac_clip,
                                          ok=finite_ret)
         estimator.close()
-        if skipped:  # a skipped step changes nothing (the Agent protocol's guard): the normaliser goes back too
-            with torch.no_grad():
-                self.retnorm.low.copy_(retnorm[0])
-                self.retnorm.high.copy_(retnorm[1])
+        if not skipped:  # a skipped step changes nothing (the Agent protocol's guard), the normaliser included
+            self.retnorm.commit(stats)
 
         # --- critic ---
         critic_feat = feat[:-1].detach()
@@ -396,5 +392,4 @@ class DreamerV3(WorldModelAgent):
             "value/mean": value.detach().mean(), "value/std": value.detach().std(),
             "return/low": self.retnorm.low.detach().clone(), "return/high": self.retnorm.high.detach().clone(),
             "imagine/reward_mean": reward.detach().mean(),
-            "guard/nonfinite": skipped + critic_skipped,
-        }
+        }, skipped + critic_skipped

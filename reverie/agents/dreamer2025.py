@@ -28,7 +28,7 @@ posterior when the agent acted on the row (the official driver stores the policy
 has ``batch_length + 1`` rows: row 0 is the context, whose stored latent is the state before row 1 (the dynamics'
 ``context_state``), and rows ``1..T`` are trained (row 1 ``is_first`` only where its data says so); a context row
 without a latent starts row 1 from the initial state instead, as a window without context does. After the update the
-posteriors of rows ``1..T`` are written back into the replay (:meth:`replay_writes`, official ``train`` returns them
+posteriors of rows ``1..T`` are written back into the replay (``update``'s ``replay_writes``, official ``train`` returns them
 as ``outs['replay']``, ``agent.py:144-150``).
 """
 
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from reverie.agents import objectives
-from reverie.agents.base import WorldModelAgent, loss_scale_table
+from reverie.agents.base import UpdateResult, WorldModelAgent, loss_scale_table
 from reverie.agents.dreamer import Actor
 from reverie.agents.returns import ReturnNormalizer, imagination_weights, lambda_return
 from reverie.agents.optim import LaProp
@@ -193,7 +193,6 @@ class DreamerV3_2025(WorldModelAgent):
             raise ValueError(f"DreamerV3_2025: replay_context must be 0 (no context) or 1 (one context row, the "
                              f"official default), got {replay_context!r}")
         self.replay_context = int(replay_context)
-        self._writes: dict[str, np.ndarray] | None = None  # the last update's posteriors for the replay
         self.fast = False  # install (below): the kernels of the value losses and the policy's draw
         scales = LOSS_SCALES | dict(loss_scales or {})
         if imag_last < 0 or (imag_last == 1 and scales.get("repval")):
@@ -286,26 +285,19 @@ class DreamerV3_2025(WorldModelAgent):
         n = next(iter(out.values())).shape[0]
         return out | {LATENT_FLAG: np.ones(n, bool)}
 
-    def replay_writes(self) -> dict[str, np.ndarray] | None:
-        """What the last :meth:`update` computed for its trained rows ``1..T`` of the window: the dynamics'
-        ``context_rows`` of their posteriors as ``posterior_<name> (T, B, ...)`` (the block RSSM's
-        ``posterior_deter (T, B, D)``, ``posterior_stoch (T, B, S, K)``) and ``has_posterior (T, B)`` (false, with
-        zeros, where a row's entries are not all finite: a diverging update stores no latent), for
-        :meth:`reverie.replay.Replay.write` at ``replay_start + 1``; None without replay context. Cleared by the
-        call."""
-        writes, self._writes = self._writes, None
-        return writes
-
     # ----------------------------------------------------------------------------------------------- learning
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
         """One update on a replay batch ``(T, B, ...)`` with observation keys, ``prev_action``, ``reward``,
         ``is_first``, ``is_last``, ``is_terminal``; returns the metrics (``loss/<key>`` for every loss, gradient
-        norm, returns).
+        norm, returns), ``skipped`` and, with replay context, ``replay_writes``: the dynamics' ``context_rows`` of
+        the trained rows' posteriors as ``posterior_<name> (T, B, ...)`` and ``has_posterior (T, B)`` (false, with
+        zeros, where a row's entries are not all finite), for :meth:`reverie.replay.Replay.write` at
+        ``replay_start + 1``.
 
         Without replay context row 0 starts from the initial state (official ``replay.py:286`` sets ``is_first``
         there). With it the batch has ``T + 1`` rows and the latent keys: row 0 is the context (its stored
         posterior is the state before row 1; none: the initial state), rows ``1..T`` are trained and their
-        posteriors kept for :meth:`replay_writes` (official ``_apply_replay_context``, ``agent.py:312-340``).
+        posteriors returned as ``replay_writes`` (official ``_apply_replay_context``, ``agent.py:312-340``).
 
         Raises:
             ValueError: replay context is on but the batch lacks the latent keys (sample a replay built with
@@ -333,13 +325,11 @@ class DreamerV3_2025(WorldModelAgent):
         else:
             data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         with autocast(self.device, self.compute_dtype):
-            metrics, post = self._update(data, state)
-        if self.replay_context:
-            self._writes = self._context_writes(post)
-        return self._metric_floats(metrics)
+            metrics, post, skipped = self._update(data, state)
+        return self._result(metrics, skipped, self._context_writes(post) if self.replay_context else None)
 
     def _context_writes(self, post: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        """:meth:`replay_writes` of the trained rows' posteriors ``(T, B, ...)``: a row whose entries are not all
+        """``replay_writes`` of the trained rows' posteriors ``(T, B, ...)``: a row whose entries are not all
         finite is not kept (zeros, ``has_posterior`` false)."""
         dynamics = self.wm.dynamics
         rows = dynamics.context_rows({k: v.detach() for k, v in post.items()})  # {name: (T, B, ...)}
@@ -358,7 +348,6 @@ class DreamerV3_2025(WorldModelAgent):
         wm, T, B = self.wm, *data["is_first"].shape
         losses, post, feat, info = wm.loss(data, state)
         K = min(self.imag_last or T, T)
-        retnorm = (self.retnorm.low.clone(), self.retnorm.high.clone())  # put back if the step is skipped
         start = {k: v.detach() for k, v in wm.dynamics.starts(post, K).items()}  # (K*B, ...): rows T-K..T-1
         imag = self._imagine(start)
         losses |= self._imagination_losses(imag)
@@ -372,10 +361,9 @@ class DreamerV3_2025(WorldModelAgent):
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics["loss/model"] = sum(self.loss_scales[k] * losses[k].detach().mean() for k in wm.loss_keys)
         metrics["loss/total"] = total.detach()
-        norm, skipped = self._optimize(total, bool(torch.isfinite(imag["ret"]).all()), retnorm)
-        metrics |= {"grad_norm/total": norm, "guard/nonfinite": torch.tensor(float(skipped))}
-        metrics |= info | imag["metrics"]
-        return metrics, post
+        norm, skipped = self._optimize(total, bool(torch.isfinite(imag["ret"]).all()), imag["retnorm"])
+        metrics |= {"grad_norm/total": norm} | info | imag["metrics"]
+        return metrics, post, skipped
 
     def _imagine(self, start: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Roll out the policy for ``H`` steps from ``start`` ``(N, ...)`` without gradients (official
@@ -408,9 +396,9 @@ class DreamerV3_2025(WorldModelAgent):
         ret = lambda_return(imag["reward"], value, cont, disc, self.lam)  # (H, N)
         weight = imagination_weights(cont, disc)[:-1]  # (H, N): cumprod(disc * cont) / disc
         gathered = all_gather_cat(ret.flatten())  # data parallel: every rank's returns, one global scale
-        if bool(torch.isfinite(gathered).all()):  # a non-finite return must not move the normaliser
-            self.retnorm.update(gathered)
-        scale = self.retnorm.scale()
+        finite = bool(torch.isfinite(gathered).all())  # a non-finite return must not move the normaliser
+        stats = self.retnorm.next(gathered) if finite else (self.retnorm.low, self.retnorm.high)
+        scale = self.retnorm.scale(stats)  # stored by _optimize only if the step is taken
         adv = objectives.advantage(ret, value[:-1], scale)  # (H, N)
         policy = self.actor(feat[:-1])  # pi(. | s_t), t < H
         entropy = policy.entropy()  # (H, N)
@@ -418,9 +406,9 @@ class DreamerV3_2025(WorldModelAgent):
                                                        self.actor_entropy)
         value_loss = objectives.critic_loss(TwoHotSymexp(value_out, probs=probs, fast=self.fast), ret, imag["slow"],
                                             weight, self.slow_reg)
-        imag["ret"] = ret
+        imag["ret"], imag["retnorm"] = ret, stats
         imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
-                           "return/low": self.retnorm.low.clone(), "return/high": self.retnorm.high.clone(),
+                           "return/low": stats[0].clone(), "return/high": stats[1].clone(),
                            "advantage/mean": adv.mean(), "advantage/std": adv.std(),
                            "actor/entropy": entropy.detach().mean(),
                            "value/mean": value.mean(), "imagine/reward_mean": imag["reward"].mean(),
@@ -446,8 +434,8 @@ class DreamerV3_2025(WorldModelAgent):
 
     def _optimize(self, loss: torch.Tensor, finite_returns: bool,
                   retnorm: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """One backward pass and one guarded LaProp step over all parameters; the slow value follows. ``retnorm``:
-        the normaliser's ``(low, high)`` before this update, restored when the step is skipped.
+        """One backward pass and one guarded LaProp step over all parameters; when it is taken, the return
+        normaliser stores ``retnorm`` (this update's ``(low, high)``) and the slow value follows.
 
         Returns:
             ``(grad_norm, skipped)``: the total gradient norm before AGC and 1 when the step was skipped (a
@@ -457,9 +445,8 @@ class DreamerV3_2025(WorldModelAgent):
         # inside LaProp.step)
         norm, skipped = self._step(self.opt, loss, self.trainable(), float("inf"), ok=finite_returns)
         if skipped:
-            self.retnorm.low.copy_(retnorm[0])
-            self.retnorm.high.copy_(retnorm[1])
             return norm, 1
+        self.retnorm.commit(retnorm)
         with torch.no_grad():
             for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
                 slow.lerp_(fast, self.slow_fraction)

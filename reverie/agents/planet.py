@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from reverie.agents import objectives
-from reverie.agents.base import WorldModelAgent, adam, loss_scale_table
+from reverie.agents.base import UpdateResult, WorldModelAgent, adam, loss_scale_table
 from reverie.agents.dreamer_planning import PLANNERS
 from reverie.agents.planning import WorldModelPlanning, make_planner
 from reverie.models.dynamics import Dynamics, GaussianRSSM, check_dynamics
@@ -137,7 +137,7 @@ class PlaNet(WorldModelAgent):
         return action.cpu().numpy().astype(np.float32), (post, action)
 
     # ----------------------------------------------------------------------------------------------- learning
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
         """One world-model update (PlaNet has no actor or critic).
 
         Args:
@@ -154,7 +154,7 @@ class PlaNet(WorldModelAgent):
         grad_norm, skipped = self._step(self.model_opt, model_loss, self.wm.parameters(), self.model_clip)
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}
         metrics |= {"loss/model": model_loss.detach(), "grad_norm/model": grad_norm} | info
-        return self._metric_floats(metrics | {"guard/nonfinite": torch.tensor(float(skipped))})
+        return self._result(metrics, skipped)
 
     #: the world-model-only update of offline pretraining (the Agent protocol's optional ``update_model``): PlaNet's
     #: whole update (it plans; there is no policy to train)

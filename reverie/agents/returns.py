@@ -77,11 +77,25 @@ class ReturnNormalizer(nn.Module):
         self.register_buffer("high", torch.zeros(()))
 
     @torch.no_grad()
-    def update(self, returns: torch.Tensor) -> None:
+    def next(self, returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The percentile EMAs ``(low, high)`` after folding ``returns`` (any shape) in, not stored: the agent's
+        guarded step stores them (:meth:`commit`) when it is taken, so a skipped step leaves the normaliser as it was."""
         x = returns.detach().flatten().to(self.low.dtype)  # float32 (float64 in the float64 tests)
         quantiles = torch.quantile(x, torch.tensor([self.low_q, self.high_q], device=x.device, dtype=x.dtype))
-        self.low.mul_(self.decay).add_((1.0 - self.decay) * quantiles[0])
-        self.high.mul_(self.decay).add_((1.0 - self.decay) * quantiles[1])
+        return self.low * self.decay + (1.0 - self.decay) * quantiles[0], \
+            self.high * self.decay + (1.0 - self.decay) * quantiles[1]
 
-    def scale(self) -> torch.Tensor:
-        return torch.clamp(self.high - self.low, min=self.limit)
+    @torch.no_grad()
+    def commit(self, stats: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Store ``(low, high)`` from :meth:`next`."""
+        self.low.copy_(stats[0])
+        self.high.copy_(stats[1])
+
+    def update(self, returns: torch.Tensor) -> None:
+        """:meth:`next` and :meth:`commit` at once."""
+        self.commit(self.next(returns))
+
+    def scale(self, stats: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """``S = max(limit, high - low)`` of ``stats`` (default: the stored EMAs)."""
+        low, high = stats if stats is not None else (self.low, self.high)
+        return torch.clamp(high - low, min=self.limit)

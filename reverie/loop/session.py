@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from reverie.agents.base import UpdateResult
 from reverie.configs.compose import variant
 from reverie.loop.evaluate import stop_target
 from reverie.loop.progress import Progress
@@ -205,14 +206,14 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         if first:  # this process's first update compiles and allocates: say so while it runs
             self.progress.status("first update (compiling/allocating)...")
         batch = self.sample() if batch is None else batch
-        metrics = self._update(batch)
-        self.write_back(batch)
+        result = UpdateResult.of(self._update(batch))
+        self.write_back(batch, result.replay_writes)
         if first:
             self.progress.status(None)  # the estimate counts from here
         self._first_update = False
-        self.logger.scalars(metrics)
+        self.logger.scalars(result)
         self.loop.updates += 1
-        if metrics.get("guard/nonfinite", 0.0) <= 0:  # the guard: a non-finite loss or gradient changed nothing
+        if result.skipped <= 0:  # the guard: a non-finite loss or gradient changed nothing
             self.bad_in_row = 0
             return False
         self.loop.skipped, self.bad_in_row = self.loop.skipped + 1, self.bad_in_row + 1
@@ -224,12 +225,11 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
                   f"(train.max_nonfinite_updates={self.max_bad}); the checkpoint holds the last finite model")
         return self.diverged
 
-    def write_back(self, batch: dict[str, np.ndarray]) -> None:
+    def write_back(self, batch: dict[str, np.ndarray], writes: dict[str, np.ndarray] | None) -> None:
         """After an update with replay context: write the posteriors of the window's trained rows into the rows they
         came from (official ``replay.update(outs['replay'])``, ``embodied/run/train.py:79-80``); rows overwritten
         since the sample are skipped."""
-        writes = self.agent.replay_writes() if self.context else None
-        if writes is not None and "replay_start" in batch:
+        if self.context and writes is not None and "replay_start" in batch:
             with self.replay_lock:
                 self.replay.write(batch["replay_column"], batch["replay_start"] + self.context, writes)
 

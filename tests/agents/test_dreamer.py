@@ -274,7 +274,7 @@ def test_imag_cont_reads_the_continue_heads_mode_or_its_probability(monkeypatch,
     monkeypatch.setattr(agent.wm, "cont", lambda feat: Bernoulli(torch.full(feat.shape[:-1], math.log(0.6 / 0.4))))
     monkeypatch.setattr(agent.wm, "reward", lambda feat: SimpleNamespace(mean=torch.ones(feat.shape[:-1])))
     start = {k: v.expand(8, *v.shape[1:]).clone() for k, v in agent.wm.dynamics.initial(1).items()}
-    metrics = agent._behavior(start, torch.ones(8))
+    metrics, _ = agent._behavior(start, torch.ones(8))
     assert abs(float(metrics["value/mean"])) < 1e-6  # the critic's output layer starts at zero
     q = agent.gamma * c * agent.lam
     assert float(metrics["return/mean"]) == pytest.approx((1 + (1 + q) + (1 + q + q * q)) / 3, abs=1e-5)

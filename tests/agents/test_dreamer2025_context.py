@@ -119,9 +119,7 @@ def test_write_back_rows_hold_the_posterior_of_the_update():
     assert list(zip(batch["replay_column"], batch["replay_start"])) == [(0, 1), (1, 1), (0, 7)]
     before = copy.deepcopy(ag)
     torch.manual_seed(7)
-    ag.update(batch)
-    writes = ag.replay_writes()
-    assert ag.replay_writes() is None  # taken once
+    writes = ag.update(batch).replay_writes
     old = {k: replay.arrays[k].copy() for k in LATENT_KEYS}
     assert replay.write(batch["replay_column"], batch["replay_start"] + 1, writes) == T * B
     torch.manual_seed(7)  # the same draws: observe is the update's first random step
@@ -146,10 +144,9 @@ def test_is_first_inside_a_window_resets_the_state_there():
     other = {**data, "posterior_deter": data["posterior_deter"] + 1.0}
     a, b = agent(), agent()
     torch.manual_seed(5)
-    a.update(data)
+    pa = a.update(data).replay_writes["posterior_deter"]
     torch.manual_seed(5)
-    b.update(other)
-    pa, pb = a.replay_writes()["posterior_deter"], b.replay_writes()["posterior_deter"]  # (T, B, D): rows 1..T
+    pb = b.update(other).replay_writes["posterior_deter"]  # (T, B, D): rows 1..T
     np.testing.assert_array_equal(pa[k - 1:, 1], pb[k - 1:, 1])  # window row k = trained row k - 1: reset
     assert not np.allclose(pa[:k - 1, 1], pb[:k - 1, 1])
     assert not np.allclose(pa[:, 0], pb[:, 0])  # no is_first in column 0: the start state carries through
@@ -163,14 +160,13 @@ def test_a_non_finite_posterior_is_not_written_back():
     update = ag._update
 
     def poisoned(batch, state):
-        metrics, post = update(batch, state)
+        metrics, post, skipped = update(batch, state)
         post = {**post, "deter": post["deter"].clone()}
         post["deter"][2:, 1] = float("nan")  # trained rows 2.. of column 1
-        return metrics, post
+        return metrics, post, skipped
 
     ag._update = poisoned
-    ag.update(data)
-    writes = ag.replay_writes()
+    writes = ag.update(data).replay_writes
     assert writes["has_posterior"][:2].all() and not writes["has_posterior"][2:, 1].any()
     assert writes["has_posterior"][:, [0, 2]].all()
     assert np.isfinite(writes["posterior_deter"]).all() and not writes["posterior_deter"][2:, 1].any()

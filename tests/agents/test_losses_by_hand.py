@@ -108,7 +108,7 @@ def test_discrete_actor_and_critic_losses_by_hand(monkeypatch):
     percentile range of these small returns, times 0.01 after one EMA step, is below the limit 1); the critic's
     ``-mean w_t (log p(R_t) + slow_reg log p(s))`` over the symlog two-hot targets."""
     agent, start, actions, biases = fixed_agent(True, monkeypatch)
-    metrics = agent._behavior(start, torch.ones(N, dtype=torch.float64))
+    metrics, _ = agent._behavior(start, torch.ones(N, dtype=torch.float64))
 
     v, s = head_value(biases["critic"]), head_value(biases["slow"])
     ret, weight = returns_and_weights(v)
@@ -133,7 +133,7 @@ def test_continuous_actor_loss_by_hand(monkeypatch):
     ``L = -mean_{t,n} w_t ((R_t - v) / S + eta H[pi])`` with ``H`` the entropy of the diagonal normal
     ``N(tanh(m), ((1 - 0.1) sigmoid(u + 2) + 0.1)^2)``: ``sum_a 1/2 log(2 pi e std_a^2)``."""
     agent, start, actions, biases = fixed_agent(False, monkeypatch)
-    metrics = agent._behavior(start, torch.ones(N, dtype=torch.float64))
+    metrics, _ = agent._behavior(start, torch.ones(N, dtype=torch.float64))
 
     v = head_value(biases["critic"])
     ret, weight = returns_and_weights(v)
@@ -151,7 +151,7 @@ def test_discrete_backprop_actor_loss_by_hand(monkeypatch):
     objective is the normalised advantage itself, ``L = -mean_{t,n} w_t ((R_t - v) / S + eta H[pi])``, here with
     the entropy of the unimix categorical ``p = 0.99 softmax(b) + 0.01 / 2``: ``-sum_a p_a log p_a``."""
     agent, start, actions, biases = fixed_agent(True, monkeypatch, actor_grad_disc="backprop")
-    metrics = agent._behavior(start, torch.ones(N, dtype=torch.float64))
+    metrics, _ = agent._behavior(start, torch.ones(N, dtype=torch.float64))
 
     v = head_value(biases["critic"])
     ret, weight = returns_and_weights(v)

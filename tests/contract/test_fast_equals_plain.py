@@ -141,7 +141,7 @@ def run_2025(kernels: str, spec: ActionSpec, updates: int = 3, context: int = 0,
         torch.manual_seed(100 + i)
         metrics.append(agent.update(batch))
         if context:
-            assert agent.replay_writes()["posterior_deter"].shape == (T - 1, B, 16)
+            assert metrics[-1].replay_writes["posterior_deter"].shape == (T - 1, B, 16)
     return agent, metrics
 
 

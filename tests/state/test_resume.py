@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from reverie.agents.base import UpdateResult
 from reverie.state.checkpoint import list_checkpoints, load_checkpoint
 from reverie.cli import main
 from reverie.envs.stepper import VectorStepper
@@ -156,7 +157,7 @@ def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, capsys)
 def test_many_non_finite_updates_in_a_row_stop_with_a_checkpoint(tmp_path, monkeypatch):
     from reverie.agents.dreamer import DreamerV3
 
-    monkeypatch.setattr(DreamerV3, "update", lambda self, batch: {"guard/nonfinite": 1.0})
+    monkeypatch.setattr(DreamerV3, "update", lambda self, batch: UpdateResult({"guard/nonfinite": 1.0}, skipped=1))
     with pytest.warns(RuntimeWarning, match="non-finite"):
         run(tmp_path / "d", "train.steps=200", "train.max_nonfinite_updates=5", expect=1)
     payload = load_checkpoint(tmp_path / "d")

@@ -254,10 +254,9 @@ def test_the_current_agent_stores_and_starts_from_the_history_context():
              "has_posterior": np.ones((T + 1, B), bool)}
     seen, observe = [], agent.wm.dynamics.observe
     agent.wm.dynamics.observe = lambda *a, **k: seen.append(a[3]) or observe(*a, **k)
-    agent.update(batch)
+    writes = agent.update(batch).replay_writes
     assert set(seen[0]) == {"history"}
     np.testing.assert_array_equal(seen[0]["history"].numpy(), batch["posterior_history"][0])
-    writes = agent.replay_writes()
     assert set(writes) == {"posterior_history", "has_posterior"} and writes["has_posterior"].all()
     history = writes["posterior_history"]  # (T, B, k, Z): row t holds z_{t-2..t}
     np.testing.assert_array_equal(history[0, :, :2], batch["posterior_history"][0][:, 1:])  # continues the stored
