@@ -125,7 +125,7 @@ def loss_scale_table(given: dict[str, float] | None, representation: Any, loss_k
 
 def _bump_versions(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     """Step post-hook of a fused optimiser: its kernel updates the parameters in place without bumping their
-    version counters, which autograd's saved-tensor checks and the actor tape's check read; bump them as any
+    version counters, which autograd's saved-tensor checks read; bump them as any
     in-place op would."""
     increment_version([p for group in opt.param_groups for p in group["params"]])
 

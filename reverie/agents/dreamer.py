@@ -73,25 +73,6 @@ class Actor(nn.Module):
         return self.dist(out).sample()
 
 
-class ActorPasses:
-    """The discrete actor's passes over an imagined rollout, the readable way: ``passes(feat)`` runs the actor
-    network once per step (no gradient, to sample the action), ``passes.replay(feats)`` runs it again on all
-    ``H`` steps with gradient for the loss. With kernels, :class:`reverie.models.kernels.mlp_tape.MLPTape`
-    (the same interface) records the first passes and differentiates them instead of the second."""
-
-    def __init__(self, net: nn.Module):
-        self.net = net
-
-    def __call__(self, feat: torch.Tensor) -> torch.Tensor:
-        return self.net(feat)
-
-    def replay(self, feats: torch.Tensor) -> torch.Tensor:
-        return self.net(feats)
-
-    def clear(self) -> None:
-        """Nothing to drop (the tape drops its recorded activations here)."""
-
-
 class DreamerV3(WorldModelAgent):
     """DreamerV3 agent implementing the :class:`reverie.agents.base.Agent` protocol.
 
@@ -149,7 +130,7 @@ class DreamerV3(WorldModelAgent):
             cannot run, a ``RuntimeWarning`` and eager execution. It traces the readable modules, so it turns the
             kernels off. Off by default.
         kernels: ``"auto"`` (the hand-written fast paths of :mod:`reverie.models.kernels` where they apply: the
-            actor tape, the two-hot losses, and the default dynamics' own) or ``"off"`` (plain autograd over the
+            two-hot losses, the policy's draw and the default dynamics' own) or ``"off"`` (plain autograd over the
             readable modules); the same losses up to float rounding.
         planner: how the agent acts: ``"actor"`` (the reference) or ``"cem"``/``"mppi"``, planning over the world
             model with the critic as value bootstrap (:mod:`reverie.agents.dreamer_planning`; a reverie addition).
@@ -199,7 +180,6 @@ class DreamerV3(WorldModelAgent):
         self.obs_keys = sorted(obs_shapes)
         kernels = "auto" if resolve(kernels) and not compile else "off"  # compile traces the readable modules
         self.fast = False  # install (below): the kernels in this agent's own losses and draws
-        self.actor_tape = None  # install: the discrete actor's tape (reverie.models.kernels.mlp_tape.MLPTape)
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
@@ -325,17 +305,10 @@ class DreamerV3(WorldModelAgent):
         behavior, behavior_skipped = self._behavior(start, start_cont)
         return metrics | behavior, skipped + behavior_skipped
 
-    def _actor_passes(self) -> ActorPasses:
-        """The discrete actor's rollout passes: recorded and differentiated at once by the tape (kernels, CPU: the
-        tape follows CPU autocast's LayerNorm dtype, not CUDA's float32 one; eager), else run twice."""
-        if self.actor_tape is not None and self.spec.discrete and not self.compiled and self.device.type == "cpu":
-            return self.actor_tape(self.actor.net, self.horizon)
-        return ActorPasses(self.actor.net)
-
     def _estimator(self) -> Reinforce | Backprop:
         """This update's actor gradient estimator, of the kind chosen at construction (:attr:`estimator`)."""
         if self.estimator == "reinforce":
-            return Reinforce(self.actor, self._actor_passes(), fast=self.fast)
+            return Reinforce(self.actor, fast=self.fast)
         return Backprop(self.actor)
 
     def _behavior(self, start: dict[str, torch.Tensor],

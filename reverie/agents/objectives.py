@@ -65,28 +65,26 @@ def critic_loss(value: TwoHotSymlog, ret: torch.Tensor, slow: torch.Tensor, weig
 class Reinforce:
     """REINFORCE for a discrete actor (2023 ``actor_grad_disc: reinforce``, the default; the 2025 agent's only
     estimator): the rollout samples without gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps
-    at once. ``passes``: the actor network's passes (``passes(feat)`` per step, ``passes.replay(feats)`` for the
-    loss; a recording tape under kernels, else the network twice)."""
+    at once, with gradient. ``fast``: the sampling kernel of the draw."""
 
     grad = False  # the rollout runs under no_grad
 
-    def __init__(self, actor: nn.Module, passes, fast: bool = False):
-        self.actor, self.passes, self.fast = actor, passes, fast
+    def __init__(self, actor: nn.Module, fast: bool = False):
+        self.actor, self.fast = actor, fast
 
     def act(self, feat: torch.Tensor) -> torch.Tensor:
         """A one-hot action ``(N, A)`` from features ``(N, F)``."""
-        return self.actor.sample(self.passes(feat), fast=self.fast)
+        return self.actor.sample(self.actor.net(feat), fast=self.fast)
 
     def loss(self, feat: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,
              entropy_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss (H, N), entropy (H, N))`` from the rollout's ``feat (H+1, N, F)`` and ``action (H+1, N, A)``."""
-        policy = self.actor.dist(self.passes.replay(feat[:-1].detach()))  # pi(. | s_t), t < H
+        policy = self.actor(feat[:-1].detach())  # pi(. | s_t), t < H
         entropy = policy.entropy()
         return reinforce_policy_loss(policy.log_prob(action[:-1]), adv, entropy, weight, entropy_scale), entropy
 
     def close(self) -> None:
-        """Drops what the passes recorded (after the actor's backward pass)."""
-        self.passes.clear()
+        """Nothing to drop."""
 
 
 class Backprop:

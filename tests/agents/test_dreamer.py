@@ -185,7 +185,7 @@ def test_critic_gradient_equals_the_one_pass_reference(discrete):
 def test_actor_gradient_equals_a_fresh_pass_reference():
     """Discrete actions: the actor's loss (REINFORCE: advantage-weighted log-likelihood of the rollout's actions
     plus the entropy bonus, weighted by the imagined continuation; eq. 8-9) written out with a fresh actor pass
-    over the imagined states; the update differentiates the rollout's own passes (reverie.models.kernels.mlp_tape)."""
+    over the imagined states, as the update's own loss pass does (reverie.agents.objectives.Reinforce)."""
     from reverie.agents.returns import imagination_weights, lambda_return
 
     def actor_loss(agent, feat, actions, reward, cont):

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import reverie.models.kernels.block_scan as block_scan
-import reverie.models.kernels.mlp_tape as mlp_tape
 import reverie.models.kernels.onehot_linear as onehot_linear
 import reverie.models.kernels.rssm as kernels_rssm
 import reverie.models.kernels.straight_through as straight_through
@@ -52,7 +51,6 @@ def count_kernels(monkeypatch) -> collections.Counter:
         monkeypatch.setattr(owner, name, staticmethod(wrapper) if static else wrapper)
 
     counted(kernels_rssm, "observe_scan", "fused observe scan")
-    counted(mlp_tape.MLPTape, "replay", "actor tape")
     counted(two_hot.SparseTargetLogProb, "forward", "two-hot backward", static=True)
     counted(straight_through.StraightThrough, "forward", "straight-through node", static=True)
     counted(onehot_linear._OneHotLinear, "forward", "one-hot gathers", static=True)
@@ -82,15 +80,15 @@ def test_kernels_auto_equals_off_over_whole_updates_in_float64(discrete, image, 
     calls.clear()
     plain, plain_metrics = run("off", spec, image)
     expected = {"fused observe scan", "two-hot backward", "straight-through node", "one-hot gathers",
-                "sign-bit search"} | ({"actor tape"} if discrete else set())
+                "sign-bit search"}
     assert set(used) == expected and not calls, (used, dict(calls))
     assert next(fast.parameters()).dtype == torch.float64
     assert_same_updates(fast, fast_metrics, plain, plain_metrics, run("off", spec, image, updates=0)[0])
 
 
 def test_kernels_auto_equals_off_with_the_discrete_actor_by_backprop(monkeypatch):
-    """``actor_grad_disc=backprop``: the rollout runs under autograd with straight-through one-hot actions, so the
-    actor tape (REINFORCE's) is not used; every other kernel is."""
+    """``actor_grad_disc=backprop``: the rollout runs under autograd with straight-through one-hot actions; every
+    kernel is used."""
     spec = ActionSpec(True, 2)
     calls = count_kernels(monkeypatch)
     fast, fast_metrics = run("auto", spec, False, actor_grad_disc="backprop")
@@ -180,7 +178,7 @@ def test_kernels_auto_equals_off_with_each_decoder_free_objective(representation
     used = dict(calls)
     calls.clear()
     plain, plain_metrics = run("off", spec, True, representation=representation)
-    assert {"fused observe scan", "one-hot gathers", "actor tape"} <= set(used) and not calls, (used, dict(calls))
+    assert {"fused observe scan", "one-hot gathers"} <= set(used) and not calls, (used, dict(calls))
     assert f"loss/{fast.wm.representation.loss_keys[0]}" in fast_metrics[0] and "loss/image" not in fast_metrics[0]
     assert_same_updates(fast, fast_metrics, plain, plain_metrics,
                         run("off", spec, True, updates=0, representation=representation)[0])

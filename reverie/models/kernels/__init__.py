@@ -18,7 +18,6 @@ scan_linear.py         each step's weight gradients in that loop (where     2.1%
                        the fused scan does not apply: GPUs)                 before the fused scan replaced it there)
 onehot_linear.py       ``cat(deter, one-hot) @ W^T`` in every first layer   128 -> 58 GFLOP per xs update; 1.51x per
                        that reads the features (and imagination by index)   update in float32, 1.09x in bf16
-mlp_tape.py            the discrete actor's second forward pass (the loss)  1.041x at xs, 1.020x at s
 straight_through.py    the straight-through graph of a sampled latent       one node instead of four (part of 4.7% at
                                                                             xs, with the scan's reset skip)
 two_hot.py             autograd's gather from ``log_softmax`` in the        no ``(..., 255)`` temporaries (part of 13%
@@ -35,8 +34,8 @@ FeatLinear` (the same parameters and ``state_dict`` keys; it also takes the RSSM
 :class:`reverie.models.dynamics.CategoricalRSSM` its :class:`.rssm.RSSMKernels` (observe scan, scan linears,
 features, imagination, straight-through, sampling), sets ``fast`` on the world models (two-hot reward loss),
 :class:`reverie.models.dynamics.BlockRSSM` (sampling, straight-through) and the agents (critic or value losses, the
-policy's draw), gives each ``BlockRSSM`` of the official depths its :class:`.block_scan.BlockScan` (the observe scan),
-and gives :class:`reverie.agents.DreamerV3` the actor tape. Importing this package plugs the
+policy's draw) and gives each ``BlockRSSM`` of the official depths its :class:`.block_scan.BlockScan` (the observe
+scan). Importing this package plugs the
 distributions' kernels into :class:`reverie.models.distributions.FastPaths`. Each kernel's module docstring says
 what it replaces and how it is tested against the readable code.
 """
@@ -74,14 +73,12 @@ def install(module: nn.Module, kernels: str | bool) -> bool:
     Raises:
         ValueError: an unknown ``kernels``; an RSSM whose modules the fused observe scan cannot reproduce
             (:func:`.rssm.check_fused_scan`: set ``kernels=off`` after editing them).
-        TypeError: a discrete actor the tape cannot record (:class:`.mlp_tape.MLPTape`).
     """
     if not resolve(kernels):
         return False
     from reverie.models.dynamics.block import BlockRSSM
     from reverie.models.dynamics.categorical import CategoricalRSSM
     from reverie.models.kernels.block_scan import BlockScan, scan_applies
-    from reverie.models.kernels.mlp_tape import MLPTape
     from reverie.models.kernels.onehot_linear import take_split_features
     from reverie.models.kernels.rssm import RSSMKernels
 
@@ -95,8 +92,4 @@ def install(module: nn.Module, kernels: str | bool) -> bool:
             m.kernels = RSSMKernels(m)  # checks that its fused scan computes what the readable step does
         if hasattr(m, "fast"):
             m.fast = True
-        if hasattr(m, "actor_tape"):  # DreamerV3: the discrete actor's rollout passes, on CPU
-            m.actor_tape = MLPTape
-            if m.spec.discrete:  # it runs on CPU (DreamerV3._actor_passes)
-                MLPTape(m.actor.net, m.horizon)  # checks the actor's layers now (it records them in every update)
     return True

@@ -104,7 +104,7 @@ def test_the_agent_setting_reaches_a_dynamics_built_from_a_partial_without_it(ke
                                                                               classes=4, units=16),
                       units=16, layers=1, horizon=3, precision="float32", kernels=kernels)
     assert (agent.wm.dynamics.kernels is not None) is on
-    assert agent.fast is on and agent.wm.fast is on and (agent.actor_tape is not None) is on
+    assert agent.fast is on and agent.wm.fast is on
     assert linears(agent) == ({"FeatLinear"} if on else {"Linear"})
     agent_2025 = DreamerV3_2025({"vector": (4,)}, ActionSpec(True, 2), dynamics=dict(deter=16, hidden=8, stoch=3,
                                                                                      classes=4, blocks=4),

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from reverie.agents.build import build_agent
-from reverie.agents.dreamer import ActorPasses, DreamerV3
+from reverie.agents.dreamer import DreamerV3
 from reverie.configs.compose import load_config
 from reverie.envs.testing import random_batch
 from reverie.models.dynamics import CategoricalRSSM
@@ -26,7 +26,6 @@ def test_the_config_key_reaches_every_kernel(kernels):
     agent = build_agent(cfg.agent, {"vector": (4,)}, ActionSpec(True, 2))
     on = kernels == "auto"
     assert agent.fast is on and agent.wm.fast is on and (agent.wm.dynamics.kernels is not None) is on
-    assert isinstance(agent._actor_passes(), ActorPasses) is not on  # the tape, or the plain second pass
 
 
 def test_heads_see_split_features_only_with_kernels():
