@@ -9,6 +9,8 @@ with the config composed without the ``+``/``++`` overrides. A key may be added 
 * directly inside a block with a ``_target_`` (``agent.module``, ``agent.module.dynamics``): the object built from
   it takes the key as an argument, and refuses an unknown one when the agent is built, before anything is written
   (``+agent.module.dynamics={_target_: ...}`` after ``~agent.module.dynamics`` plugs in a new dynamics);
+* directly inside a ``loss_scales`` mapping (``+agent.module.loss_scales.<key>``: the scale of a new loss term);
+  the agent checks the table against its losses as a set when it is built, so a scale of no loss is refused there;
 * the keys in :data:`OPTIONAL_KEYS`, which the code reads with a default and the shipped configs may lack.
 
 ``+group=option`` (a config group such as ``+exp=debug``) adds a group, not a key, and is left to Hydra.
@@ -56,7 +58,8 @@ def reads(base: DictConfig, key: str) -> bool:
             return False  # a value, not a mapping, sits on the key's path
         if part not in node:
             parent = parts[:depth]
-            return (depth > 0 and parent[-1] == "kwargs") or len(node) == 0 or (
+            scale = depth > 0 and parent[-1] == "loss_scales" and depth == len(parts) - 1
+            return (depth > 0 and parent[-1] == "kwargs") or scale or len(node) == 0 or (
                 "_target_" in node and depth == len(parts) - 1)
         if part == "kwargs" and depth < len(parts) - 1:
             return True  # anything under a kwargs mapping goes to a constructor
