@@ -13,7 +13,7 @@ from torch.autograd.graph import increment_version
 
 from reverie.models.representation import SCALE_KEYS
 from reverie.runtime.collectives import all_finite, average_gradients
-from reverie.runtime.precision import resolve_precision
+from reverie.runtime.precision import autocast, resolve_precision
 
 
 class UpdateResult(dict):
@@ -66,7 +66,7 @@ class Agent(Protocol):
 
     def act(self, obs: dict[str, np.ndarray], state: Any, mode: str = "explore") -> tuple[np.ndarray, Any]: ...
 
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]: ...
+    def update(self, batch: dict[str, np.ndarray]) -> UpdateResult | dict[str, float]: ...
 
     def state_dict(self) -> dict: ...
 
@@ -199,10 +199,54 @@ class WorldModelAgent(nn.Module):
         optimizer.zero_grad(set_to_none=True)
         return norm, 1
 
+    @staticmethod
+    @torch.no_grad()
+    def _follow(slow: nn.Module, fast: nn.Module, mix: float) -> None:
+        """The slow copy moves ``mix`` of the way to ``fast``: ``slow <- slow + mix (fast - slow)`` per parameter
+        (2023 ``jaxutils.SlowUpdater``; 2025 ``slowvalue``)."""
+        for s, f in zip(slow.parameters(), fast.parameters()):
+            s.lerp_(f, mix)
+
     def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """``(dynamics state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
         with torch.inference_mode():
             return self.wm.dynamics.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
+
+    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
+        """One step for ``N`` envs (Agent protocol): filter the observation into the posterior, then
+        :meth:`_choose` the action from it.
+
+        Args:
+            obs: ``(N, ...)`` arrays with the observation keys and ``is_first (N,)``.
+            state: from :meth:`initial_state` or the previous call; None starts fresh.
+            mode: ``"explore"`` (training collection), ``"eval"`` (the policy's mode, or the plan) or ``"sample"``
+                (evaluation with sampled actions).
+
+        Returns:
+            ``(action (N, A) float32, state)``; one-hot actions for discrete spaces, ``[-1, 1]`` for Box.
+
+        Raises:
+            ValueError: unknown ``mode``.
+        """
+        wm = self._acting_model()
+        with torch.inference_mode():
+            data, latent, prev_action = self._act_inputs(obs, state, mode)
+            with autocast(self.device, self.compute_dtype):
+                post = wm.posterior_step(data, prev_action, latent)
+                action = self._choose(post, mode)
+        self._acted()
+        return action.float().cpu().numpy(), (post, action)
+
+    def _acting_model(self) -> nn.Module:
+        """The world model that filters the observations when acting (the 2025 agent's lagged copy)."""
+        return self.wm
+
+    def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """The action ``(N, A)`` from the posterior: the policy, or a planner."""
+        raise NotImplementedError
+
+    def _acted(self) -> None:
+        """After each :meth:`act` (the 2025 agent's lagged copy takes its pending parameters)."""
 
     def _act_inputs(self, obs: dict[str, np.ndarray], state: Any,
                     mode: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from functools import partial
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -220,36 +220,15 @@ class DreamerV3(WorldModelAgent):
         return compile_callables(targets, self.device.type)
 
     # ----------------------------------------------------------------------------------------------- acting
-    @torch.inference_mode()
-    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
-        """One policy step for ``N`` envs (Agent protocol).
-
-        Args:
-            obs: ``(N, ...)`` arrays with the observation keys and ``is_first (N,)``.
-            state: from :meth:`initial_state` or the previous call; None starts fresh.
-            mode: ``"explore"``/``"sample"`` sample from the actor, ``"eval"`` takes its mode. With a planner:
-                its plan (``"explore"``: plus its noise; ``"sample"``: Discrete draws from the elite frequencies).
-
-        Returns:
-            ``(action (N, A) float32, state)``; one-hot actions for discrete spaces, ``[-1, 1]`` for Box.
-
-        Raises:
-            ValueError: unknown ``mode``.
-        """
-        data, latent, prev_action = self._act_inputs(obs, state, mode)
-        with autocast(self.device, self.compute_dtype):
-            return self._act(data, latent, prev_action, mode)
-
-    def _act(self, data, latent, prev_action, mode):
-        post = self.wm.posterior_step(data, prev_action, latent)
+    def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """``"explore"``/``"sample"`` sample the actor, ``"eval"`` takes its mode (clipped to ``[-1, 1]`` for Box).
+        With a planner: its plan (``"explore"``: plus its noise; ``"sample"``: Discrete draws from the elite
+        frequencies)."""
         if self.planner is not None:
-            action = self.planner.act(self, post, mode)
-            return action.cpu().numpy().astype(np.float32), (post, action)
+            return self.planner.act(self, post, mode)
         dist = self.actor(self.wm.dynamics.features(post))
         action = dist.mode if mode == "eval" else dist.sample()
-        if not self.spec.discrete:
-            action = action.clamp(-1.0, 1.0)
-        return action.cpu().numpy().astype(np.float32), (post, action)
+        return action if self.spec.discrete else action.clamp(-1.0, 1.0)
 
     # ----------------------------------------------------------------------------------------------- learning
     def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
@@ -353,10 +332,7 @@ class DreamerV3(WorldModelAgent):
             # the first step taken copies the critic (2023 jaxutils.SlowUpdater: mix 1 at its first call), every
             # later one moves by slow_fraction; the count is the critic optimiser's, so it resumes with it
             steps = int(self.critic_opt.state[next(iter(self.critic.parameters()))]["step"])
-            mix = 1.0 if steps == 1 else self.slow_fraction
-            with torch.no_grad():
-                for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
-                    slow.lerp_(fast, mix)
+            self._follow(self.slow_critic, self.critic, 1.0 if steps == 1 else self.slow_fraction)
         return {
             "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
             "grad_norm/actor": actor_norm, "grad_norm/critic": critic_norm,

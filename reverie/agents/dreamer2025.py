@@ -238,30 +238,23 @@ class DreamerV3_2025(WorldModelAgent):
         return [*self.wm.parameters(), *self.actor.parameters(), *self.critic.parameters()]
 
     # ----------------------------------------------------------------------------------------------- acting
-    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
-        """One policy step for ``N`` envs (Agent protocol; official ``Agent.policy``): filter the observation,
-        then sample the policy (``"explore"``, ``"sample"``) or take its mode (``"eval"``; the official policy
-        samples in every mode). Returns ``(action (N, A) float32, state)``: one-hot or clipped to ``[-1, 1]``.
-        With ``policy_lag`` the acting copy acts, then takes the pending parameters (:class:`PolicyLag`).
+    def _acting_model(self) -> nn.Module:
+        """With ``policy_lag`` the acting copy filters and acts, then takes the pending parameters
+        (:class:`PolicyLag`, in :meth:`_acted`)."""
+        return self.policy_lag.wm if self.policy_lag is not None else self.wm
 
-        Raises:
-            ValueError: unknown ``mode``.
-        """
-        wm, actor = (self.policy_lag.wm, self.policy_lag.actor) if self.policy_lag is not None else (self.wm,
-                                                                                                     self.actor)
-        with torch.inference_mode():
-            data, latent, prev_action = self._act_inputs(obs, state, mode)
-            with autocast(self.device, self.compute_dtype):
-                post = wm.posterior_step(data, prev_action, latent)
-                dist = actor(wm.dynamics.features(post))
-                action = dist.mode if mode == "eval" else dist.sample()
-            if not self.spec.discrete:
-                action = action.clamp(-1.0, 1.0)
+    def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """Sample the policy (``"explore"``, ``"sample"``) or take its mode (``"eval"``; the official policy
+        samples in every mode; official ``Agent.policy``); one-hot, or clipped to ``[-1, 1]``."""
+        actor = self.policy_lag.actor if self.policy_lag is not None else self.actor
+        dist = actor(self._acting_model().dynamics.features(post))
+        action = dist.mode if mode == "eval" else dist.sample()
+        return (action if self.spec.discrete else action.clamp(-1.0, 1.0)).float()
+
+    def _acted(self) -> None:
         if self.policy_lag is not None:
             self.policy_lag.acted()
-        return action.float().cpu().numpy(), (post, action.float())
 
-    # -------------------------------------------------------------------------------------------- replay context
     def replay_latent_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """The replay keys of the stored latents with their per-row shapes: ``posterior_<name>`` for every entry of
         the dynamics' ``context_spec()`` (the block RSSM's ``posterior_deter (D,)``, ``posterior_stoch (S, K)``
@@ -447,7 +440,5 @@ class DreamerV3_2025(WorldModelAgent):
         if skipped:
             return norm, 1
         self.retnorm.commit(retnorm)
-        with torch.no_grad():
-            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
-                slow.lerp_(fast, self.slow_fraction)
+        self._follow(self.slow_critic, self.critic, self.slow_fraction)
         return norm, 0

@@ -114,27 +114,10 @@ class PlaNet(WorldModelAgent):
         self.model_opt.register_step_pre_hook(partial(_tf_adam_epsilon_hook, eps=model_eps))
 
     # ----------------------------------------------------------------------------------------------- acting
-    @torch.inference_mode()
-    def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
-        """Filter the observation into the posterior, then plan with CEM from it (Agent protocol).
-
-        Args:
-            obs: ``(N, ...)`` arrays with the observation keys and ``is_first (N,)``.
-            state: from :meth:`initial_state` or the previous call; None starts fresh.
-            mode: ``"explore"`` (plan + action noise, clipped into the bounds), ``"eval"`` (the plan) or
-                ``"sample"`` (the plan; Discrete: a draw from the elite frequencies).
-
-        Returns:
-            ``(action (N, A) float32, state)``: one-hot for Discrete spaces, ``[-1, 1]`` for Box.
-
-        Raises:
-            ValueError: unknown ``mode``.
-        """
-        data, latent, prev_action = self._act_inputs(obs, state, mode)
-        with autocast(self.device, self.compute_dtype):
-            post = self.wm.posterior_step(data, prev_action, latent)
-            action = self.planner.act(self.plan_model, post, mode, self.action_noise).float()
-        return action.cpu().numpy().astype(np.float32), (post, action)
+    def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """Plan with CEM from the posterior: ``"explore"`` (plan + action noise, clipped into the bounds), ``"eval"``
+        (the plan) or ``"sample"`` (the plan; Discrete: a draw from the elite frequencies)."""
+        return self.planner.act(self.plan_model, post, mode, self.action_noise).float()
 
     # ----------------------------------------------------------------------------------------------- learning
     def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
