@@ -83,32 +83,20 @@ class DreamerV3(WorldModelAgent):
             e.g. ``functools.partial(CategoricalRSSM, deter=256, stoch=32, classes=32, units=256)``); None: a
             :class:`CategoricalRSSM` with the reference's sizes (deter 512, 32 x 32 latents, units 512).
         units, layers: width and depth of the MLPs of the heads, actor and critic (size presets).
-        mlp_units, mlp_layers: width and depth of the vector (MLP) encoder and decoder. The reference's are 1024 x 5
-            at every model size (``configs.yaml`` ``encoder``/``decoder`` ``mlp_units: 1024, mlp_layers: 5``; the
-            size presets' ``.*\\.units``/``.*\\.layers`` patterns never match those keys); None: ``units`` /
-            ``layers``.
+        mlp_units, mlp_layers: width and depth of the vector encoder and decoder (reference 1024 x 5 at every size,
+            ``configs.yaml`` ``encoder.mlp_units``); None: ``units`` / ``layers``.
         cnn_depth: channel multiplier of the image encoder/decoder (size preset ``cnn_depth``; s=32).
         cnn: further conv-stack arguments (``channels``, ``kernel``, ``stride``, ``padding``, ``min_res``,
             ``norm``, ``act``; see :class:`reverie.models.conv.ConvEncoder`); None for the reference stack.
         horizon: imagination horizon ``H`` (15). gamma: ``1 - 1/333``. lam: 0.95. unimix: the actor's uniform
             mix (0.01).
         imag_last: imagine from the posterior states of the last ``K`` rows of each replayed sequence only
-            (``N = K*B`` starts instead of ``T*B``); 0 (the 2023 reference) starts from every row. The current
-            official code has the same knob (``imag_last``, default 0): a CPU preset's lever on the behaviour
-            cost, which grows with ``N``.
-        imag_cont: how an imagined step's continue flag is read from the continue head: ``"mode"`` (the 2023
-            reference, ``agent.py:194`` ``heads['cont'](traj).mode()``: 1 or 0) or ``"prob"`` (its probability, as
-            the current official code does, ``agent.py:206`` ``con(...).prob(1)``). With ``"mode"`` an imagined
-            trajectory ends only where the head is past 0.5; on an env whose terminations are rare (CartPole's cart
-            leaving the track) the head stays above 0.5 until the last step, so the 15-step returns never see the
-            end coming and the critic stays flat (docs/dreamerv3.md, 'CartPole under exp=classic').
-        actor_grad_disc: how a discrete actor learns (2023 reference ``configs.yaml:84`` ``actor_grad_disc``):
-            ``"reinforce"`` (the reference's default: the detached advantage weights ``log pi(a_t | s_t)``, the
-            rollout needs no gradients) or ``"backprop"`` (the reference's other choice, ``agent.py`` ``loss``'s
-            ``'backprop': -adv``: the imagined actions are straight-through one-hot samples, ``one_hot + p -
-            sg(p)`` as the reference's ``OneHotDist.sample``, and the return's gradient flows through the imagined
-            dynamics, reward, continue and critic into the actor, as for continuous actions). Continuous actions
-            always learn by backprop (``actor_grad_cont: backprop``).
+            (``N = K*B`` starts); 0 (the 2023 reference) starts from every row (2025 ``imag_last``).
+        imag_cont: how imagination reads the continue head: ``"mode"`` (2023 ``agent.py:194``, 1 or 0) or
+            ``"prob"`` (its probability, 2025 ``agent.py:206``; docs/dreamerv3.md, 'CartPole under exp=classic').
+        actor_grad_disc: a discrete actor's gradient estimator (2023 ``configs.yaml:84``): ``"reinforce"`` (the
+            default) or ``"backprop"`` (straight-through one-hot samples, the return's gradient through the
+            imagined dynamics); continuous actions always use backprop (:mod:`reverie.agents.objectives`).
         loss_scales: world-model loss scales by key, over :data:`LOSS_SCALES` (reference: rec 1 for every decoded
             key, reward 1, cont 1, dyn 0.5, rep 0.1; barlow 0.05, infonce 1.0 for the decoder-free objectives);
             after ``rec`` is spread over the decoded keys (an observation key's own entry wins) and the other
@@ -125,10 +113,8 @@ class DreamerV3(WorldModelAgent):
         precision: ``"auto"`` (bfloat16 where the hardware runs it natively), ``"float32"`` or ``"bfloat16"``;
             parameters and distributions stay float32 (see :mod:`reverie.runtime.precision`). ``"float64"``:
             everything in float64 (exactness tests).
-        compile: ``torch.compile`` the dynamics' cell and the MLP heads (:mod:`reverie.runtime.compiling`): the
-            first updates take longer while it compiles, then each is faster (docs/speed.md); where compiling
-            cannot run, a ``RuntimeWarning`` and eager execution. It traces the readable modules, so it turns the
-            kernels off. Off by default.
+        compile: ``torch.compile`` the dynamics' cell and the MLP heads (:mod:`reverie.runtime.compiling`; turns
+            the kernels off; a ``RuntimeWarning`` and eager execution where it cannot run). Off by default.
         kernels: ``"auto"`` (the hand-written fast paths of :mod:`reverie.models.kernels` where they apply: the
             two-hot losses, the policy's draw and the default dynamics' own) or ``"off"`` (plain autograd over the
             readable modules); the same losses up to float rounding.
