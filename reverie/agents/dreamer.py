@@ -289,7 +289,8 @@ class DreamerV3(WorldModelAgent):
             cont_dist = self.wm.cont(feat[1:])  # Bernoulli over (H, N)
             cont_step = cont_dist.mode if self.imag_cont == "mode" else cont_dist.mean  # 0/1 or the probability
             cont = torch.cat([start_cont[None], cont_step.to(start_cont.dtype)])  # start's own flag is known
-            value = TwoHotSymlog(self.critic(feat)).mean  # (H+1, N)
+        critic_out = self.critic(feat.detach())  # (H+1, N, 255): the critic loss's pass (gradient into the critic)
+        value = estimator.value(self.critic, feat, critic_out)  # (H+1, N)
         ret = lambda_return(reward, value, cont, self.gamma, self.lam)  # (H, N)
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
@@ -308,10 +309,9 @@ class DreamerV3(WorldModelAgent):
             self.retnorm.commit(stats)
 
         # --- critic ---
-        critic_feat = feat[:-1].detach()
         with torch.no_grad():
-            slow_target = TwoHotSymlog(self.slow_critic(critic_feat)).mean
-        critic_dist = TwoHotSymlog(self.critic(critic_feat), fast=self.fast)
+            slow_target = TwoHotSymlog(self.slow_critic(feat[:-1].detach())).mean
+        critic_dist = TwoHotSymlog(critic_out[:-1], fast=self.fast)
         critic_loss = objectives.critic_loss(critic_dist, ret, slow_target, weight, self.slow_reg).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
         if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value

@@ -72,6 +72,11 @@ class Reinforce:
     def __init__(self, actor: nn.Module, fast: bool = False):
         self.actor, self.fast = actor, fast
 
+    def value(self, critic: nn.Module, feat: torch.Tensor, critic_out: torch.Tensor) -> torch.Tensor:
+        """The critic's values ``(H+1, N)`` for the returns: constants, read from the critic loss's own pass
+        ``critic_out (H+1, N, 255)`` on the rollout's features."""
+        return TwoHotSymlog(critic_out.detach()).mean
+
     def act(self, feat: torch.Tensor) -> torch.Tensor:
         """A one-hot action ``(N, A)`` from features ``(N, F)``."""
         return self.actor.sample(self.actor.net(feat), fast=self.fast)
@@ -95,6 +100,11 @@ class Backprop:
 
     def __init__(self, actor: nn.Module):
         self.actor, self.entropies = actor, []
+
+    def value(self, critic: nn.Module, feat: torch.Tensor, critic_out: torch.Tensor) -> torch.Tensor:
+        """The critic's values ``(H+1, N)``, differentiable in the imagined states (their own pass: the critic loss's
+        pass reads detached features)."""
+        return TwoHotSymlog(critic(feat)).mean
 
     def act(self, feat: torch.Tensor) -> torch.Tensor:
         """A reparameterised (continuous) or straight-through one-hot (discrete) action ``(N, A)``; the actor's

@@ -36,8 +36,7 @@ def test_heads_see_split_features_only_with_kernels():
         head = agent.critic.forward
         agent.critic.forward = lambda x, head=head: seen.append(type(x)) or head(x)
         agent.update(random_batch(8, 4, seed=0))
-    # two critic passes per update (the rollout's values, the critic loss), split features only with kernels
-    assert seen == [SplitFeat, SplitFeat, torch.Tensor, torch.Tensor]
+    assert seen == [SplitFeat, torch.Tensor]  # REINFORCE: one critic pass per update serves values and loss
 
 
 def test_kernels_are_the_default_and_compile_turns_them_off(monkeypatch):
