@@ -191,3 +191,69 @@ def test_ctrl_c_stops_every_rank_after_the_same_step_with_checkpoints(tmp_path):
     assert 48 <= payload0["counters"]["env_steps"] == payload1["counters"]["env_steps"] < 100000
     assert payload1["agent_digest"] == agent_digest(run_dir) and not (run_dir / "summary.json").exists()
     assert out.count("[reverie] interrupted at env step") == 2
+
+
+TIMING = {"wall_s", "fps/env_steps", "fps/updates"}
+
+
+def processes_naming(text: str) -> list[int]:
+    """The pids of the live processes whose command line contains ``text``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def log_rows(run_dir, rank_dir: str, name: str) -> list[dict]:
+    """The rows of ``<run_dir>/<rank_dir>/<name>`` without the wall-clock columns."""
+    text = (run_dir / rank_dir / name).read_text()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in text.splitlines()]
+
+
+@pytest.mark.timeout(420)
+def test_sigkill_after_the_checkpoint_and_resume_hold_each_log_row_once(tmp_path):
+    """Issue 47 item 10: two ranks are killed (SIGKILL to the launcher's process group) after a checkpoint at env
+    step 48 and after logging past it; the resumed run's metrics.jsonl and scores.jsonl, rank 0's and rank 1's,
+    equal an uninterrupted run's row for row (the rows written after the checkpoint are dropped, then written again
+    once), as for one process."""
+    import signal
+    import time
+
+    args = ["train.steps=96", "train.checkpoint_every=48", "train.log_every=8", "env.time_limit=10"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    code, out = launch(straight, *args)
+    assert code == 0, out[-3000:]
+    proc = subprocess.Popen([sys.executable, "-m", "reverie", "train", *BASE, f"run_dir={killed}", *args],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    checkpoint = killed / "rank1" / "checkpoints" / "ckpt_0000000048.pt"
+
+    def past_the_checkpoint() -> bool:
+        if not checkpoint.exists():
+            return False
+        return any(row["step"] > 48 for d in ("", "rank1") for row in log_rows(killed, d, "metrics.jsonl"))
+
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not past_the_checkpoint():
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed past its checkpoint"
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher; torchrun and the ranks run in a session of their own:
+    for pid in processes_naming(str(killed)):  # a crash takes them all
+        os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    time.sleep(1)
+    assert not processes_naming(str(killed))
+    assert not (killed / "summary.json").exists()
+    code, out = launch(killed, *args)  # the same command resumes it
+    assert code == 0 and "resumed" in out, out[-3000:]
+    for rank_dir in ("", "rank1"):
+        for name in ("metrics.jsonl", "scores.jsonl"):
+            want, got = log_rows(straight, rank_dir, name), log_rows(killed, rank_dir, name)
+            assert len(want) >= 3, (rank_dir, name)
+            assert got == want, (rank_dir, name, len(got), len(want))
