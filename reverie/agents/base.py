@@ -157,6 +157,31 @@ def adam(params: Iterable[nn.Parameter], lr: float, eps: float) -> torch.optim.A
     return opt
 
 
+def guarded_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[nn.Parameter], clip: float,
+                 ok: bool = True) -> tuple[torch.Tensor, int]:
+    """One guarded optimiser step on ``loss`` (a scalar) for ``params``, the same for every optimiser of every
+    agent: zero the gradients, backpropagate into ``params`` only (``backward(inputs=...)``: through other
+    modules only the activation gradients on the way are computed), average them over data-parallel ranks,
+    clip their total norm to ``clip`` (reference ``*_opt.clip``), and step unless the loss or the norm is
+    non-finite on any rank or ``ok`` is False; a skipped step leaves parameters and optimiser moments untouched
+    and drops the gradients (the Agent protocol's guard).
+
+    Returns:
+        ``(grad_norm, skipped)``: the total norm before clipping and 1 when the step was skipped, else 0.
+    """
+    params = list(params)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward(inputs=params)
+    average_gradients(params)  # data parallel: the mean over ranks (no-op in one process)
+    norm = nn.utils.clip_grad_norm_(params, clip)
+    finite = all_finite(loss)  # every rank's loss; in one process, True (the check below is this process's)
+    if ok and finite and bool(torch.isfinite(loss.detach()) & torch.isfinite(norm)):
+        optimizer.step()
+        return norm, 0
+    optimizer.zero_grad(set_to_none=True)
+    return norm, 1
+
+
 class WorldModelAgent(nn.Module):
     """What DreamerV3 and PlaNet share around their world model ``self.wm``: the acting state, the filtering inputs
     of ``act`` and the checkpoint state. Subclasses set ``self.wm``, ``self.spec``, ``self.device``,
@@ -177,27 +202,8 @@ class WorldModelAgent(nn.Module):
 
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[nn.Parameter],
               clip: float, ok: bool = True) -> tuple[torch.Tensor, int]:
-        """One guarded optimiser step on ``loss`` (a scalar) for ``params``, the same for every optimiser of every
-        agent: zero the gradients, backpropagate into ``params`` only (``backward(inputs=...)``: through other
-        modules only the activation gradients on the way are computed), average them over data-parallel ranks,
-        clip their total norm to ``clip`` (reference ``*_opt.clip``), and step unless the loss or the norm is
-        non-finite on any rank or ``ok`` is False; a skipped step leaves parameters and optimiser moments untouched
-        and drops the gradients (the Agent protocol's guard).
-
-        Returns:
-            ``(grad_norm, skipped)``: the total norm before clipping and 1 when the step was skipped, else 0.
-        """
-        params = list(params)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=params)
-        average_gradients(params)  # data parallel: the mean over ranks (no-op in one process)
-        norm = nn.utils.clip_grad_norm_(params, clip)
-        finite = all_finite(loss)  # every rank's loss; in one process, True (the check below is this process's)
-        if ok and finite and bool(torch.isfinite(loss.detach()) & torch.isfinite(norm)):
-            optimizer.step()
-            return norm, 0
-        optimizer.zero_grad(set_to_none=True)
-        return norm, 1
+        """:func:`guarded_step`, the one step of every optimiser of every agent."""
+        return guarded_step(optimizer, loss, params, clip, ok)
 
     @staticmethod
     @torch.no_grad()

@@ -62,6 +62,30 @@ def critic_loss(value: TwoHotSymlog, ret: torch.Tensor, slow: torch.Tensor, weig
     return -weight * value.log_prob_mix([ret.detach(), slow.detach()], [1.0, slow_reg])
 
 
+def storm_lambda_return(reward: torch.Tensor, value: torch.Tensor, termination: torch.Tensor, gamma: float,
+                        lam: float) -> torch.Tensor:
+    """STORM's lambda-return ``(T, N)`` (weipu-zhang/STORM ``agents.py`` ``calc_lambda_return``)::
+
+        G_t = r_t + gamma (1 - d_t) ((1 - lam) v_t + lam G_{t+1}),   G_T = v_T
+
+    ``reward``, ``termination`` ``(T, N)`` (``r_t``, ``d_t``: what taking the action at state ``t`` gave),
+    ``value (T+1, N)``. STORM's code bootstraps from ``v_t``, the value of the state the action was taken in,
+    where :func:`reverie.agents.returns.lambda_return` (DreamerV3) reads ``v_{t+1}``; kept as STORM computes it.
+    """
+    cont = 1.0 - termination
+    returns = [value[-1]]
+    for t in range(reward.shape[0] - 1, -1, -1):
+        returns.append(reward[t] + gamma * cont[t] * (1.0 - lam) * value[t] + gamma * cont[t] * lam * returns[-1])
+    return torch.stack(returns[1:][::-1])
+
+
+def kth_percentile(x: torch.Tensor, q: float) -> torch.Tensor:
+    """The ``int(q * n)``-th smallest of the ``n`` entries of ``x`` (STORM ``agents.py`` ``percentile``; no
+    interpolation, unlike ``torch.quantile``)."""
+    flat = x.flatten()
+    return torch.kthvalue(flat, int(q * flat.numel())).values
+
+
 class Reinforce:
     """REINFORCE for a discrete actor (2023 ``actor_grad_disc: reinforce``, the default; the 2025 agent's only
     estimator): the rollout samples without gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps

@@ -80,10 +80,13 @@ class ReturnNormalizer(nn.Module):
     def next(self, returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The percentile EMAs ``(low, high)`` after folding ``returns`` (any shape) in, not stored: the agent's
         guarded step stores them (:meth:`commit`) when it is taken, so a skipped step leaves the normaliser as it was."""
-        x = returns.detach().flatten().to(self.low.dtype)  # float32 (float64 in the float64 tests)
+        low, high = self._quantiles(returns.detach().flatten().to(self.low.dtype))  # float32 (float64 in tests)
+        return self.low * self.decay + (1.0 - self.decay) * low, self.high * self.decay + (1.0 - self.decay) * high
+
+    def _quantiles(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``low`` and ``high`` percentiles of the flat returns ``x`` (``torch.quantile``, interpolated)."""
         quantiles = torch.quantile(x, torch.tensor([self.low_q, self.high_q], device=x.device, dtype=x.dtype))
-        return self.low * self.decay + (1.0 - self.decay) * quantiles[0], \
-            self.high * self.decay + (1.0 - self.decay) * quantiles[1]
+        return quantiles[0], quantiles[1]
 
     @torch.no_grad()
     def commit(self, stats: tuple[torch.Tensor, torch.Tensor]) -> None:
