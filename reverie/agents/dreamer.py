@@ -171,11 +171,7 @@ class DreamerV3(WorldModelAgent):
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              representation=representation, objectives=objectives)
         check_dynamics(self.wm.dynamics)
-        feat = self.wm.dynamics.feat_dim
-        self.actor = Actor(feat, action_spec, units, layers, unimix)
-        self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
-        self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.retnorm = ReturnNormalizer()
+        self._build_behavior(self.wm.dynamics.feat_dim, units, layers, unimix)
         # the world model's one loss: one scale per loss key, checked as a set (loss_scale_table)
         self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",
                                             defaults=LOSS_SCALES)
@@ -184,9 +180,21 @@ class DreamerV3(WorldModelAgent):
         install(self, kernels)
         self._place(device, precision)
         self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
-        self.actor_opt = adam(self.actor.parameters(), lr=actor_lr, eps=ac_eps)
-        self.critic_opt = adam(self.critic.parameters(), lr=critic_lr, eps=ac_eps)
+        self._behavior_optimizers(actor_lr, critic_lr, ac_eps)
         self.compiled = bool(compile) and self._compile()
+
+    def _build_behavior(self, feat: int, units: int, layers: int, unimix: float) -> None:
+        """The actor, critic, slow critic and return normaliser on features of width ``feat`` (before the kernels
+        are installed and the modules placed)."""
+        self.actor = Actor(feat, self.spec, units, layers, unimix)
+        self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
+        self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.retnorm = ReturnNormalizer()
+
+    def _behavior_optimizers(self, actor_lr: float, critic_lr: float, eps: float) -> None:
+        """The actor's and the critic's Adam (after the modules are placed)."""
+        self.actor_opt = adam(self.actor.parameters(), lr=actor_lr, eps=eps)
+        self.critic_opt = adam(self.critic.parameters(), lr=critic_lr, eps=eps)
 
     def _compile(self) -> bool:
         """Compile the hot callables in place (``compile=True``); False where torch.compile cannot run here.

@@ -14,10 +14,12 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from reverie.agents import objectives
 from reverie.agents.base import guarded_step
+from reverie.agents.dreamer import DreamerV3
 from reverie.agents.returns import ReturnNormalizer
 from reverie.models.distributions import TwoHotSymlog
 
@@ -103,3 +105,80 @@ class StormActorCritic(nn.Module):
                    "return/S": (stats[1] - stats[0]).detach(), "return/scale": scale.detach(),
                    "loss/total": loss.detach(), "grad_norm/total": norm}
         return metrics, skipped
+
+
+class Storm(DreamerV3):
+    """``agent=storm``: a world model (by default :class:`reverie.models.dynamics.TransformerDynamics`, STORM's
+    transformer) trained as DreamerV3's, and STORM's actor-critic (:class:`StormActorCritic`) trained on imagined
+    rollouts from it. Discrete actions only (STORM is an Atari agent).
+
+    What is STORM's here and what is not yet (docs/transformer.md): the actor-critic and its update are STORM's
+    (checked against its code); the imagination starts (the last ``imag_last`` rows' posteriors, not 1024 fresh
+    8-step contexts from their prior), the heads (reading ``cat(h, z)``) and acting on the posterior are reverie's.
+
+    Args:
+        obs_shapes, action_spec, dynamics, units, layers, mlp_units, mlp_layers, cnn_depth, cnn, loss_scales,
+            model_lr, model_eps, model_clip, device, precision, kernels, representation, objectives: the world
+            model's, as :class:`reverie.agents.DreamerV3`.
+        horizon: imagined steps (STORM ``ImagineBatchLength: 16``). imag_last: imagination starts per window.
+        gamma, lam, actor_entropy: STORM's 0.985, 0.95, 3e-4. ac_units, ac_layers: actor and critic MLPs (512, 2).
+        ac_lr, ac_eps, ac_clip, slow_decay: the actor-critic's Adam, clip and slow critic (3e-5, 1e-5, 100, 0.98).
+
+    Raises:
+        ValueError: continuous actions (use ``agent=dreamerv3 dynamics=storm``), or as :class:`DreamerV3`.
+    """
+
+    optimizers = ("model_opt", "ac_opt")
+
+    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec, *, dynamics=None, units: int = 512,
+                 layers: int = 2, mlp_units: int | None = None, mlp_layers: int | None = None, cnn_depth: int = 32,
+                 cnn: dict | None = None, horizon: int = 16, imag_last: int = 8, gamma: float = 0.985,
+                 lam: float = 0.95, actor_entropy: float = 3e-4, ac_units: int = 512, ac_layers: int = 2,
+                 ac_lr: float = 3e-5, ac_eps: float = 1e-5, ac_clip: float = 100.0, slow_decay: float = 0.98,
+                 loss_scales: dict[str, float] | None = None, model_lr: float = 1e-4, model_eps: float = 1e-8,
+                 model_clip: float = 1000.0, device: str = "cpu", precision: str = "auto", kernels: str = "auto",
+                 representation: str = "reconstruction", objectives: dict | None = None):
+        if not action_spec.discrete:
+            raise ValueError("agent=storm: STORM's policy is a categorical over discrete actions (Atari); for "
+                             "continuous actions use agent=dreamerv3 dynamics=storm")
+        self._ac_settings = dict(units=ac_units, layers=ac_layers, gamma=gamma, lam=lam, entropy=actor_entropy,
+                                 lr=ac_lr, eps=ac_eps, clip=ac_clip, slow_decay=slow_decay)
+        super().__init__(obs_shapes, action_spec, dynamics=dynamics, units=units, layers=layers, mlp_units=mlp_units,
+                         mlp_layers=mlp_layers, cnn_depth=cnn_depth, cnn=cnn, horizon=horizon, imag_last=imag_last,
+                         gamma=gamma, lam=lam, actor_entropy=actor_entropy, loss_scales=loss_scales,
+                         model_lr=model_lr, model_eps=model_eps, model_clip=model_clip, ac_clip=ac_clip,
+                         device=device, precision=precision, kernels=kernels, representation=representation,
+                         objectives=objectives)
+
+    def _build_behavior(self, feat: int, units: int, layers: int, unimix: float) -> None:
+        self.ac = StormActorCritic(feat, self.spec.dim, **self._ac_settings)
+
+    def _behavior_optimizers(self, actor_lr: float, critic_lr: float, eps: float) -> None:
+        self.ac_opt = self.ac.opt  # one Adam over actor and critic, built with them
+
+    def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """A one-hot action: sampled, or the most probable at ``"eval"`` (STORM ``sample(greedy=True)``)."""
+        policy = self.ac.policy(self.wm.dynamics.features(post))
+        index = policy.probs.argmax(-1) if mode == "eval" else policy.sample()
+        return F.one_hot(index, self.spec.dim).float()
+
+    def _behavior(self, start: dict[str, torch.Tensor],
+                  start_cont: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
+        """Imagine ``H`` steps from ``start`` ``(N, ...)`` with STORM's policy (no gradient, as STORM's
+        ``imagine_data``), read the rewards and terminations (the continue head's mode, STORM's ``logits > 0``)
+        the model predicts after each action, and run :meth:`StormActorCritic.update`. ``start_cont`` is unused:
+        STORM's losses are not weighted by continuation."""
+        dynamics = self.wm.dynamics
+
+        def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
+            feat = dynamics.features(state).to(self.compute_dtype)
+            return F.one_hot(self.ac.policy(feat).sample(), self.spec.dim).to(torch.float32)
+
+        with torch.no_grad():
+            states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
+            feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F)
+            reward = self.wm.reward(feat[1:]).mean  # (H, N): what the action at step t gave
+            termination = 1.0 - self.wm.cont(feat[1:]).mode.to(reward.dtype)  # (H, N)
+        metrics, skipped = self.ac.update(feat, actions[:-1].argmax(-1), reward, termination)
+        return metrics | {"imagine/reward_mean": reward.mean(), "imagine/termination_mean": termination.mean()}, \
+            skipped

@@ -314,3 +314,15 @@ def test_sticky_action_atari_resumes_exactly_after_a_kill(tmp_path, monkeypatch)
     rows = [[{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in
              (d / "metrics.jsonl").read_text().splitlines()] for d in (tmp_path / "straight", tmp_path / "killed")]
     assert rows[0] == rows[1]
+
+
+def test_storm_resumes_exactly(tmp_path):
+    """agent=storm (issue 44): its actor-critic, slow critic, k-th percentile normaliser and one Adam continue
+    exactly, with the transformer world model."""
+    run(tmp_path / "straight", f"train.steps={2 * N}", "agent=storm")
+    run(tmp_path / "resumed", f"train.steps={N}", "agent=storm")
+    run(tmp_path / "resumed", f"train.steps={2 * N}", "agent=storm")
+    compare_runs(tmp_path / "straight", tmp_path / "resumed")
+    payload = load_checkpoint(tmp_path / "resumed")["agent"]
+    assert set(payload) == {"modules", "model_opt", "ac_opt"}
+    assert "ac.slow_critic.0.weight" in payload["modules"] and float(payload["modules"]["ac.retnorm.high"]) != 0.0
