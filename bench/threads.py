@@ -3,13 +3,14 @@ with one core busy (issue 47: the default must be within 10% of the best of the 
 
     .venv/bin/python bench/threads.py                     # 500 updates, quiet and busy, 1 round
     .venv/bin/python bench/threads.py --updates 100 --rounds 2 --load quiet busy
+    .venv/bin/python bench/threads.py --load busy --settings default threads=1 --rounds 2
 
 Each trial runs ``python -m reverie train`` with make train's config (``exp=classic``, CartPole) stopped at
 ``train.prefill + updates * 8`` env steps (train_ratio 128 at batch 16 x 64: one update per 8 env steps), with
 the evaluations, checkpoints, reports and video off (one 1-episode evaluation at the end), and reports the wall
 seconds from start to exit, the threads the run chose (its start-up line) and updates/s. ``busy``: a second Python
 process spins on one core (not pinned) for the whole trial. The settings alternate within a round (A B C, then
-again), so a drift in the machine's load hits all three; the table gives medians.
+C B A), so a drift in the machine's load hits all three; the table gives medians.
 """
 
 from __future__ import annotations
@@ -45,15 +46,19 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--load", nargs="+", default=["quiet", "busy"], choices=["quiet", "busy"])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                        help="which settings to run (e.g. a second round of two that one round left apart)")
     args = parser.parse_args()
+    settings = {name: SETTINGS[name] for name in args.settings}
     rows = []
     for load in args.load:
         spinner = (subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None)
         try:
-            walls: dict[str, list[float]] = {name: [] for name in SETTINGS}
+            walls: dict[str, list[float]] = {name: [] for name in settings}
             chosen: dict[str, str] = {}
-            for _ in range(args.rounds):
-                for name, extra in SETTINGS.items():
+            for round_ in range(args.rounds):
+                order = list(settings.items())
+                for name, extra in order if round_ % 2 == 0 else order[::-1]:  # A B, then B A
                     wall, threads = trial(args.updates, extra)
                     walls[name].append(wall)
                     chosen[name] = threads
