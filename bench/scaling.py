@@ -23,16 +23,12 @@ elif _ROOT not in sys.path:
 import argparse
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
-from bench.run import cartpole_batch, sized
-from reverie.agents.dreamer import DreamerV3
+from bench.run import bench_update
 from reverie.runtime.cpu_memory import keep_freed_memory
-from reverie.types import ActionSpec
 
 BASE = {"size": "xs", "batch": 16, "length": 64, "threads": 1}
 SWEEPS = {"batch": [4, 8, 16, 32], "length": [16, 32, 64, 128], "size": ["xxs", "xs", "s", "m"], "threads": [1, 2]}
@@ -41,16 +37,7 @@ SWEEPS = {"batch": [4, 8, 16, 32], "length": [16, 32, 64, 128], "size": ["xxs", 
 def time_point(point: dict, precision: str, updates: int) -> float:
     """Median wall seconds of one update at ``point`` (size, batch, length, threads)."""
     torch.set_num_threads(point["threads"])
-    torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **sized(point["size"], precision=precision))
-    batch = cartpole_batch(point["length"], point["batch"])
-    agent.update(batch)  # warm-up
-    wall = []
-    for _ in range(updates):
-        start = time.perf_counter()
-        agent.update(batch)
-        wall.append(time.perf_counter() - start)
-    return statistics.median(wall)
+    return bench_update(point["size"], updates, precision, T=point["length"], B=point["batch"])
 
 
 def cpu_name() -> str:

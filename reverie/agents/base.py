@@ -43,8 +43,8 @@ class Agent(Protocol):
       :class:`UpdateResult` (float metrics; a plain dict of metrics counts as nothing skipped, no writes). Guard
       (issue 6): an optimiser step whose loss or gradient norm is non-finite must be skipped (parameters,
       optimiser moments and step counts, normalisers and slow copies that follow the step: the whole saved state
-      that step would change, ``tests/agents/test_guard.py``) and counted in ``UpdateResult.skipped``. ``train`` warns on each such
-      update and stops the run, with a checkpoint, after ``train.max_nonfinite_updates`` in a row.
+      that step would change, ``tests/agents/test_guard.py``) and counted in ``UpdateResult.skipped``. ``train``
+      warns on each such update and stops the run, with a checkpoint, after ``train.max_nonfinite_updates`` in a row.
     - ``state_dict()`` / ``load_state_dict()``: everything the agent needs to continue exactly (parameters,
       optimisers, slow networks, normalisers), as picklable tensors and plain values. The loop saves
       everything generic itself (replay, train_ratio clock, counters, RNG states, envs, the state ``act``

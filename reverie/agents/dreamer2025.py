@@ -28,8 +28,8 @@ posterior when the agent acted on the row (the official driver stores the policy
 has ``batch_length + 1`` rows: row 0 is the context, whose stored latent is the state before row 1 (the dynamics'
 ``context_state``), and rows ``1..T`` are trained (row 1 ``is_first`` only where its data says so); a context row
 without a latent starts row 1 from the initial state instead, as a window without context does. After the update the
-posteriors of rows ``1..T`` are written back into the replay (``update``'s ``replay_writes``, official ``train`` returns them
-as ``outs['replay']``, ``agent.py:144-150``).
+posteriors of rows ``1..T`` are written back into the replay (``update``'s ``replay_writes``; official ``train``
+returns them as ``outs['replay']``, ``agent.py:144-150``).
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ class ReturnNormalizer(nn.Module):
     @torch.no_grad()
     def next(self, returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The percentile EMAs ``(low, high)`` after folding ``returns`` (any shape) in, not stored: the agent's
-        guarded step stores them (:meth:`commit`) when it is taken, so a skipped step leaves the normaliser as it was."""
+        guarded step stores them (:meth:`commit`) when it is taken, so a skipped step leaves the normaliser
+        as it was."""
         low, high = self._quantiles(returns.detach().flatten().to(self.low.dtype))  # float32 (float64 in tests)
         return self.low * self.decay + (1.0 - self.decay) * low, self.high * self.decay + (1.0 - self.decay) * high
 

@@ -77,7 +77,7 @@ class StormActorCritic(nn.Module):
             ``(metrics, skipped)``: the losses, entropy, return scale; 1 when the guard skipped the step.
         """
         critic_out = self.critic(feat)  # (T+1, N, 255)
-        value = TwoHotSymlog(critic_out, bins=self.bins).mean  # (T+1, N)
+        value = TwoHotSymlog(critic_out.detach(), bins=self.bins).mean  # (T+1, N): returns and baseline, constants
         with torch.no_grad():
             slow = TwoHotSymlog(self.slow_critic(feat), bins=self.bins).mean
         ret = objectives.storm_lambda_return(reward, value, termination, self.gamma, self.lam)  # (T, N)

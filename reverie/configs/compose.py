@@ -45,8 +45,8 @@ def load_config(overrides: list[str]) -> DictConfig:
             unread = unread_added_key(list(overrides), lambda base: compose("config", overrides=base))
         if unread:  # `+key=...` / `++key=...` adds a key nothing reads: refused like a misspelt one
             raise ConfigError(_unknown_key(unread[1], overrides) + f" `{unread[0]}` would add it, but nothing reads "
-                              f"it: `+`/`++` add keys only where they are read (env.kwargs, a loss scale, an argument of a block "
-                              f"with _target_); drop it or fix the name")
+                              f"it: `+`/`++` add keys only where they are read (env.kwargs, a loss scale, an "
+                              f"argument of a block with _target_); drop it or fix the name")
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_explain(err, overrides)) from err

@@ -21,9 +21,9 @@ env's Python state (its ``random`` RandomState, step count, reset flag). Unpickl
 that state back, so the episode continues bit for bit. A few KiB per env instead of about 12 MB (the model's
 textures).
 
-Rendering needs headless OpenGL. :func:`~reverie.envs.gl.select_gl` picks it before dm_control is imported: ``MUJOCO_GL`` if you
-set it, else the first of ``egl`` (Debian ``libegl1 libgl1``) and ``osmesa`` (``libosmesa6``) that can create a
-context, else an error naming the packages. Proprio-only envs work without any GL.
+Rendering needs headless OpenGL. :func:`~reverie.envs.gl.select_gl` picks it before dm_control is imported:
+``MUJOCO_GL`` if you set it, else the first of ``egl`` (Debian ``libegl1 libgl1``) and ``osmesa`` (``libosmesa6``)
+that can create a context, else an error naming the packages. Proprio-only envs work without any GL.
 """
 
 from __future__ import annotations
