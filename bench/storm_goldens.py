@@ -3,7 +3,8 @@ tests/goldens/test_storm_actor_critic.py, which checks reverie's :class:`reverie
 against them with torch only.
 
     git clone https://github.com/weipu-zhang/STORM /tmp/STORM
-    mkdir -p ~/.cache/reverie/storm-1c50658 && git -C /tmp/STORM archive 1c50658 | tar -x -C ~/.cache/reverie/storm-1c50658
+    mkdir -p ~/.cache/reverie/storm-1c50658
+    git -C /tmp/STORM archive 1c50658 | tar -x -C ~/.cache/reverie/storm-1c50658
     .venv/bin/python -m pip install --target ~/.cache/reverie/storm-deps einops tensorboardX yacs
     .venv/bin/python bench/storm_goldens.py --source ~/.cache/reverie/storm-1c50658 \\
         --deps ~/.cache/reverie/storm-deps --out tests/goldens/data/storm1c50658_actor_critic.npz
