@@ -1,9 +1,5 @@
 """reverie: model-based reinforcement learning with learned world models (DreamerV3, PlaNet) in PyTorch.
-
-Public API::
-
-    from reverie import DreamerV3, PlaNet, make_env, make_vector_env, Replay, train, evaluate, load_run
-"""
+Public API: ``from reverie import DreamerV3, PlaNet, make_env, make_vector_env, Replay, train, evaluate, load_run``."""
 
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.planet import PlaNet

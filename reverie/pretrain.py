@@ -1,15 +1,6 @@
-"""Offline pretraining (docs/offline.md): learn from logged episodes without stepping an env::
-
-    fill      the replay with the dataset's rows (validated against the env config; nothing is loaded half)
-    while updates < pretrain.updates:
-        update    agent.update_model(replay.sample(B, T)) (world model only), or agent.update with pretrain.behavior
-        report / log / eval / checkpoint on their clocks, counted in updates
-
-The same :class:`reverie.loop.session.Session` as ``reverie train`` runs it (offline: no envs are stepped, the
-run's step is the update count), so logging, open-loop reports, evaluations in the env, checkpoints, Ctrl-C and
-exact resume work as for training, and the run directory is an ordinary one: ``reverie eval``, ``load_run`` and
-``reverie train init_from=RUN`` read it.
-"""
+"""Offline pretraining (docs/offline.md): fill the replay with a dataset's rows, then run ``agent.update_model`` (or
+``update`` with ``pretrain.behavior``) on its samples, with the same :class:`reverie.loop.session.Session` as
+``reverie train`` (no envs stepped, the step is the update count), so the run directory is an ordinary one."""
 
 from __future__ import annotations
 
@@ -26,24 +17,9 @@ from reverie.state.resume import resume_point
 
 
 def pretrain(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[str, Any]:
-    """Pretrain the configured agent on ``cfg.pretrain.data``, resuming ``run_dir``'s checkpoint if it has one.
-
-    Args:
-        cfg: the resolved root config; ``pretrain.data`` names the dataset, ``pretrain.*`` the length and clocks.
-        run_dir: the run directory (the files of :func:`reverie.train.train`'s, ``replay/`` holding the dataset).
-        dataset: the validated dataset when the caller has read it already (:func:`reverie.data.load_dataset`);
-            None reads ``pretrain.data``. Unused on resume: the checkpoint holds the replay.
-
-    Returns:
-        The summary of :func:`reverie.train.train` (``env_steps`` 0; ``evals`` at update counts); a finished run
-        whose ``pretrain.updates`` is not raised returns its summary without training.
-
-    Raises:
-        ValueError: ``trainer.nproc`` > 1 (pretraining runs in one process); an agent without ``update_model``
-            unless ``pretrain.behavior``.
-        reverie.data.DatasetError: the dataset does not load or fit (see :func:`reverie.data.load_dataset`).
-        reverie.state.resume.ResumeError: a resume with unsafe config changes.
-    """
+    """Pretrain the configured agent on ``cfg.pretrain.data`` in ``run_dir``, resuming its checkpoint if it has one;
+    returns :func:`reverie.train.train`'s summary (``env_steps`` 0). Raises ValueError for ``trainer.nproc`` > 1 or an
+    agent without ``update_model`` (unless ``pretrain.behavior``); DatasetError and ResumeError as ``reverie train``."""
     check_ranges(cfg)
     nproc, _ = trainer_settings(cfg.get("trainer"), cfg.device)
     if nproc != 1:

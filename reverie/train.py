@@ -1,17 +1,7 @@
-"""The training loop, as the algorithm box of DreamerV3 (Hafner et al. 2023, algorithm 1) and PlaNet (Hafner et
-al. 2019, algorithm 1) writes it::
-
-    while env steps < train.steps:
-        collect   a_t ~ pi(a_t | s_t)  (uniform random during the prefill)
-        add       row t = (o_t, r_t, flags_t, a_t) to replay, step the envs
-        ratio     the updates the schedule owes for these env steps (train_ratio, or PlaNet's episode cycle)
-        update    agent.update(replay.sample(B, T)) that many times
-        log / eval / checkpoint on their clocks
-
-It knows agents only through the :class:`reverie.agents.base.Agent` protocol, so every agent shares it unchanged.
-The bookkeeping of each step (counters, clocks, data-parallel agreement, signals) is in
-:class:`reverie.loop.session.Session`; its state (:class:`reverie.loop.state.LoopState`) saves and loads itself.
-"""
+"""The training loop of DreamerV3 (Hafner et al. 2023, algorithm 1) and PlaNet (Hafner et al. 2019, algorithm 1):
+act (random during the prefill), add the row to replay and step the envs, run the updates the schedule owes, then
+log, evaluate and checkpoint on their clocks. It knows agents only through the :class:`reverie.agents.base.Agent`
+protocol; the bookkeeping is :class:`reverie.loop.session.Session`'s."""
 
 from __future__ import annotations
 
@@ -28,63 +18,15 @@ from reverie.state.resume import resume_point
 
 
 def train(cfg: DictConfig, run_dir: str | Path, dataset: Any = None) -> dict[str, Any]:
-    """Train the configured agent on the configured env, resuming ``run_dir``'s checkpoint if it has one.
-
-    Args:
-        cfg: the resolved root config (``reverie/configs/config.yaml`` plus overrides).
-        run_dir: where ``config.yaml``, ``metrics.jsonl``, ``scores.jsonl``, ``tb/``, ``checkpoints/``,
-            ``replay/``, ``videos/`` and, once finished, ``summary.json`` go.
-        dataset: with ``cfg.init_from`` and ``init.keep_data``, the validated replay of that run
-            (:func:`reverie.data.load_dataset`) when the caller has read it already; None reads it.
-
-    ``cfg.init_from`` (docs/offline.md): a fresh run starts from that run's agent (:mod:`reverie.state.init_from`)
-    and, with ``init.keep_data``, a replay filled with that run's replay; its agent acts after ``init.prefill``
-    random steps. A resumed run continues from its own checkpoint.
-
-    Resume (docs/resume.md): when ``run_dir/checkpoints`` holds a readable checkpoint, everything in it is
-    restored (agent, replay exactly as saved, train_ratio clock, counters, clocks, RNG states, the envs where
-    they pickle, else their episodes restart) and the run continues to ``cfg.train.steps``; metric and score
-    rows written after the checkpoint are dropped (they are collected again). ``cfg`` may differ from the
-    saved config only in :data:`reverie.state.resume.SAFE_KEYS`. A finished run (``summary.json``) whose
-    ``train.steps`` is not raised is not trained again: its summary is returned.
-
-    Returns:
-        ``{"env_steps", "updates", "eval_return" (the last evaluation's mean), "evals": [(env_step, wall_s,
-        mean_return), ...], "best_eval_step", "best_eval_return" (the best evaluation, whose weights are in
-        ``checkpoints/best.pt``), "wall_s", "interrupted", "diverged", "resumed_from" (env step or None)}``.
-        Each evaluation whose mean return beats every earlier one writes ``checkpoints/best.pt`` (weights only,
-        atomic; :func:`reverie.state.checkpoint.save_best`), so the run ends with its best policy as well as its last.
-        Ctrl-C or SIGTERM stops collection, writes the metrics and a checkpoint, and returns with
-        ``interrupted`` True; ``train.max_nonfinite_updates`` skipped updates in a row do the same with
-        ``diverged`` True. Only an uninterrupted finish writes ``summary.json`` (this dict as JSON).
-
-    Data parallel (``trainer.nproc > 1``, docs/speed.md): when started by torchrun (``reverie train ...
-    trainer.nproc=2`` does that), each rank runs this loop with its own envs and replay shard
-    (``replay/rank<r>``), seeded by :func:`reverie.runtime.process_group.rank_seed`, and the agent averages its
-    gradients over ranks; rank 0 alone evaluates, reports, records videos and writes TensorBoard/wandb and
-    summary.json; ranks > 0 keep their own ``metrics.jsonl``/``scores.jsonl`` and checkpoints under
-    ``run_dir/rank<r>/``.
-
-    ``train.async_collect`` (docs/speed.md, "Collection in parallel"): the envs step in their worker processes
-    while the updates the train_ratio owes run, then the loop waits for the new row. Row ``t`` is added to
-    replay before the envs step and the updates never read the row being collected, so a run gives exactly the
-    same updates, replay, scores and metrics (wall time aside) with the switch on or off.
-
-    ``train.control_hz`` (docs/speed.md, "A fixed control rate"): a :class:`reverie.loop.collector.Collector`
-    thread acts every ``1 / control_hz`` seconds with a policy copy while this thread runs the updates the
-    train_ratio owes for the rows collected so far (:func:`reverie.loop.collector.run_with_collector`).
+    """Train the configured agent on the configured env in ``run_dir``, resuming its checkpoint if it has one
+    (docs/resume.md; ``cfg`` may change only :data:`reverie.state.resume.SAFE_KEYS`; a finished run gives its summary).
+    ``dataset``: ``init_from``'s replay when already read (docs/offline.md). ``trainer.nproc``, ``train.async_collect``
+    and ``train.control_hz``: docs/speed.md. Returns ``{"env_steps", "updates", "eval_return", "evals",
+    "best_eval_step", "best_eval_return", "wall_s", "interrupted", "diverged", "resumed_from"}`` (``summary.json``).
 
     Raises:
-        ValueError: a numeric key outside its range (``config error: ...``, :mod:`reverie.configs.ranges`), before
-            anything is written.
-        reverie.state.resume.ResumeError: ``cfg`` changes a key that is not safe to change on resume.
-        reverie.state.preflight.PreflightError: the replay and model do not fit in RAM or on disk.
-        reverie.state.init_from.InitError, reverie.data.DatasetError: an ``init_from`` run that does not fit.
-        ValueError: a bad ``trainer`` block, or ``trainer.nproc`` other than the number of processes started;
-            ``train.async_collect`` is true but the envs cannot step in the background (set
-            ``env.vector_mode=async``) or the agent's schedule waits for finished episodes
-            (:func:`reverie.loop.collector.check_async_collect`).
-    """
+        ValueError: a config value out of range, a bad ``trainer`` block or process count, ``train.async_collect``
+            where the envs cannot step in the background; ResumeError, PreflightError, InitError, DatasetError."""
     check_ranges(cfg)
     nproc, backend = trainer_settings(cfg.get("trainer"), cfg.device)
     timeout = (cfg.get("trainer") or {}).get("timeout_min")

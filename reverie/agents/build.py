@@ -11,7 +11,6 @@ from reverie.types import ActionSpec
 
 
 def build_agent(agent_cfg: DictConfig, obs_shapes: dict[str, tuple[int, ...]], spec: ActionSpec) -> Any:
-    """Instantiate ``agent_cfg.module`` (a ``_target_`` block, nested ``_target_`` blocks such as ``dynamics``
-    included) with the env's observation shapes and action spec."""
+    """Instantiate ``agent_cfg.module`` (nested ``_target_`` blocks included) with the env's shapes and action spec."""
     factory = hydra.utils.instantiate(agent_cfg.module, _partial_=True, _convert_="all")
     return factory(obs_shapes=obs_shapes, action_spec=spec)

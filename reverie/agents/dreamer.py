@@ -1,8 +1,5 @@
-"""DreamerV3 (Hafner et al. 2023): world model learning + actor-critic learning in imagination.
-
-Defaults are the 2023 reference configuration (``danijar/dreamerv3`` at commit 8fa35f8, ``configs.yaml``);
-size presets set the widths.
-"""
+"""DreamerV3 (Hafner et al. 2023): world model learning + actor-critic learning in imagination. Defaults are the 2023
+reference configuration (``danijar/dreamerv3`` at commit 8fa35f8, ``configs.yaml``); size presets set the widths."""
 
 from __future__ import annotations
 
@@ -30,21 +27,17 @@ from reverie.runtime.compiling import compile_callables
 from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
 
-#: reference ``loss_scales`` (8fa35f8 ``configs.yaml:72``: image/vector 1, reward 1, cont 1, dyn 0.5, rep 0.1; ``rec``
-#: scales every decoded key), with the decoder-free objectives' (R2-Dreamer ``configs/model/_base_.yaml:22-23``:
-#: barlow 0.05, infonce 1.0); the table is checked against the world model's losses as a set (``loss_scale_table``)
+#: reference ``loss_scales`` (8fa35f8 ``configs.yaml:72``); ``barlow``, ``infonce``: R2-Dreamer's
+#: ``configs/model/_base_.yaml:22-23``
 LOSS_SCALES = {"rec": 1.0, "barlow": 0.05, "infonce": 1.0, "reward": 1.0, "cont": 1.0, "dyn": 0.5, "rep": 0.1}
 IMAG_CONT = ("mode", "prob")  # how imagination reads the continue head (DreamerV3 imag_cont)
 ACTOR_GRAD_DISC = ("reinforce", "backprop")  # how a discrete actor learns (2023 reference actor_grad_disc)
 
 
 class Actor(nn.Module):
-    """Policy ``pi(a_t | s_t)`` on features ``(..., F)``.
-
-    Discrete: :class:`UnimixCategorical` over ``A`` one-hot actions (unimix 1%). Continuous:
-    :class:`BoundedNormal` with ``tanh`` mean and std in ``[0.1, 1.0]`` (reference ``actor.minstd/maxstd``).
-    ``net``: the network from features to ``A`` (discrete) or ``2A`` outputs; None builds the 2023 :class:`MLP`.
-    """
+    """Policy ``pi(a_t | s_t)`` on features ``(..., F)``: :class:`UnimixCategorical` over ``A`` one-hot actions, or
+    :class:`BoundedNormal` with ``tanh`` mean and std in ``[min_std, max_std]`` (reference ``actor.minstd/maxstd``).
+    ``net``: features to ``A`` or ``2A`` outputs; None builds the 2023 :class:`MLP`."""
 
     def __init__(self, feat_dim: int, spec: ActionSpec, units: int, layers: int, unimix: float = 0.01,
                  min_std: float = 0.1, max_std: float = 1.0, net: nn.Module | None = None):
@@ -64,70 +57,37 @@ class Actor(nn.Module):
         return BoundedNormal(mean, std, self.min_std, self.max_std)
 
     def sample(self, out: torch.Tensor, fast: bool = False) -> torch.Tensor:
-        """A sample ``(..., A)`` of :meth:`dist` ``(out)`` without building the distribution object (the
-        imagination rollout's hot path, one call per step). Discrete: a one-hot draw of the unimix categorical
-        (:func:`reverie.models.distributions.unimix_sample`, the same law as ``dist(out).sample()``; ``fast``: its
-        sampling kernel); continuous: ``dist(out).sample()``."""
+        """A sample ``(..., A)`` of ``dist(out)`` without building the distribution (imagination's hot path; discrete:
+        :func:`reverie.models.distributions.unimix_sample`, the same law; ``fast``: its sampling kernel)."""
         if self.spec.discrete:
             return unimix_sample(out.detach(), self.unimix, fast=fast)
         return self.dist(out).sample()
 
 
 class DreamerV3(WorldModelAgent):
-    """DreamerV3 agent implementing the :class:`reverie.agents.base.Agent` protocol.
+    """DreamerV3 agent implementing the :class:`reverie.agents.base.Agent` protocol; defaults are the reference's.
 
     Args:
-        obs_shapes: ``{key: shape}`` of the observations the world model encodes and decodes.
-        action_spec: :class:`reverie.types.ActionSpec`.
-        dynamics: ``factory(action_dim, embed_dim) -> Dynamics`` (the config's ``agent.module.dynamics`` block;
-            e.g. ``functools.partial(CategoricalRSSM, deter=256, stoch=32, classes=32, units=256)``); None: a
+        dynamics: ``factory(action_dim, embed_dim) -> Dynamics`` (``agent.module.dynamics``); None: a
             :class:`CategoricalRSSM` with the reference's sizes (deter 512, 32 x 32 latents, units 512).
-        units, layers: width and depth of the MLPs of the heads, actor and critic (size presets).
-        mlp_units, mlp_layers: width and depth of the vector encoder and decoder (reference 1024 x 5 at every size,
-            ``configs.yaml`` ``encoder.mlp_units``); None: ``units`` / ``layers``.
-        cnn_depth: channel multiplier of the image encoder/decoder (size preset ``cnn_depth``; s=32).
-        cnn: further conv-stack arguments (``channels``, ``kernel``, ``stride``, ``padding``, ``min_res``,
-            ``norm``, ``act``; see :class:`reverie.models.conv.ConvEncoder`); None for the reference stack.
-        horizon: imagination horizon ``H`` (15). gamma: ``1 - 1/333``. lam: 0.95. unimix: the actor's uniform
-            mix (0.01).
-        imag_last: imagine from the posterior states of the last ``K`` rows of each replayed sequence only
-            (``N = K*B`` starts); 0 (the 2023 reference) starts from every row (2025 ``imag_last``).
-        imag_cont: how imagination reads the continue head: ``"mode"`` (2023 ``agent.py:194``, 1 or 0) or
-            ``"prob"`` (its probability, 2025 ``agent.py:206``; docs/dreamerv3.md, 'CartPole under exp=classic').
-        actor_grad_disc: a discrete actor's gradient estimator (2023 ``configs.yaml:84``): ``"reinforce"`` (the
-            default) or ``"backprop"`` (straight-through one-hot samples, the return's gradient through the
-            imagined dynamics); continuous actions always use backprop (:mod:`reverie.agents.objectives`).
-        loss_scales: world-model loss scales by key, over :data:`LOSS_SCALES` (reference: rec 1 for every decoded
-            key, reward 1, cont 1, dyn 0.5, rep 0.1; barlow 0.05, infonce 1.0 for the decoder-free objectives);
-            after ``rec`` is spread over the decoded keys (an observation key's own entry wins) and the other
-            objectives' entries are dropped, the keys must be the world model's losses, as a set.
-        representation: the world model's representation objective (:mod:`reverie.models.representation`):
-            ``"reconstruction"`` (the reference's decoders), ``"r2"`` (R2-Dreamer's Barlow Twins objective, no
-            decoder) or ``"infonce"`` (contrastive, no decoder). objectives: their settings
-            (``{"r2": {"lambd": 5e-4}}``; docs/representation.md).
-        actor_entropy: entropy scale (3e-4). slow_critic_fraction: EMA step of the slow critic (0.02).
-        slow_reg: scale of the critic regulariser towards the slow critic (1.0).
-        model_lr/model_eps/model_clip: world-model Adam (1e-4, 1e-8, 1000).
-        actor_lr, critic_lr / ac_eps / ac_clip: actor and critic Adam (3e-5, 1e-5, 100).
-        device: torch device for parameters and updates.
-        precision: ``"auto"`` (bfloat16 where the hardware runs it natively), ``"float32"`` or ``"bfloat16"``;
-            parameters and distributions stay float32 (see :mod:`reverie.runtime.precision`). ``"float64"``:
-            everything in float64 (exactness tests).
-        compile: ``torch.compile`` the dynamics' cell and the MLP heads (:mod:`reverie.runtime.compiling`; turns
-            the kernels off; a ``RuntimeWarning`` and eager execution where it cannot run). Off by default.
-        kernels: ``"auto"`` (the hand-written fast paths of :mod:`reverie.models.kernels` where they apply: the
-            two-hot losses, the policy's draw and the default dynamics' own) or ``"off"`` (plain autograd over the
-            readable modules); the same losses up to float rounding.
-        planner: how the agent acts: ``"actor"`` (the reference) or ``"cem"``/``"mppi"``, planning over the world
-            model with the critic as value bootstrap (:mod:`reverie.agents.dreamer_planning`; a reverie addition).
-        plan: the planner's settings (:data:`reverie.agents.dreamer_planning.PLAN_DEFAULTS`); unused with the actor.
+        units, layers: the heads, actor and critic; mlp_units, mlp_layers: the vector encoder and decoder (None:
+            ``units``/``layers``); cnn_depth, cnn: the conv stacks (:class:`reverie.models.conv.ConvEncoder`).
+        imag_last: imagine from the last ``K`` rows only (0: all). imag_cont: ``"mode"`` (2023 ``agent.py:194``) or
+            ``"prob"`` (2025 ``agent.py:206``). actor_grad_disc: ``"reinforce"`` or ``"backprop"`` (2023
+            ``configs.yaml:84``; continuous actions always use backprop).
+        loss_scales: over :data:`LOSS_SCALES`; with ``rec`` spread over the decoded keys, the keys must be the world
+            model's losses. representation, objectives: ``"reconstruction"``, ``"r2"`` or ``"infonce"`` and their
+            settings (docs/representation.md). head_inputs: what the decoder, reward and continue heads read
+            (:class:`reverie.models.world_model.WorldModel`; default ``cat(h, z)``).
+        precision: ``"auto"`` (bfloat16 where native), ``"float32"``, ``"bfloat16"`` or ``"float64"``
+            (:mod:`reverie.runtime.precision`). compile: ``torch.compile`` the hot callables (turns the kernels off).
+            kernels: ``"auto"`` or ``"off"`` (:mod:`reverie.models.kernels`; the same losses up to rounding).
+        planner, plan: ``"actor"``, or ``"cem"``/``"mppi"`` and its settings (:mod:`reverie.agents.dreamer_planning`).
 
     Raises:
-        ValueError: a world-model loss without a scale or a ``loss_scales`` key that is no loss; an unknown
-            ``imag_cont``, ``actor_grad_disc``, ``representation``, objective setting, ``kernels``, ``planner`` or
-            ``plan`` setting.
-        TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`.
-    """
+        ValueError: loss keys and scales that differ; an unknown ``imag_cont``, ``actor_grad_disc``,
+            ``representation``, objective setting, ``kernels``, ``planner`` or ``plan`` setting.
+        TypeError: a dynamics without the members of :class:`reverie.models.dynamics.Dynamics`."""
 
     optimizers = ("model_opt", "actor_opt", "critic_opt")  # saved with the module state (WorldModelAgent)
 
@@ -142,7 +102,7 @@ class DreamerV3(WorldModelAgent):
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
                  compile: bool = False, kernels: str = "auto", planner: str = "actor", plan: dict | None = None,
                  representation: str = "reconstruction", objectives: dict | None = None,
-                 actor_grad_disc: str = "reinforce"):
+                 actor_grad_disc: str = "reinforce", head_inputs: dict[str, str] | None = None):
         super().__init__()
         if imag_last < 0:
             raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
@@ -157,8 +117,6 @@ class DreamerV3(WorldModelAgent):
                              f"reference's default; backprop: the return's gradient through the imagined dynamics "
                              f"with straight-through one-hot actions), got {actor_grad_disc!r}")
         self.actor_grad_disc = actor_grad_disc
-        # the actor's gradient estimator, chosen once (reverie.agents.objectives): REINFORCE for discrete actions
-        # by default, backprop for continuous ones always and for discrete ones with actor_grad_disc=backprop
         self.estimator = "reinforce" if action_spec.discrete and actor_grad_disc == "reinforce" else "backprop"
         self.planner = make_dreamer_planner(action_spec, planner, plan)  # None: the actor acts
         self.actor_entropy, self.slow_fraction, self.slow_reg = actor_entropy, slow_critic_fraction, slow_reg
@@ -169,14 +127,13 @@ class DreamerV3(WorldModelAgent):
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
-                             representation=representation, objectives=objectives)
+                             representation=representation, objectives=objectives,
+                             head_inputs=dict(head_inputs) if head_inputs else None)
         check_dynamics(self.wm.dynamics)
         self._build_behavior(self.wm.dynamics.feat_dim, units, layers, unimix)
-        # the world model's one loss: one scale per loss key, checked as a set (loss_scale_table)
         self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",
                                             defaults=LOSS_SCALES)
-        # the kernels, into every module built above (the dynamics too, whatever its factory set; one built with its
-        # own kernels="off" stays readable): the agent's setting reaches them all
+        # into every module built above, the dynamics too (one built with its own kernels="off" stays readable)
         install(self, kernels)
         self._place(device, precision)
         self.model_opt = adam(self.wm.parameters(), lr=model_lr, eps=model_eps)
@@ -184,25 +141,18 @@ class DreamerV3(WorldModelAgent):
         self.compiled = bool(compile) and self._compile()
 
     def _build_behavior(self, feat: int, units: int, layers: int, unimix: float) -> None:
-        """The actor, critic, slow critic and return normaliser on features of width ``feat`` (before the kernels
-        are installed and the modules placed)."""
+        """Actor, critic, slow critic and return normaliser on features of width ``feat``."""
         self.actor = Actor(feat, self.spec, units, layers, unimix)
         self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer()
 
     def _behavior_optimizers(self, actor_lr: float, critic_lr: float, eps: float) -> None:
-        """The actor's and the critic's Adam (after the modules are placed)."""
         self.actor_opt = adam(self.actor.parameters(), lr=actor_lr, eps=eps)
         self.critic_opt = adam(self.critic.parameters(), lr=critic_lr, eps=eps)
 
     def _compile(self) -> bool:
-        """Compile the hot callables in place (``compile=True``); False where torch.compile cannot run here.
-
-        The dynamics' cell (``_cell`` where it has one: input layer + GRU, run once per step of the observe scan
-        and of imagination), its prior net and every MLP forward; the per-step Python loops stay eager, so shapes
-        stay fixed per call site (B for the scan, T*B for imagination, N envs for acting), each compiled once.
-        """
+        """Compile the dynamics' cell, prior net and every MLP forward in place; False where torch.compile can't run."""
         wm, dynamics = self.wm, self.wm.dynamics
         modules = {"actor": self.actor.net, "critic": self.critic, "slow critic": self.slow_critic,
                    "reward head": wm.reward_head, "continue head": wm.cont_head,
@@ -213,48 +163,33 @@ class DreamerV3(WorldModelAgent):
             targets["dynamics cell"] = (dynamics, "_cell")
         return compile_callables(targets, self.device.type)
 
-    # ----------------------------------------------------------------------------------------------- acting
     def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
-        """``"explore"``/``"sample"`` sample the actor, ``"eval"`` takes its mode (clipped to ``[-1, 1]`` for Box).
-        With a planner: its plan (``"explore"``: plus its noise; ``"sample"``: Discrete draws from the elite
-        frequencies)."""
+        """Sample the actor (``"explore"``/``"sample"``) or take its mode (``"eval"``), clipped to ``[-1, 1]`` for Box;
+        with a planner, its plan."""
         if self.planner is not None:
             return self.planner.act(self, post, mode)
         dist = self.actor(self.wm.dynamics.features(post))
         action = dist.mode if mode == "eval" else dist.sample()
         return action if self.spec.discrete else action.clamp(-1.0, 1.0)
 
-    # ----------------------------------------------------------------------------------------------- learning
     def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
-        """One DreamerV3 update: world model, then actor and critic on imagined trajectories.
-
-        Args:
-            batch: replay sample with observation keys, ``prev_action (T, B, A)``, ``reward``, ``is_first``,
-                ``is_terminal`` ``(T, B)``.
-
-        Returns:
-            metrics: world-model losses (``loss/<key>``), ``kl``, entropies, actor/critic losses, return and
-            advantage statistics, gradient norms; ``skipped``: optimiser steps skipped (of 3).
-        """
+        """One DreamerV3 update on a replay batch ``(T, B, ...)`` (observation keys, ``prev_action``, ``reward``,
+        ``is_first``, ``is_terminal``): world model, then actor and critic on imagined trajectories. Returns the metrics
+        and ``skipped`` (of 3 steps)."""
         with autocast(self.device, self.compute_dtype):
             metrics, skipped = self._update(self._inputs(batch))
         return self._result(metrics, skipped)
 
     def update_model(self, batch: dict[str, np.ndarray]) -> UpdateResult:
-        """The world-model step of :meth:`update` alone (offline pretraining, ``reverie pretrain``): the same loss,
-        optimiser step and guard; actor, critic, slow critic and return normaliser are left as they are.
-
-        Returns:
-            the world-model metrics of :meth:`update`; ``skipped``: 1 when the step was skipped.
-        """
+        """The world-model step of :meth:`update` alone (``reverie pretrain``); actor, critic, slow critic and return
+        normaliser are left as they are."""
         with autocast(self.device, self.compute_dtype):
             metrics, _, skipped = self._model_step(self._inputs(batch))
         return self._result(metrics, skipped)
 
     def _inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         data = self._update_inputs(batch)
-        # every replay window starts from the initial state with a zero previous action: row 0 counts as is_first
-        # (2023 reference: embodied/replay/generic.py `_sample` sets seq['is_first'][0] = True)
+        # row 0 counts as is_first (2023 reference: embodied/replay/generic.py `_sample` sets seq['is_first'][0])
         data["is_first"] = torch.cat([torch.ones_like(data["is_first"][:1]), data["is_first"][1:]])
         return data
 
@@ -270,7 +205,6 @@ class DreamerV3(WorldModelAgent):
 
     def _update(self, data: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         metrics, post, skipped = self._model_step(data)
-        # --- imagination from every posterior state (section 4), or from the last imag_last rows ---
         last = min(self.imag_last, data["is_first"].shape[0])  # K rows (0: all T)
         start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}  # (K*B, ...), time-major
         rows = slice(-last, None) if last else slice(None)
@@ -279,15 +213,14 @@ class DreamerV3(WorldModelAgent):
         return metrics | behavior, skipped + behavior_skipped
 
     def _estimator(self) -> Reinforce | Backprop:
-        """This update's actor gradient estimator, of the kind chosen at construction (:attr:`estimator`)."""
         if self.estimator == "reinforce":
             return Reinforce(self.actor, fast=self.fast)
         return Backprop(self.actor)
 
     def _behavior(self, start: dict[str, torch.Tensor],
                   start_cont: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
-        """Actor and critic steps on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)``
-        (2023 ``agent.py`` ``ImagActorCritic``; :mod:`reverie.agents.objectives`); returns ``(metrics, skipped)``."""
+        """Actor and critic steps on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)`` (section 4;
+        2023 ``agent.py`` ``ImagActorCritic``; :mod:`reverie.agents.objectives`); returns ``(metrics, skipped)``."""
         dynamics, estimator = self.wm.dynamics, self._estimator()
         with torch.set_grad_enabled(estimator.grad):  # REINFORCE: no gradient; backprop: through the rollout
             states, actions = dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(self.compute_dtype)),
@@ -302,7 +235,6 @@ class DreamerV3(WorldModelAgent):
         ret = lambda_return(reward, value, cont, self.gamma, self.lam)  # (H, N)
         weight = imagination_weights(cont.detach(), self.gamma)[:-1]  # (H, N)
 
-        # --- actor ---
         all_ret = all_gather_cat(ret.detach().flatten())  # data parallel: every rank's returns, one global scale
         finite_ret = bool(torch.isfinite(all_ret).all())  # a non-finite return must not poison the normaliser's EMAs
         stats = self.retnorm.next(all_ret) if finite_ret else (self.retnorm.low, self.retnorm.high)
@@ -316,15 +248,13 @@ class DreamerV3(WorldModelAgent):
         if not skipped:  # a skipped step changes nothing (the Agent protocol's guard), the normaliser included
             self.retnorm.commit(stats)
 
-        # --- critic ---
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(feat[:-1].detach())).mean
         critic_dist = TwoHotSymlog(critic_out[:-1], fast=self.fast)
         critic_loss = objectives.critic_loss(critic_dist, ret, slow_target, weight, self.slow_reg).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
         if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value
-            # the first step taken copies the critic (2023 jaxutils.SlowUpdater: mix 1 at its first call), every
-            # later one moves by slow_fraction; the count is the critic optimiser's, so it resumes with it
+            # the first step taken copies the critic (2023 jaxutils.SlowUpdater: mix 1 at its first call)
             steps = int(self.critic_opt.state[next(iter(self.critic.parameters()))]["step"])
             self._follow(self.slow_critic, self.critic, 1.0 if steps == 1 else self.slow_fraction)
         return {

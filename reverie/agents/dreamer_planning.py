@@ -1,17 +1,9 @@
 """DreamerV3 acting by planning (MPC): CEM or MPPI over its world model, its critic as the value bootstrap.
 
-``DreamerV3(..., planner="cem")`` (config ``agent.module.planner``; ``reverie eval RUN --planner cem``;
-``load_run(RUN, planner="cem")``) replaces the actor at decision time: at every step the posterior state is the
-start of :func:`reverie.agents.planning.score`'s rollouts through the prior, scored as
-
-    sum_{t<H} gamma^t c_{<=t} r(s_{t+1}) + gamma^H c_{<=H} v(s_H)
-
-with the critic's own discount ``gamma`` (DreamerV3's ``1 - 1/333``) and its mean ``v``, and the first action of
-the best sequence is executed. The actor is not needed, but can seed the search (``policy_candidates``: its own
-imagined rollouts join the candidates). Training does not change: the actor and critic learn as always, and
-the planner acts (``explore``: plus ``noise``, as PlaNet) wherever the agent acts: collection, evaluation,
-``reverie eval`` and ``reverie play``. docs/planning.md has the settings and measurements.
-"""
+``DreamerV3(..., planner="cem")`` (``agent.module.planner``, ``reverie eval RUN --planner cem``) plans from every
+posterior state with :func:`reverie.agents.planning.score` at the critic's discount and executes the first action of
+the best sequence, wherever the agent acts; the actor can seed the search (``policy_candidates``); training does not
+change. docs/planning.md has the settings and measurements."""
 
 from __future__ import annotations
 
@@ -26,15 +18,12 @@ from reverie.types import ActionSpec
 #: How a DreamerV3 agent acts: its actor (the reference), or a planner over its world model and critic.
 PLANNERS = ("actor", "cem", "mppi")
 
-#: Planner settings (``agent.module.plan``): CEM sized for a CPU (PlaNet's 12 x 1000 x 10 costs ~25x more;
-#: docs/planning.md has the time per action), the horizon of DreamerV3's imagination (``imag_horizon`` 15), the
-#: critic as bootstrap, PlaNet's exploration noise; mppi's temperature 0.5: the worst elite weighs e^-2 of the best.
+#: Planner settings (``agent.module.plan``): CEM sized for a CPU (docs/planning.md), DreamerV3's imagination horizon
 PLAN_DEFAULTS: dict[str, Any] = {"horizon": 15, "candidates": 128, "top_k": 16, "iterations": 3,
                                  "policy_candidates": 0, "temperature": 0.5, "noise": 0.3, "sample": True,
                                  "value": True}
 
-#: What each setting must be: numbers as (lowest value, lowest included?, integer?, null allowed?, what it is), the
-#: rule of :data:`reverie.configs.ranges.RANGES`; None: true or false.
+#: (lowest value, lowest included?, integer?, null allowed?, what) as :data:`reverie.configs.ranges.RANGES`; None: bool
 PLAN_RANGES: dict[str, tuple[float, bool, bool, bool, str] | None] = {
     "horizon": (1, True, True, False, "planned steps H"),
     "candidates": (1, True, True, False, "sequences sampled per iteration"),
@@ -49,12 +38,8 @@ PLAN_RANGES: dict[str, tuple[float, bool, bool, bool, str] | None] = {
 
 
 def check_plan(plan: Mapping | None) -> dict[str, Any]:
-    """``{**PLAN_DEFAULTS, **plan}`` once every key is known and every value fits :data:`PLAN_RANGES`.
-
-    Raises:
-        ValueError: ``"planner setting(s): ..."`` naming every unknown key, every value of the wrong type or out of
-            range (``horizon=-1 must be >= 1 (planned steps H)``), and ``top_k`` above the sequences it picks from.
-    """
+    """``{**PLAN_DEFAULTS, **plan}`` once every key is known and every value fits :data:`PLAN_RANGES`; else ValueError
+    ``"planner setting(s): ..."`` naming every problem (``top_k`` above the sequences it picks from among them)."""
     from reverie.configs.ranges import value_problem
 
     plan = dict(plan or {})
@@ -79,20 +64,9 @@ def check_plan(plan: Mapping | None) -> dict[str, Any]:
 
 
 class DreamerPlanner:
-    """Plans DreamerV3's actions from posterior states (module docstring).
-
-    Args:
-        spec: the agent's actions (Discrete: :class:`CategoricalCEM`, Box: :class:`GaussianCEM` in ``[-1, 1]``).
-        kind: ``"cem"`` (elites weighted equally) or ``"mppi"`` (weighted by ``temperature``, TD-MPC).
-        plan: settings, keys of :data:`PLAN_DEFAULTS`: ``horizon``, ``candidates``, ``top_k``, ``iterations``,
-            ``policy_candidates`` (actor rollouts among the candidates), ``temperature`` (mppi only),
-            ``noise`` (``explore`` mode: Gaussian std for Box, epsilon for Discrete), ``sample`` (sample the
-            prior latents while planning, else their mode), ``value`` (bootstrap with the critic; False: rewards
-            only, as PlaNet).
-
-    Raises:
-        ValueError: an unknown ``kind``; an unknown key of ``plan`` or a value out of range (:func:`check_plan`).
-    """
+    """Plans DreamerV3's actions from posterior states: a CEM for ``spec`` (Discrete or Box in ``[-1, 1]``), ``kind``
+    ``"cem"`` or ``"mppi"`` (elites weighted by ``temperature``), ``plan`` the settings of :data:`PLAN_DEFAULTS`.
+    Raises ValueError for an unknown ``kind`` or bad settings (:func:`check_plan`)."""
 
     def __init__(self, spec: ActionSpec, kind: str = "cem", plan: dict | None = None):
         if kind not in PLANNERS[1:]:
@@ -117,12 +91,8 @@ class DreamerPlanner:
 
 
 def make_dreamer_planner(spec: ActionSpec, planner: str = "actor", plan: dict | None = None) -> DreamerPlanner | None:
-    """None for ``planner="actor"``, else a :class:`DreamerPlanner`.
-
-    Raises:
-        ValueError: ``planner`` not in :data:`PLANNERS`; bad ``plan`` settings (:func:`check_plan`), also for
-            the actor.
-    """
+    """None for ``planner="actor"``, else a :class:`DreamerPlanner`; ValueError for an unknown ``planner`` or bad
+    ``plan`` settings (checked for the actor too)."""
     if planner == "actor":
         check_plan(plan)  # also with the actor: the settings are saved with the run for `reverie eval --planner`
         return None

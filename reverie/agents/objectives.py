@@ -1,15 +1,7 @@
-"""The objectives the agents minimise, as plain functions of tensors: read them beside the papers.
-
-Imagined rows are ``(H, N)`` (horizon, starts), replayed rows ``(T, B)``. Each function returns the per-row loss;
-the agent takes its mean. The world model's own terms (decoder or representation objective, reward, continue, the
-KL terms with free nats) are in :meth:`reverie.models.world_model.WorldModel.loss` and the dynamics' ``loss``
-(:func:`reverie.models.dynamics.categorical.kl_losses`, :func:`reverie.models.dynamics.gaussian.free_nats_hinge`);
-every agent adds them up with :func:`weighted_sum`.
-
-Gradient estimators of the actor (2023 ``actor_grad_disc`` / ``actor_grad_cont``), one chosen per agent at
-construction: :class:`Reinforce` samples the rollout without gradient and weighs ``log pi`` by the detached
-advantage; :class:`Backprop` lets the return's gradient flow through the imagined dynamics into the actions.
-"""
+"""The objectives the agents minimise, as plain functions of tensors: read them beside the papers. Imagined rows are
+``(H, N)``, replayed rows ``(T, B)``; each function returns the per-row loss. The world model's own terms are in
+:meth:`reverie.models.world_model.WorldModel.loss` and the dynamics' ``loss``. The actor's gradient estimators (2023
+``actor_grad_disc`` / ``actor_grad_cont``): :class:`Reinforce` and :class:`Backprop`."""
 
 from __future__ import annotations
 
@@ -22,12 +14,8 @@ from reverie.models.distributions import TwoHotSymlog
 
 
 def weighted_sum(losses: dict[str, torch.Tensor], scales: dict[str, float], owner: str) -> torch.Tensor:
-    """``sum_k scales[k] * mean(losses[k])``, the one total of every agent (official ``agent.py:237-240``).
-
-    Raises:
-        RuntimeError: the loss keys differ from the scale keys as sets (a dynamics or objective returned a loss
-            that has no scale, or none for a scale): the message names both.
-    """
+    """``sum_k scales[k] * mean(losses[k])``, the one total of every agent (official ``agent.py:237-240``); RuntimeError
+    when the loss keys and the scale keys differ as sets."""
     if losses.keys() != scales.keys():
         raise RuntimeError(f"{owner}: the update's losses are {sorted(losses)}, its scales are for {sorted(scales)} "
                            f"(a dynamics' or objective's loss() must return exactly its loss_keys)")
@@ -35,43 +23,37 @@ def weighted_sum(losses: dict[str, torch.Tensor], scales: dict[str, float], owne
 
 
 def advantage(ret: torch.Tensor, value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``(R_t - v(s_t)) / S`` ``(H, N)``: the lambda-return over the critic's value, in units of the return scale
-    ``S`` (:class:`reverie.agents.returns.ReturnNormalizer`; DreamerV3 section 4, actor learning)."""
+    """``(R_t - v(s_t)) / S`` ``(H, N)`` in units of the return scale (DreamerV3 section 4, actor learning)."""
     return (ret - value) / scale
 
 
 def reinforce_policy_loss(log_prob: torch.Tensor, adv: torch.Tensor, entropy: torch.Tensor, weight: torch.Tensor,
                           entropy_scale: float) -> torch.Tensor:
     """``-w_t (log pi(a_t | s_t) sg(A_t) + eta H[pi(. | s_t)])`` ``(H, N)`` (2023 ``agent.py``
-    ``ImagActorCritic.loss`` ``'reinforce'``; 2025 ``imag_loss``). All arguments ``(H, N)``; ``weight`` detached."""
+    ``ImagActorCritic.loss`` ``'reinforce'``; 2025 ``imag_loss``); all arguments ``(H, N)``."""
     return -weight * (log_prob * adv.detach() + entropy_scale * entropy)
 
 
 def backprop_policy_loss(adv: torch.Tensor, entropy: torch.Tensor, weight: torch.Tensor,
                          entropy_scale: float) -> torch.Tensor:
-    """``-w_t (A_t + eta H[pi(. | s_t)])`` ``(H, N)``: the advantage itself is maximised, its gradient flowing
-    through the imagined states into the actions (2023 ``agent.py`` ``'backprop': -adv``)."""
+    """``-w_t (A_t + eta H[pi(. | s_t)])`` ``(H, N)``, the advantage's gradient flowing through the imagined states
+    (2023 ``agent.py`` ``'backprop': -adv``)."""
     return -weight * (adv + entropy_scale * entropy)
 
 
 def critic_loss(value: TwoHotSymlog, ret: torch.Tensor, slow: torch.Tensor, weight: torch.Tensor,
                 slow_reg: float) -> torch.Tensor:
-    """``-w_t (log p(sg(R_t) | s_t) + slow_reg log p(v_slow(s_t) | s_t))`` ``(H, N)``: two-hot regression of the
-    critic distribution ``value`` to the lambda-return, regularised towards the slow critic's mean ``slow``
-    (2023 ``agent.py`` ``VFunction.loss``; 2025 ``imag_loss`` ``value``, and ``repl_loss`` on replayed rows)."""
+    """``-w_t (log p(sg(R_t) | s_t) + slow_reg log p(v_slow(s_t) | s_t))`` ``(H, N)``: two-hot regression to the
+    lambda-return, regularised towards the slow critic (2023 ``agent.py`` ``VFunction.loss``; 2025 ``imag_loss``,
+    ``repl_loss``)."""
     return -weight * value.log_prob_mix([ret.detach(), slow.detach()], [1.0, slow_reg])
 
 
 def storm_lambda_return(reward: torch.Tensor, value: torch.Tensor, termination: torch.Tensor, gamma: float,
                         lam: float) -> torch.Tensor:
-    """STORM's lambda-return ``(T, N)`` (weipu-zhang/STORM ``agents.py`` ``calc_lambda_return``)::
-
-        G_t = r_t + gamma (1 - d_t) ((1 - lam) v_t + lam G_{t+1}),   G_T = v_T
-
-    ``reward``, ``termination`` ``(T, N)`` (``r_t``, ``d_t``: what taking the action at state ``t`` gave),
-    ``value (T+1, N)``. STORM's code bootstraps from ``v_t``, the value of the state the action was taken in,
-    where :func:`reverie.agents.returns.lambda_return` (DreamerV3) reads ``v_{t+1}``; kept as STORM computes it.
-    """
+    """STORM's lambda-return ``(T, N)`` (weipu-zhang/STORM ``agents.py`` ``calc_lambda_return``): ``G_t = r_t + gamma
+    (1 - d_t) ((1 - lam) v_t + lam G_{t+1})``, ``G_T = v_T``, with ``reward``, ``termination`` ``(T, N)`` and ``value
+    (T+1, N)``. It bootstraps from ``v_t``, where :func:`reverie.agents.returns.lambda_return` reads ``v_{t+1}``."""
     cont = 1.0 - termination
     returns = [value[-1]]
     for t in range(reward.shape[0] - 1, -1, -1):
@@ -80,16 +62,14 @@ def storm_lambda_return(reward: torch.Tensor, value: torch.Tensor, termination: 
 
 
 def kth_percentile(x: torch.Tensor, q: float) -> torch.Tensor:
-    """The ``int(q * n)``-th smallest of the ``n`` entries of ``x`` (STORM ``agents.py`` ``percentile``; no
-    interpolation, unlike ``torch.quantile``)."""
+    """The ``int(q * n)``-th smallest entry of ``x`` (STORM ``agents.py`` ``percentile``; no interpolation)."""
     flat = x.flatten()
     return torch.kthvalue(flat, int(q * flat.numel())).values
 
 
 class Reinforce:
-    """REINFORCE for a discrete actor (2023 ``actor_grad_disc: reinforce``, the default; the 2025 agent's only
-    estimator): the rollout samples without gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps
-    at once, with gradient. ``fast``: the sampling kernel of the draw."""
+    """REINFORCE (2023 ``actor_grad_disc: reinforce``; the 2025 agent's only estimator): the rollout samples without
+    gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps at once. ``fast``: the sampling kernel."""
 
     grad = False  # the rollout runs under no_grad
 
@@ -97,8 +77,7 @@ class Reinforce:
         self.actor, self.fast = actor, fast
 
     def value(self, critic: nn.Module, feat: torch.Tensor, critic_out: torch.Tensor) -> torch.Tensor:
-        """The critic's values ``(H+1, N)`` for the returns: constants, read from the critic loss's own pass
-        ``critic_out (H+1, N, 255)`` on the rollout's features."""
+        """The critic's values ``(H+1, N)``, constants, from the critic loss's own pass ``critic_out (H+1, N, 255)``."""
         return TwoHotSymlog(critic_out.detach()).mean
 
     def act(self, feat: torch.Tensor) -> torch.Tensor:
@@ -107,7 +86,7 @@ class Reinforce:
 
     def loss(self, feat: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,
              entropy_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss (H, N), entropy (H, N))`` from the rollout's ``feat (H+1, N, F)`` and ``action (H+1, N, A)``."""
+        """``(loss (H, N), entropy (H, N))`` from ``feat (H+1, N, F)`` and ``action (H+1, N, A)``."""
         policy = self.actor(feat[:-1].detach())  # pi(. | s_t), t < H
         entropy = policy.entropy()
         return reinforce_policy_loss(policy.log_prob(action[:-1]), adv, entropy, weight, entropy_scale), entropy
@@ -118,7 +97,7 @@ class Reinforce:
 
 class Backprop:
     """Backprop through the imagined dynamics (2023 ``actor_grad_cont: backprop``; discrete actions with
-    ``actor_grad_disc: backprop`` through straight-through one-hot samples): the rollout keeps its gradient."""
+    ``actor_grad_disc: backprop``, straight-through): the rollout keeps its gradient."""
 
     grad = True
 
@@ -126,13 +105,11 @@ class Backprop:
         self.actor, self.entropies = actor, []
 
     def value(self, critic: nn.Module, feat: torch.Tensor, critic_out: torch.Tensor) -> torch.Tensor:
-        """The critic's values ``(H+1, N)``, differentiable in the imagined states (their own pass: the critic loss's
-        pass reads detached features)."""
+        """The critic's values ``(H+1, N)``, differentiable in the imagined states (their own pass)."""
         return TwoHotSymlog(critic(feat)).mean
 
     def act(self, feat: torch.Tensor) -> torch.Tensor:
-        """A reparameterised (continuous) or straight-through one-hot (discrete) action ``(N, A)``; the actor's
-        input is detached, its action is not."""
+        """A reparameterised or straight-through action ``(N, A)``; the actor's input is detached."""
         policy = self.actor(feat.detach())
         self.entropies.append(policy.entropy())
         return policy.rsample()

@@ -1,28 +1,10 @@
 """The official DreamerV3 code's parameters in reverie's agents, and back: the parameter map.
 
-The official code names its parameters by module path (2025, e3f0224: ``dyn/dynin0/kernel``,
-``pol/head/action/mean/bias``; 2023, 8fa35f8: ``agent/wm/rssm/img_in/kernel``, ...) with ``(in, out)`` dense
-kernels; reverie's :class:`reverie.agents.DreamerV3_2025` and :class:`reverie.agents.DreamerV3` hold the same layers
-as torch modules with ``(out, in)`` weights. :func:`official_map` lists, for a reverie agent, every official name
-with its reverie key and the transform between them; :func:`load_official` puts an official parameter dict into
-the agent, :func:`to_official` writes the agent's parameters back in the official layout, and
-:func:`read_official_checkpoint` reads an official checkpoint (``reverie import-official``,
-:mod:`reverie.state.official_run`). Where the layouts differ:
-
-- dense kernels are transposed (official ``x @ kernel``, torch ``x @ weight.T``); block-linear kernels
-  ``(G, in/G, out/G)`` and every bias and norm scale are copied as they are;
-- the 2025 vector decoder's first layer reads ``cat(stoch, deter)`` officially (``rssm.py`` ``Decoder``) and
-  ``cat(deter, stoch)`` in reverie (the features every head reads): its input rows are reordered;
-- per-key decoder outputs (``dec/vec/<key>/pred``) and the 2025 policy's mean and std are separate layers on both
-  sides; the 2023 ones (``dist_<key>/out``, ``dist_out/out`` and ``dist_out/std``) are one layer in reverie;
-- the 2023 RSSM's ``img_in`` reads ``cat(stoch, action)`` (reverie's ``in_z`` and ``in_a``), ``obs_out``
-  ``cat(deter, embed)`` (``post_h`` and ``post_e``), its GRU ``cat(deter, x)`` where reverie's reads ``cat(x, deter)``;
-- images: conv kernels ``(k, k, in, out)`` become ``(out, in, k, k)``; the 2023 transposed convolutions
-  (``jax.lax.conv_transpose``, not flipped) are flipped for ``ConvTranspose2d``; the official code flattens its
-  feature maps ``(h, w, C)`` and reverie ``(C, h, w)``, so the posterior's image rows and the decoders' first maps
-  are permuted; the 2025 tokens are ``cat(vector, image)`` and reverie's ``cat(image, vector)``;
-- the slow value is the slow critic; the return normaliser's ``lo``/``hi`` are reverie's ``low``/``high``.
-"""
+The official code names its parameters by module path (2025, e3f0224: ``dyn/dynin0/kernel``; 2023, 8fa35f8:
+``agent/wm/rssm/img_in/kernel``) with ``(in, out)`` dense kernels; reverie's :class:`reverie.agents.DreamerV3_2025`
+and :class:`reverie.agents.DreamerV3` hold the same layers as torch modules. :func:`official_map` pairs the names with
+transforms, :func:`load_official` and :func:`to_official` copy either way, :func:`read_official_checkpoint` reads a
+checkpoint (``reverie import-official``). docs/fidelity.md lists where the layouts differ."""
 
 from __future__ import annotations
 
@@ -49,22 +31,18 @@ def _conv(x: np.ndarray) -> np.ndarray:
 
 
 def _conv_transpose(x: np.ndarray) -> np.ndarray:
-    """A 2023 transposed-conv kernel ``(k, k, out, in)`` (``jax.lax.conv_transpose``, ``HWOI``, not flipped) as
-    ``ConvTranspose2d``'s ``(in, out, k, k)``: torch's transposed convolution flips the kernel spatially."""
+    """A 2023 transposed-conv kernel ``(k, k, out, in)`` (not flipped) as ``ConvTranspose2d``'s ``(in, out, k, k)``."""
     return x[::-1, ::-1].transpose(3, 2, 0, 1)
 
 
 def _hwc_to_chw(shape: tuple[int, int, int]) -> np.ndarray:
-    """``perm`` with ``reverie[r] = official[perm[r]]`` for a map ``(C, h, w)`` flattened as ``(h, w, C)``
-    officially and as ``(C, h, w)`` in reverie."""
+    """``perm``, ``reverie[r] = official[perm[r]]``, for a ``(C, h, w)`` map flattened officially as ``(h, w, C)``."""
     c, h, w = shape
     return np.arange(c * h * w).reshape(h, w, c).transpose(2, 0, 1).reshape(-1)
 
 
 def _conv_stack(entries: dict, official: str, reverie: str, layers, names: list[str]) -> None:
-    """The convolutions of ``layers`` (an ``nn.Sequential``) in order, each with its channel norm (the next module
-    with a weight before the next convolution, if any), as the official ``<official>/<name>`` and
-    ``<official>/<name>norm``."""
+    """The convolutions of ``layers`` and their channel norms as the official ``<official>/<name>``, ``<name>norm``."""
     convs = [i for i, m in enumerate(layers) if isinstance(m, torch.nn.Conv2d)]
     for i, name in zip(convs, names, strict=True):
         entries[f"{official}/{name}/kernel"] = (f"{reverie}.{i}.weight", _conv)
@@ -79,8 +57,7 @@ def _conv_stack(entries: dict, official: str, reverie: str, layers, names: list[
 
 def _mlp(entries: dict, official: str, reverie: str, layers: int, linear: str = "linear{i}",
          norm: str = "norm{i}", first: Transform = _transpose) -> None:
-    """An official ``nn.MLP`` (``<official>/linear{i}``, ``<official>/norm{i}``) or ``Encoder``/``RSSM`` stack
-    as reverie's :class:`reverie.models.rms_mlp.RMSMLP` hidden layers ``<reverie>.hidden.{i}``."""
+    """An official ``nn.MLP``/``Encoder``/``RSSM`` stack as :class:`reverie.models.rms_mlp.RMSMLP` hidden layers."""
     for i in range(layers):
         entries[f"{official}/{linear.format(i=i)}/kernel"] = (f"{reverie}.hidden.{i}.0.weight",
                                                              first if i == 0 else _transpose)
@@ -111,12 +88,7 @@ def _rows(order: list[tuple[str, int]], want: list[tuple[str, int]]) -> np.ndarr
 
 
 def _official_model(agent, dynamics: str, owner: str) -> tuple:
-    """``(world model, dynamics, D, S*K)`` of an agent with the official model: ``dynamics`` (the class name) and
-    the reconstruction objective.
-
-    Raises:
-        NotImplementedError: another dynamics or representation objective.
-    """
+    """``(wm, dynamics, D, S*K)``; NotImplementedError unless the dynamics class is ``dynamics``, reconstruction."""
     wm = agent.wm
     if type(wm.dynamics).__name__ != dynamics or wm.representation.name != "reconstruction":
         raise NotImplementedError(f"{owner}: only the official model maps ({dynamics} dynamics, "
@@ -127,14 +99,8 @@ def _official_model(agent, dynamics: str, owner: str) -> tuple:
 
 def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie state-dict key, official -> reverie transform)}`` for a
-    :class:`reverie.agents.DreamerV3_2025` with the official model (the block RSSM, reconstruction) on vector and
-    image observations. ``layout``: which official vector keys each reverie vector key concatenates (reverie's DMC
-    ``vector`` is dm_control's entries in dm_control's order; the official code sorts its keys); None: the same
-    keys on both sides.
-
-    Raises:
-        NotImplementedError: another dynamics or representation objective, or an image decoder without ``bspace``.
-    """
+    :class:`reverie.agents.DreamerV3_2025` with the official model on vector and image observations. ``layout``: the
+    official vector keys each reverie key concatenates (None: the same keys). NotImplementedError for another model."""
     wm, dyn, deter, stoch = _official_model(agent, "BlockRSSM", "official_map_2025")
     entries: dict[str, tuple[str, Transform]] = {}
     vector_tokens = image_tokens = 0
@@ -170,7 +136,7 @@ def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[st
          first=posterior_input)
     _dense(entries, "dyn/obslogit", "wm.dynamics.post_net.out")
 
-    def decoder_input(kernel: np.ndarray) -> np.ndarray:  # rows (stoch, deter) -> weight over (deter, stoch)
+    def decoder_input(kernel: np.ndarray) -> np.ndarray:  # rows (stoch, deter) (rssm.py Decoder) -> (deter, stoch)
         return np.concatenate([kernel[stoch:], kernel[:stoch]], 0).T
 
     decoder = wm.representation.decoder
@@ -215,8 +181,7 @@ def official_map_2025(agent, layout: Layout | None = None) -> dict[str, tuple[st
 
 
 def _mlp_2023(entries: dict, official: str, reverie: str, layers: int, first: Transform = _transpose) -> None:
-    """A 2023 ``nets.MLP`` trunk (``<official>/h{i}/kernel`` without bias, ``h{i}/norm/scale``, ``h{i}/norm/bias``:
-    LayerNorm) as reverie's ``<reverie>.hidden.{i}`` (``Linear`` without bias, ``LayerNorm``)."""
+    """A 2023 ``nets.MLP`` trunk (``h{i}/kernel`` without bias, LayerNorm ``h{i}/norm``) as ``<reverie>.hidden.{i}``."""
     for i in range(layers):
         entries[f"{official}/h{i}/kernel"] = (f"{reverie}.hidden.{i}.0.weight", first if i == 0 else _transpose)
         entries[f"{official}/h{i}/norm/scale"] = (f"{reverie}.hidden.{i}.1.weight", _copy)
@@ -225,17 +190,8 @@ def _mlp_2023(entries: dict, official: str, reverie: str, layers: int, first: Tr
 
 def official_map_2023(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform]]:
     """``{official name: (reverie key, transform)}`` for a :class:`reverie.agents.DreamerV3` with the 2023 model
-    (:class:`reverie.models.dynamics.CategoricalRSSM`, reconstruction) on vector and image observations, against
-    the 2023 official code (8fa35f8, ``agent/...`` names). Where the layouts differ: the RSSM's ``img_in`` kernel reads
-    ``cat(stoch, action)`` and is reverie's ``in_z`` and ``in_a``; ``obs_out`` reads ``cat(deter, embed)`` and is
-    ``post_h`` and ``post_e``; the GRU kernel reads ``cat(deter, x)`` officially and ``cat(x, deter)`` in reverie;
-    the per-key decoder outputs (``dist_<key>/out``) and the actor's mean and std (``dist_out/out``,
-    ``dist_out/std``) are one output layer each in reverie, concatenated. ``layout`` as for
-    :func:`official_map_2025` (the 2023 encoder concatenates its keys in the env's order, as reverie's ``vector``).
-
-    Raises:
-        NotImplementedError: another dynamics or representation objective.
-    """
+    (:class:`reverie.models.dynamics.CategoricalRSSM`, reconstruction) against 8fa35f8's ``agent/...`` names; ``layout``
+    as for :func:`official_map_2025`. NotImplementedError for another model."""
     wm, dyn, deter, stoch = _official_model(agent, "CategoricalRSSM", "official_map_2023")
     entries: dict[str, tuple[str, Transform]] = {}
     image_tokens = vector_tokens = 0
@@ -315,22 +271,17 @@ def official_map_2023(agent, layout: Layout | None = None) -> dict[str, tuple[st
 
 
 def official_map(agent, layout: Layout | None = None) -> dict[str, tuple[str, Transform | list[str]]]:
-    """The parameter map of ``agent``'s official version: :func:`official_map_2025` for
-    :class:`reverie.agents.DreamerV3_2025`, :func:`official_map_2023` for :class:`reverie.agents.DreamerV3`.
-
-    Entries are ``{official name: (reverie key, transform)}``; a name with ``@`` reads the official array before
-    the ``@`` (one official kernel split over two reverie layers); a name with ``*`` concatenates the official
-    arrays listed in place of the transform along the output dimension (one reverie layer over several official
-    ones).
-    """
+    """The parameter map of ``agent``'s official version (:func:`official_map_2025` or :func:`official_map_2023`):
+    ``{official name: (reverie key, transform)}``; a name with ``@`` reads the official array before the ``@`` (one
+    official kernel over two reverie layers); a name with ``*`` concatenates the official arrays listed in place of the
+    transform along the outputs (one reverie layer over several official ones)."""
     if type(agent).__name__ == "DreamerV3_2025":
         return official_map_2025(agent, layout)
     return official_map_2023(agent, layout)
 
 
 def to_reverie(agent, params: dict[str, np.ndarray], layout: Layout | None = None) -> dict[str, np.ndarray]:
-    """Official arrays by official name -> arrays in reverie's layout by reverie key, for the entries of
-    :func:`official_map` whose official arrays ``params`` holds."""
+    """Official arrays by name -> reverie's layout by key, for the :func:`official_map` entries ``params`` holds."""
     out = {}
     for name, (key, how) in official_map(agent, layout).items():
         sources = _sources(name, how)
@@ -345,8 +296,7 @@ def to_reverie(agent, params: dict[str, np.ndarray], layout: Layout | None = Non
 
 
 def _sources(name: str, how: Transform | list[str]) -> list[str]:
-    """The official arrays one entry of :func:`official_map` reads: those listed for a ``*`` entry (with the
-    entry's last name part), else the name before any ``@``."""
+    """The official arrays one entry of :func:`official_map` reads."""
     if "*" in name:
         return [f"{p}/{name.rsplit('/', 1)[1]}" for p in how]
     return [name.split("@")[0]]
@@ -358,15 +308,9 @@ def official_names(agent, layout: Layout | None = None) -> set[str]:
 
 
 def to_official(agent, template: dict[str, np.ndarray], layout: Layout | None = None) -> dict[str, np.ndarray]:
-    """The agent's parameters in the official layout, by official name: the inverse of :func:`load_official`.
-    ``template`` (an official parameter dict of the same configuration, e.g. a checkpoint's or the official
-    agent's initial one) gives the official shapes; every transform of the map only moves entries, so the map
-    applied to the official arrays' positions (:func:`to_reverie` of position arrays) says where each reverie entry
-    goes.
-
-    Raises:
-        KeyError: ``template`` lacks an official parameter the map needs.
-    """
+    """The agent's parameters in the official layout, by official name (inverse of :func:`load_official`); ``template``,
+    an official parameter dict of the same configuration, gives the shapes and dtypes. Raises KeyError when
+    ``template`` lacks a parameter the map needs."""
     names = sorted(official_names(agent, layout))
     missing = [n for n in names if n not in template]
     if missing:
@@ -384,15 +328,10 @@ def to_official(agent, template: dict[str, np.ndarray], layout: Layout | None = 
 
 
 def load_official(agent, params: dict[str, np.ndarray], layout: Layout | None = None) -> None:
-    """Copy an official parameter dict (``{name: array}``: the 2025 ``embodied.jax.Agent.params`` or the 2023
-    ``JAXAgent.varibs``, optimiser states and counters left out or not) into ``agent`` in place. ``layout``:
-    :func:`official_map_2025`'s (e.g. :func:`dmc_layout` for reverie's DMC ``vector``).
-
-    Raises:
-        KeyError: an official parameter the map lacks, or one the map needs that ``params`` lacks (the first
-            such name, with what to do).
-        ValueError: a shape that does not fit (the official name, both shapes).
-    """
+    """Copy an official parameter dict (2025 ``embodied.jax.Agent.params`` or 2023 ``JAXAgent.varibs``; optimiser
+    states and counters are skipped) into ``agent`` in place; ``layout`` e.g. :func:`dmc_layout`. Raises KeyError for
+    an official parameter the map lacks or a needed one ``params`` lacks, ValueError for a shape that does not fit
+    (each naming the first such key)."""
     needed = official_names(agent, layout)
     ignored = ("opt/", "_opt/", "_count/value", "/updates/value", "/step")
     model = {k: v for k, v in params.items() if not any(x in k or k.endswith(x) for x in ignored)}
@@ -417,8 +356,7 @@ def load_official(agent, params: dict[str, np.ndarray], layout: Layout | None = 
 
 
 class _ArraysOnly(pickle.Unpickler):
-    """Unpickles numpy arrays and plain Python containers only; any other class (the official code's optimiser
-    states, counters, jax types) becomes an inert tuple of its arguments, and no other code runs."""
+    """Unpickles numpy arrays and plain containers only; other classes become inert tuples, no code runs."""
 
     SAFE = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "str",
                                       "bytes", "bool", "slice", "range")}
@@ -439,15 +377,10 @@ class _Inert(tuple):
 
 
 def read_official_checkpoint(path: str | Path) -> tuple[str, dict[str, np.ndarray]]:
-    """``(version, parameters)`` of an official DreamerV3 checkpoint: the 2025 code's ``elements.Checkpoint``
-    folder (``<logdir>/ckpt/<stamp>/agent.pkl``; give the logdir, its ``ckpt`` folder or the stamp folder) or the
-    2023 code's ``checkpoint.ckpt`` (the file or its logdir). Only numpy arrays are unpickled; the parameters are
-    the agent's arrays by official name (optimiser states included; :func:`load_official` skips them).
-
-    Raises:
-        FileNotFoundError: no official checkpoint at ``path`` (what was looked for).
-        ValueError: the file holds no agent parameters.
-    """
+    """``(version, parameters by official name)`` of an official checkpoint: the 2025 code's
+    ``<logdir>/ckpt/<stamp>/agent.pkl`` (the logdir, ``ckpt`` or stamp folder) or the 2023 ``checkpoint.ckpt`` (file or
+    logdir); only numpy arrays are unpickled. Raises FileNotFoundError when there is none, ValueError when it holds no
+    agent parameters."""
     path = Path(path).expanduser()
     if path.is_dir():
         if (path / "checkpoint.ckpt").is_file():
@@ -482,12 +415,8 @@ def read_official_checkpoint(path: str | Path) -> tuple[str, dict[str, np.ndarra
 
 
 def dmc_layout(params: dict[str, np.ndarray], proprio_keys: list[str], key: str = "vector") -> Layout:
-    """The layout of reverie's DMC ``vector`` (``proprio_keys`` in dm_control's order, flattened) from an official
-    checkpoint's per-key decoder outputs (their widths): ``{key: [(name, width), ...]}``.
-
-    Raises:
-        KeyError: an entry of ``proprio_keys`` without an official decoder output (another task or env).
-    """
+    """The layout of reverie's DMC ``vector`` (``proprio_keys`` in dm_control's order) from an official checkpoint's
+    decoder output widths; KeyError for a key without one (another task or env)."""
     widths = {}
     for name, value in params.items():
         for prefix, suffix in (("dec/vec/", "/pred/bias"), ("agent/wm/dec/mlp/dist_", "/out/bias")):

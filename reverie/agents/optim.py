@@ -1,21 +1,11 @@
-"""The optimiser of the current official DreamerV3: LaProp with adaptive gradient clipping and a linear warmup.
-
-Official code (danijar/dreamerv3 at e3f0224): ``dreamerv3/agent.py:342-379`` (``_make_opt``: the chain
-``clip_by_agc -> scale_by_rms -> scale_by_momentum -> scale_by_learning_rate`` with a linear warmup) and
-``embodied/jax/opt.py:109-164`` (the three transforms); ``configs.yaml:87`` (``opt: {lr: 4e-5, agc: 0.3, eps: 1e-20,
-beta1: 0.9, beta2: 0.999, momentum: True, warmup: 1000, ...}``). Per parameter tensor ``p`` with gradient ``g`` at
-step ``t = 1, 2, ...``::
+"""The optimiser of the current official DreamerV3: LaProp (Ziyin et al. 2020) with adaptive gradient clipping and a
+linear warmup (danijar/dreamerv3 at e3f0224: ``dreamerv3/agent.py:342-379`` ``_make_opt``,
+``embodied/jax/opt.py:109-164``, ``configs.yaml:87``). Per parameter tensor ``p`` with gradient ``g`` at step ``t``::
 
     g <- g / max(1, ||g|| / (agc * max(pmin, ||p||)))            AGC (Brock et al. 2021), per tensor, pmin 1e-3
     v <- beta2 v + (1 - beta2) g^2;   u = g / (sqrt(v / (1 - beta2^t)) + eps)      RMS scaling first ...
     m <- beta1 m + (1 - beta1) u;     p <- p - lr_t m / (1 - beta1^t)              ... then momentum: LaProp
-    lr_t = lr * min(1, (t - 1) / warmup)                           (optax's schedules count from 0: lr_1 = 0)
-
-LaProp (Ziyin et al. 2020) normalises the gradient before the momentum average, where Adam averages first and
-normalises after. The official ``momentum`` option is not read by ``_make_opt`` (the momentum transform is always
-in the chain) and ``nesterov`` is False; weight decay (``wd: 0``) and the other schedules (``schedule: const``) are
-off in the official config and not implemented here.
-"""
+    lr_t = lr * min(1, (t - 1) / warmup)                           (optax's schedules count from 0: lr_1 = 0)"""
 
 from __future__ import annotations
 
@@ -28,13 +18,8 @@ from torch import nn
 @torch.no_grad()
 def agc_clip_(params: list[torch.Tensor], grads: list[torch.Tensor], clip: float = 0.3,
               pmin: float = 1e-3) -> torch.Tensor:
-    """Adaptive gradient clipping in place (official ``opt.py`` ``clip_by_agc``): each ``grads[i]`` is scaled by
-    ``1 / max(1, ||grads[i]|| / (clip * max(pmin, ||params[i]||)))``, so its norm is at most ``clip`` times its
-    parameter's norm (with ``pmin`` for parameters near zero). Norms are Frobenius norms of whole tensors.
-
-    Returns:
-        The scale factors ``(len(grads),)`` (1 where nothing was clipped).
-    """
+    """Adaptive gradient clipping in place (official ``opt.py`` ``clip_by_agc``): scale each ``grads[i]`` so its
+    Frobenius norm is at most ``clip * max(pmin, ||params[i]||)``. Returns the factors ``(len(grads),)``."""
     gnorm = torch.stack(torch._foreach_norm(grads)).float()
     pnorm = torch.stack(torch._foreach_norm(params)).float()
     factor = 1.0 / torch.clamp(gnorm / (clip * torch.clamp(pnorm, min=pmin)), min=1.0)
@@ -43,21 +28,9 @@ def agc_clip_(params: list[torch.Tensor], grads: list[torch.Tensor], clip: float
 
 
 class LaProp(torch.optim.Optimizer):
-    """LaProp with AGC and linear warmup (module docstring), the official defaults.
-
-    Args:
-        params: parameters (or parameter groups).
-        lr: learning rate after warmup (4e-5). agc: clip ratio (0.3; 0 turns AGC off). pmin: parameter-norm floor
-            of AGC (1e-3). eps: added to the RMS (1e-20). beta1: momentum (0.9). beta2: RMS decay (0.999).
-        warmup: steps of the linear warmup from 0 to ``lr`` (1000; 0: none).
-
-    State per parameter: ``step`` (its number of steps), ``exp_avg_sq`` (``v``) and ``exp_avg`` (``m``), float32
-    (float64 for float64 parameters).
-    Parameters without a gradient are skipped (their step does not advance).
-
-    Raises:
-        ValueError: a negative ``lr``, ``agc`` or ``warmup``, or betas outside ``[0, 1)``.
-    """
+    """LaProp with AGC and linear warmup (module docstring), the official defaults (``agc`` 0: no AGC, ``warmup`` 0:
+    none). State per parameter: ``step``, ``exp_avg_sq`` (``v``), ``exp_avg`` (``m``), at least float32; parameters
+    without a gradient are skipped. ValueError for a negative ``lr``, ``agc`` or ``warmup``, or betas not in [0, 1)."""
 
     def __init__(self, params: Iterable[nn.Parameter] | Iterable[dict], lr: float = 4e-5, agc: float = 0.3,
                  pmin: float = 1e-3, eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000):

@@ -1,33 +1,13 @@
 """Cross-entropy-method planning in a learned latent space (PlaNet, Hafner et al. 2019, section 3 and algorithm 2).
 
-The planner only needs a :class:`PlanningModel`: ``step(state, action)``, ``reward(state)`` and optionally
-``cont(state)``, ``value(state)`` and ``policy(state)``. :class:`WorldModelPlanning` adapts a world model with any
-dynamics model (e.g. PlaNet's Gaussian RSSM or DreamerV3's categorical one), optionally with DreamerV3's critic as
-a value bootstrap and its actor as the proposal policy; tests use toy models.
-States are dicts of tensors with a leading batch dim ``M``.
-
-Scoring a candidate action sequence ``a_0 .. a_{H-1}`` from state ``s_0`` (timing of :mod:`reverie.types`: the
-reward head at ``s_{t+1}`` predicts the reward received on arriving there)::
+A candidate ``a_0 .. a_{H-1}`` from ``s_0`` (states: dicts of ``(M, ...)`` tensors) scores, with ``c_{<=t}`` the
+product of predicted continue probabilities (timing of :mod:`reverie.types`)::
 
     s_{t+1} = step(s_t, a_t);   return = sum_t gamma^t c_{<=t} r(s_{t+1}) + gamma^H c_{<=H} value(s_H)
 
-where ``c_{<=t}`` is the product of predicted continue probabilities up to ``s_{t+1}`` (1 without a
-continue head) and the value term is left out without a critic. ``gamma`` is the planner's ``gamma`` when given,
-else the model's ``discount``: the critic's discount for :meth:`WorldModelPlanning.from_dreamer` (a value
-trained at gamma 0.997 bootstraps a return discounted at 0.997), 1 otherwise (PlaNet's plain sum).
-
-Two planners share this: :class:`GaussianCEM` for ``Box`` actions (PlaNet: horizon 12, 1000 candidates, top 100,
-10 iterations; candidates clipped into the bounds) and :class:`CategoricalCEM` for ``Discrete`` actions
-(one-hot sequences sampled from per-step categoricals, refit to the elites' frequencies). Both take two options:
-
-- ``temperature``: MPPI-style refits as TD-MPC's planner (Hansen et al. 2022, section 3; its weights are
-  ``exp(temperature * (R - max R))`` on raw returns): here the elites are weighted by
-  ``exp((R - max R) / (temperature * (max R - min R)))`` instead of equally (CEM), so the refit leans to the
-  best elites; the range normalisation makes it free of the reward scale (the worst elite weighs
-  ``exp(-1 / temperature)`` of the best).
-- ``policy_candidates``: ``P`` extra candidates per iteration rolled out by the model's own ``policy`` (e.g.
-  DreamerV3's actor, TD-MPC's ``num_pi_trajs``): sampled once per plan, scored with the others every iteration.
-"""
+:class:`GaussianCEM` plans ``Box`` actions, :class:`CategoricalCEM` ``Discrete`` ones; ``temperature`` gives MPPI
+refits (TD-MPC, Hansen et al. 2022, section 3; range-normalised here, docs/planning.md) and ``policy_candidates``
+adds rollouts of the model's policy."""
 
 from __future__ import annotations
 
@@ -42,16 +22,9 @@ State = dict[str, torch.Tensor]
 
 
 class PlanningModel(Protocol):
-    """What a planner needs from a model. All tensors have a leading batch dim ``M``.
-
-    - ``step(state, action (M, A)) -> state``: one open-loop (prior) step.
-    - ``reward(state) -> (M,)``: predicted reward received on arriving at ``state``.
-    - ``cont(state) -> (M,) or None``: probability that the episode continues after ``state``.
-    - ``value(state) -> (M,) or None``: value bootstrap at the last planned state.
-    - ``discount`` (optional attribute, 1.0 when absent): the discount the planners use when not given one, the
-      one the value was trained with.
-    - ``policy(state) -> (M, A) or None`` (optional): proposals for the planners' ``policy_candidates``.
-    """
+    """What a planner needs from a model (leading batch dim ``M``): ``step(state, action (M, A))``, ``reward(state)
+    (M,)`` received on arriving at ``state``, ``cont(state)`` and ``value(state)`` ``(M,)`` or None; optionally the
+    attribute ``discount`` (default 1.0, the value's) and ``policy(state) -> (M, A)`` for ``policy_candidates``."""
 
     def step(self, state: State, action: torch.Tensor) -> State: ...
 
@@ -63,20 +36,9 @@ class PlanningModel(Protocol):
 
 
 class WorldModelPlanning:
-    """:class:`PlanningModel` of a :class:`reverie.models.world_model.WorldModel` (any dynamics: it uses only the
-    :class:`reverie.models.dynamics.Dynamics` protocol).
-
-    Args:
-        wm: the world model; its ``dynamics.img_step``, ``dynamics.features``, ``reward(feat).mean`` and
-            ``cont(feat).mean`` are used.
-        value_fn: optional ``features (M, F) -> (M,)`` value bootstrap (e.g. DreamerV3's critic mean); it gets
-            what ``dynamics.features`` returns, which every reverie head accepts.
-        sample: sample the latents of the open-loop prior (PlaNet's planner does) instead of taking their mode.
-        use_cont: weight rewards by the predicted continue probabilities.
-        discount: the discount planners use with this model unless given their own (1.0: a plain sum).
-        policy_fn: optional ``features (M, F) -> action (M, A)`` proposals (``policy_candidates``), given as
-            ``value_fn``.
-    """
+    """:class:`PlanningModel` of a world model through the :class:`reverie.models.dynamics.Dynamics` protocol.
+    ``value_fn``, ``policy_fn``: optional ``features (M, F) -> (M,)`` bootstrap and ``-> (M, A)`` proposals; ``sample``:
+    sample the prior latents (as PlaNet); ``use_cont``: weight rewards by continue probabilities."""
 
     def __init__(self, wm: Any, value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, sample: bool = True,
                  use_cont: bool = True, discount: float = 1.0,
@@ -86,9 +48,8 @@ class WorldModelPlanning:
 
     @classmethod
     def from_dreamer(cls, agent: Any, sample: bool = True) -> "WorldModelPlanning":
-        """The planning model of a :class:`reverie.agents.DreamerV3` with its critic's mean as the value bootstrap, the
-        critic's discount ``agent.gamma`` (``1 - 1/333``) as :attr:`discount`, so planned rewards and the bootstrap
-        are discounted as the critic's lambda-returns are, and its actor's samples as proposals."""
+        """The planning model of a :class:`reverie.agents.DreamerV3`: its critic's mean as the value, ``agent.gamma``
+        as :attr:`discount` (as the critic's lambda-returns), its actor's samples as proposals."""
         from reverie.models.distributions import TwoHotSymlog
 
         def policy(feat: torch.Tensor) -> torch.Tensor:
@@ -120,11 +81,7 @@ def discount_of(model: PlanningModel, gamma: float | None = None) -> float:
 
 
 def score(model: PlanningModel, start: State, actions: torch.Tensor, gamma: float | None = None) -> torch.Tensor:
-    """Predicted return of action sequences ``actions (H, M, A)`` from ``start`` ``(M, ...)`` -> ``(M,)``.
-
-    ``sum_t gamma^t c_{<=t} r(s_{t+1})`` plus ``gamma^H c_{<=H} value(s_H)`` when the model has a value;
-    ``gamma`` None: :func:`discount_of` the model.
-    """
+    """Predicted return ``(M,)`` of ``actions (H, M, A)`` from ``start (M, ...)`` (module docstring's formula)."""
     gamma = discount_of(model, gamma)
     state, total, weight = start, 0.0, 1.0
     for t in range(actions.shape[0]):
@@ -140,18 +97,13 @@ _REFIT_VAR_EPS = 1e-6  # added to the elites' variance before the square root (r
 
 
 def _repeat(state: State, k: int) -> State:
-    """``(N, ...)`` -> ``(N*k, ...)``: each start state ``k`` times in a row (candidate ``c`` of env ``i`` at
-    ``i*k + c``)."""
+    """``(N, ...)`` -> ``(N*k, ...)``: candidate ``c`` of env ``i`` at ``i*k + c``."""
     return {key: v.repeat_interleave(k, 0) for key, v in state.items()}
 
 
 class _SequencePlanner:
     """What both planners share: sizes, the discount, the policy's proposals and the elite selection.
-
-    Raises:
-        ValueError: a size below 1 (``policy_candidates`` below 0), ``top_k > candidates + policy_candidates``
-            or a ``temperature <= 0``.
-    """
+    Raises ValueError for a size below 1, ``top_k > candidates + policy_candidates`` or ``temperature <= 0``."""
 
     discrete: bool
 
@@ -169,12 +121,7 @@ class _SequencePlanner:
         self.gamma, self.temperature, self.policy_candidates = gamma, temperature, int(policy_candidates)
 
     def _proposals(self, model: PlanningModel, start: State, n: int, dim: int) -> torch.Tensor | None:
-        """``P = policy_candidates`` action sequences ``(N, P, H, A)`` rolled out by ``model.policy`` from each
-        start state (None when ``P = 0``).
-
-        Raises:
-            ValueError: ``P > 0`` but the model has no policy.
-        """
+        """``P`` sequences ``(N, P, H, A)`` from ``model.policy``; None if ``P = 0``; ValueError without one."""
         P, H = self.policy_candidates, self.horizon
         if P == 0:
             return None
@@ -191,8 +138,7 @@ class _SequencePlanner:
 
     def _elites(self, model: PlanningModel, starts: State, cand: torch.Tensor,
                 gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Score candidates ``(N, C, H, A)`` from ``starts`` ``(N*C, ...)``; returns the ``top_k`` best
-        ``(N, K, H, A)`` and their refit weights ``(N, K)`` (equal for CEM, MPPI's with a temperature)."""
+        """The ``top_k`` best of ``cand (N, C, H, A)`` ``(N, K, H, A)`` and their refit weights ``(N, K)``."""
         n, C, H, A = cand.shape
         returns = score(model, starts, cand.permute(2, 0, 1, 3).reshape(H, n * C, A), gamma).view(n, C)
         # (N, C, H, A) -> (H, N, C, A) -> (H, N*C, A); returns (N*C,) -> (N, C)
@@ -205,25 +151,10 @@ class _SequencePlanner:
 
 
 class GaussianCEM(_SequencePlanner):
-    """CEM over continuous action sequences inside the box ``[low, high]`` (PlaNet algorithm 2).
-
-    Per env: a diagonal normal over ``(H, A)`` starts at the box centre with std half the box width; each
-    iteration samples ``candidates`` sequences, clips them into the box, scores them (:func:`score`) and refits
-    mean and std to the ``top_k`` best, weighted equally (CEM) or by MPPI's weights (``temperature``):
-    ``std = sqrt(var + 1e-6)`` with the (weighted) population variance (google-research/planet
-    ``control/planning.py:52-53``: ``tf.nn.moments``; a single elite gives std 1e-3, never NaN). The start is the box
-    centre with std half its width: mean 0, std 1 in ``[-1, 1]``, as ``planning.py:56-57``.
-
-    Args:
-        low, high: ``(A,)`` action bounds (the agent acts in ``[-1, 1]``). horizon: ``H`` (12). candidates:
-        1000. top_k: 100. iterations: 10. gamma: discount of the planned rewards; None (default): the model's
-        ``discount`` (:func:`discount_of`: 1, PlaNet's plain sum, or the critic's with
-        :meth:`WorldModelPlanning.from_dreamer`). temperature: None (CEM) or the MPPI temperature (module
-        docstring). policy_candidates: proposals of the model's policy among the candidates (0).
-
-    Raises:
-        ValueError: bad sizes, or bounds with ``low > high`` or of different shapes.
-    """
+    """CEM over continuous action sequences in the box ``[low, high]`` (PlaNet algorithm 2): a diagonal normal over
+    ``(H, A)`` from the box centre, std half its width (``planning.py:56-57``), refit to the (weighted) ``top_k`` with
+    ``std = sqrt(var + 1e-6)`` (google-research/planet ``control/planning.py:52-53``). Defaults are PlaNet's;
+    ``gamma`` None: :func:`discount_of`. Raises ValueError for bad sizes or bounds."""
 
     discrete = False
 
@@ -242,7 +173,7 @@ class GaussianCEM(_SequencePlanner):
 
     @torch.no_grad()
     def plan_sequence(self, model: PlanningModel, start: State) -> torch.Tensor:
-        """The final mean ``(N, H, A)`` (inside the box): the planned sequence, for start states ``(N, ...)``."""
+        """The final mean ``(N, H, A)``, inside the box, for start states ``(N, ...)``."""
         n = next(iter(start.values())).shape[0]
         device = next(iter(start.values())).device
         low, high = self.low.to(device), self.high.to(device)
@@ -269,8 +200,7 @@ class GaussianCEM(_SequencePlanner):
         return torch.maximum(torch.minimum(mean, high), low)
 
     def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.3) -> torch.Tensor:
-        """Action to execute ``(N, A)``: the plan, plus ``noise * N(0, 1)`` at ``mode="explore"`` (PlaNet action
-        noise 0.3), clipped back into the box; no noise at ``"eval"``/``"sample"``."""
+        """The plan ``(N, A)``, plus ``noise * N(0, 1)`` at ``"explore"`` (PlaNet 0.3), clipped into the box."""
         action = self.plan(model, start)
         if mode == "explore" and noise > 0:
             low, high = self.low.to(action.device), self.high.to(action.device)
@@ -279,20 +209,8 @@ class GaussianCEM(_SequencePlanner):
 
 
 class CategoricalCEM(_SequencePlanner):
-    """CEM over sequences of one-hot actions for ``Discrete(A)`` spaces.
-
-    Per env: independent categoricals over ``A`` at each of ``H`` steps start uniform; each iteration samples
-    ``candidates`` one-hot sequences, scores them (:func:`score`) and sets the probabilities to the action
-    frequencies among the ``top_k`` best, counted equally (CEM) or with MPPI's weights (``temperature``); a
-    single elite gives a one-hot distribution, no NaN.
-
-    Args:
-        num_actions: ``A``. horizon, candidates, top_k, iterations, gamma, temperature, policy_candidates: as
-        :class:`GaussianCEM`.
-
-    Raises:
-        ValueError: bad sizes or ``num_actions < 1``.
-    """
+    """CEM over one-hot action sequences for ``Discrete(A)``: per-step categoricals from uniform, refit to the
+    (weighted) action frequencies of the ``top_k``. Arguments as :class:`GaussianCEM`; ValueError for bad sizes."""
 
     discrete = True
 
@@ -328,9 +246,8 @@ class CategoricalCEM(_SequencePlanner):
         return probs
 
     def act(self, model: PlanningModel, start: State, mode: str = "eval", noise: float = 0.0) -> torch.Tensor:
-        """One-hot action ``(N, A)``: the most frequent elite first action (``"eval"``), a draw from the elite
-        frequencies (``"sample"``), or at ``"explore"`` the argmax replaced by a uniform action with
-        probability ``noise`` (epsilon-greedy)."""
+        """One-hot ``(N, A)``: the most frequent first action (``"eval"``), a draw (``"sample"``), or epsilon-greedy
+        with ``noise`` (``"explore"``)."""
         probs = self.plan(model, start)
         if mode == "sample":
             index = torch.multinomial(probs, 1).squeeze(-1)
@@ -344,14 +261,8 @@ class CategoricalCEM(_SequencePlanner):
 
 def make_planner(spec: ActionSpec, kind: str = "auto", low: Any = -1.0, high: Any = 1.0,
                  **kwargs: Any) -> GaussianCEM | CategoricalCEM:
-    """The CEM for an action space: ``kind`` ``"auto"`` (categorical for Discrete, Gaussian for Box),
-    ``"gaussian"`` or ``"categorical"``; ``low``/``high`` scalars or ``(A,)`` for the Gaussian one; ``kwargs``
-    go to the planner (horizon, candidates, top_k, iterations, gamma, temperature, policy_candidates).
-
-    Raises:
-        ValueError: ``kind="gaussian"`` for a Discrete space (no box to sample in), ``kind="categorical"`` for
-            a Box space, or an unknown ``kind``.
-    """
+    """The CEM for an action space: ``kind`` ``"auto"``, ``"gaussian"`` or ``"categorical"``, ``kwargs`` to the planner.
+    Raises ValueError for a kind that does not fit the space or an unknown ``kind``."""
     if kind not in ("auto", "gaussian", "categorical"):
         raise ValueError(f"planner must be 'auto', 'gaussian' or 'categorical', got {kind!r}")
     if kind == "gaussian" and spec.discrete:

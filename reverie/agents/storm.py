@@ -12,16 +12,25 @@ trains actor and critic together. Checked against STORM's own update by tests/go
 from __future__ import annotations
 
 import copy
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from reverie.agents import objectives
-from reverie.agents.base import guarded_step
+from reverie.agents.base import UpdateResult, guarded_step
 from reverie.agents.dreamer import DreamerV3
 from reverie.agents.returns import ReturnNormalizer
 from reverie.models.distributions import TwoHotSymlog
+from reverie.runtime.precision import autocast
+
+
+@runtime_checkable
+class HasPrior(Protocol):
+    """A dynamics that can replace a state's latent by its prior's (``act_on="prior"``)."""
+
+    def prior(self, state: dict[str, torch.Tensor], sample: bool = True) -> dict[str, torch.Tensor]: ...
 
 
 def storm_mlp(inputs: int, units: int, layers: int, outputs: int) -> nn.Sequential:
@@ -112,35 +121,54 @@ class Storm(DreamerV3):
     transformer) trained as DreamerV3's, and STORM's actor-critic (:class:`StormActorCritic`) trained on imagined
     rollouts from it. Discrete actions only (STORM is an Atari agent).
 
-    What is STORM's here and what is not yet (docs/transformer.md): the actor-critic and its update are STORM's
-    (checked against its code); the imagination starts (the last ``imag_last`` rows' posteriors, not 1024 fresh
-    8-step contexts from their prior), the heads (reading ``cat(h, z)``) and acting on the posterior are reverie's.
+    What is STORM's here and what is not yet: docs/transformer.md, "agent=storm". STORM's: the actor-critic and its
+    update (checked against its code), the imagination starts (``imag_contexts`` fresh contexts of
+    ``imag_context`` replayed steps, observed without dropout, then the prior of the step after them,
+    ``train.py:52-73``) and acting on the prior (``act_on``).
 
     Args:
         obs_shapes, action_spec, dynamics, units, layers, mlp_units, mlp_layers, cnn_depth, cnn, loss_scales,
-            model_lr, model_eps, model_clip, device, precision, kernels, representation, objectives: the world
-            model's, as :class:`reverie.agents.DreamerV3`.
-        horizon: imagined steps (STORM ``ImagineBatchLength: 16``). imag_last: imagination starts per window.
+            model_lr, model_eps, model_clip, device, precision, kernels, representation, objectives, head_inputs:
+            the world model's, as :class:`reverie.agents.DreamerV3` (STORM's heads: ``agent=storm`` sets
+            ``head_inputs`` to the decoder from ``z``, reward and continue from ``h``).
+        horizon: imagined steps (STORM ``ImagineBatchLength: 16``).
+        imag_contexts, imag_context: imagination starts per update and the replayed steps each is observed from
+            (``ImagineBatchSize: 1024``, ``ImagineContextLength: 8``); ``imag_contexts=0``: start from the training
+            window's posteriors instead (its last ``imag_last`` rows, as ``agent=dreamerv3``).
+        act_on: ``"prior"`` (STORM: the action of step ``t`` from ``cat(h_t, z_t ~ p(z_t | h_t))``, before
+            ``o_t`` is seen) or ``"posterior"`` (DreamerV3's rule, ``z_t ~ q(z_t | h_t, o_t)``).
         gamma, lam, actor_entropy: STORM's 0.985, 0.95, 3e-4. ac_units, ac_layers: actor and critic MLPs (512, 2).
         ac_lr, ac_eps, ac_clip, slow_decay: the actor-critic's Adam, clip and slow critic (3e-5, 1e-5, 100, 0.98).
 
     Raises:
-        ValueError: continuous actions (use ``agent=dreamerv3 dynamics=storm``), or as :class:`DreamerV3`.
+        ValueError: continuous actions (use ``agent=dreamerv3 dynamics=storm``); ``act_on`` not ``prior`` or
+            ``posterior``, or ``prior`` with a dynamics that has no :meth:`prior` (an RSSM); a negative
+            ``imag_contexts`` or an ``imag_context`` below 1; or as :class:`DreamerV3`.
     """
 
     optimizers = ("model_opt", "ac_opt")
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_spec, *, dynamics=None, units: int = 512,
                  layers: int = 2, mlp_units: int | None = None, mlp_layers: int | None = None, cnn_depth: int = 32,
-                 cnn: dict | None = None, horizon: int = 16, imag_last: int = 8, gamma: float = 0.985,
+                 cnn: dict | None = None, horizon: int = 16, imag_last: int = 8, imag_contexts: int = 1024,
+                 imag_context: int = 8, act_on: str = "prior", gamma: float = 0.985,
                  lam: float = 0.95, actor_entropy: float = 3e-4, ac_units: int = 512, ac_layers: int = 2,
                  ac_lr: float = 3e-5, ac_eps: float = 1e-5, ac_clip: float = 100.0, slow_decay: float = 0.98,
                  loss_scales: dict[str, float] | None = None, model_lr: float = 1e-4, model_eps: float = 1e-8,
                  model_clip: float = 1000.0, device: str = "cpu", precision: str = "auto", kernels: str = "auto",
-                 representation: str = "reconstruction", objectives: dict | None = None):
+                 representation: str = "reconstruction", objectives: dict | None = None,
+                 head_inputs: dict[str, str] | None = None):
         if not action_spec.discrete:
             raise ValueError("agent=storm: STORM's policy is a categorical over discrete actions (Atari); for "
                              "continuous actions use agent=dreamerv3 dynamics=storm")
+        if act_on not in ("prior", "posterior"):
+            raise ValueError(f"agent=storm: agent.module.act_on must be 'prior' (STORM's) or 'posterior', got "
+                             f"{act_on!r}")
+        if imag_contexts < 0 or imag_context < 1:
+            raise ValueError(f"agent=storm: need agent.module.imag_contexts >= 0 (0: start from the training "
+                             f"window's posteriors) and agent.module.imag_context >= 1; got {imag_contexts}, "
+                             f"{imag_context}")
+        self.act_on, self.imag_contexts, self.imag_context = act_on, int(imag_contexts), int(imag_context)
         self._ac_settings = dict(units=ac_units, layers=ac_layers, gamma=gamma, lam=lam, entropy=actor_entropy,
                                  lr=ac_lr, eps=ac_eps, clip=ac_clip, slow_decay=slow_decay)
         super().__init__(obs_shapes, action_spec, dynamics=dynamics, units=units, layers=layers, mlp_units=mlp_units,
@@ -148,7 +176,45 @@ class Storm(DreamerV3):
                          gamma=gamma, lam=lam, actor_entropy=actor_entropy, loss_scales=loss_scales,
                          model_lr=model_lr, model_eps=model_eps, model_clip=model_clip, ac_clip=ac_clip,
                          device=device, precision=precision, kernels=kernels, representation=representation,
-                         objectives=objectives)
+                         objectives=objectives, head_inputs=head_inputs)
+        if act_on == "prior" and not isinstance(self.wm.dynamics, HasPrior):
+            raise ValueError(f"agent=storm: agent.module.act_on=prior needs a dynamics with a prior(state) method "
+                             f"(TransformerDynamics); {type(self.wm.dynamics).__name__} has none: set "
+                             f"agent.module.act_on=posterior")
+
+    @property
+    def imagine_batch(self) -> tuple[int, int] | None:
+        """``(N, C + 1)``: the extra replay sample each update wants under ``batch["imagine"]`` (the loop draws it):
+        ``N = imag_contexts`` windows of the ``C = imag_context`` context rows and the row after them, whose
+        ``prev_action`` is the action taken after the last context row. None with ``imag_contexts=0``."""
+        return (self.imag_contexts, self.imag_context + 1) if self.imag_contexts else None
+
+    def update(self, batch: dict) -> UpdateResult:
+        """One update (:meth:`DreamerV3.update`): the world model on ``batch``, then STORM's actor-critic on rollouts
+        from the starts of ``batch["imagine"]`` (:meth:`context_starts`; a ``(C + 1, N, ...)`` replay sample), or
+        from the window's posteriors when there is none (``imag_contexts=0``, or offline data)."""
+        contexts = batch.get("imagine") if self.imag_contexts else None
+        with autocast(self.device, self.compute_dtype):
+            data = self._inputs(batch)
+            metrics, post, skipped = self._model_step(data)
+            if contexts is None:  # the window's last imag_last rows (0: every row), as agent=dreamerv3
+                last = min(self.imag_last, data["is_first"].shape[0])
+                start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}
+            else:
+                start = self.context_starts(self._inputs(contexts))
+            behavior, behavior_skipped = self._behavior(start, None)
+        return self._result(metrics | behavior, skipped + behavior_skipped)
+
+    @torch.no_grad()
+    def context_starts(self, contexts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """STORM's imagination starts (``world_models.py`` ``imagine_data``): observe the first ``C`` rows of each
+        ``(C + 1, N, ...)`` context window without dropout or gradient (row 0 counts as ``is_first``), then one
+        prior step with the action taken after row ``C`` (row ``C + 1``'s ``prev_action``): the state ``(N, ...)``
+        of the step after the context, its latent drawn from the prior."""
+        dynamics, C = self.wm.dynamics, self.imag_context
+        embed = self.wm.encode({k: contexts[k][:C] for k in self.obs_keys})  # (C, N, E)
+        post, _ = dynamics.observe(embed, contexts["prev_action"][:C], contexts["is_first"][:C])
+        return dynamics.img_step(dynamics.truncate(post), contexts["prev_action"][C])
 
     def _build_behavior(self, feat: int, units: int, layers: int, unimix: float) -> None:
         self.ac = StormActorCritic(feat, self.spec.dim, **self._ac_settings)
@@ -157,13 +223,15 @@ class Storm(DreamerV3):
         self.ac_opt = self.ac.opt  # one Adam over actor and critic, built with them
 
     def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
-        """A one-hot action: sampled, or the most probable at ``"eval"`` (STORM ``sample(greedy=True)``)."""
-        policy = self.ac.policy(self.wm.dynamics.features(post))
+        """A one-hot action from the prior's latent (``act_on="prior"``) or the posterior's: sampled, or the most
+        probable at ``"eval"`` (STORM ``sample(greedy=True)``)."""
+        state = self.wm.dynamics.prior(post) if self.act_on == "prior" else post
+        policy = self.ac.policy(self.wm.dynamics.features(state))
         index = policy.probs.argmax(-1) if mode == "eval" else policy.sample()
         return F.one_hot(index, self.spec.dim).float()
 
     def _behavior(self, start: dict[str, torch.Tensor],
-                  start_cont: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
+                  start_cont: torch.Tensor | None) -> tuple[dict[str, torch.Tensor], int]:
         """Imagine ``H`` steps from ``start`` ``(N, ...)`` with STORM's policy (no gradient, as STORM's
         ``imagine_data``), read the rewards and terminations (the continue head's mode, STORM's ``logits > 0``)
         the model predicts after each action, and run :meth:`StormActorCritic.update`. ``start_cont`` is unused:

@@ -1,19 +1,9 @@
-"""Keys added with Hydra's ``+key=value`` / ``++key=value`` that nothing would read.
+"""Keys added with Hydra's ``+key=value`` / ``++key=value`` that nothing would read (``+agent.foo=1`` would run a
+whole run with ``foo`` ignored; Hydra refuses only a plain ``key=value`` on a missing key).
 
-A plain ``key=value`` on a key the config lacks is refused by Hydra itself; ``+`` and ``++`` add the key instead, so
-``+agent.foo=1`` would run a whole run with ``foo`` ignored. :func:`unread_added_key` finds such a key by comparing
-with the config composed without the ``+``/``++`` overrides. A key may be added where something reads it:
-
-* anywhere under a ``kwargs`` mapping (``env.kwargs``: the env constructor's arguments) or under a mapping that is
-  empty in the config (free-form);
-* directly inside a block with a ``_target_`` (``agent.module``, ``agent.module.dynamics``): the object built from
-  it takes the key as an argument, and refuses an unknown one when the agent is built, before anything is written
-  (``+agent.module.dynamics={_target_: ...}`` after ``~agent.module.dynamics`` plugs in a new dynamics);
-* directly inside a ``loss_scales`` mapping (``+agent.module.loss_scales.<key>``: the scale of a new loss term);
-  the agent checks the table against its losses as a set when it is built, so a scale of no loss is refused there;
-* the keys in :data:`OPTIONAL_KEYS`, which the code reads with a default and the shipped configs may lack.
-
-``+group=option`` (a config group such as ``+exp=debug``) adds a group, not a key, and is left to Hydra.
+An added key is read when it lies anywhere under a ``kwargs`` mapping or a mapping empty in the config, directly in
+a block with a ``_target_`` (its constructor refuses unknown keys when the agent is built) or in a ``loss_scales``
+mapping (checked against the agent's losses), or is one of :data:`OPTIONAL_KEYS`. ``+group=option`` is left to Hydra.
 """
 
 from __future__ import annotations
@@ -69,11 +59,7 @@ def reads(base: DictConfig, key: str) -> bool:
 
 def unread_added_key(overrides: list[str], compose: Callable[[list[str]], DictConfig]) -> tuple[str, str] | None:
     """The first ``(override, key)`` of ``overrides`` that adds a key nothing reads (module docstring), or None.
-
-    ``compose(overrides)`` composes a config (unresolved is fine); it is called once, without the ``+``/``++``
-    overrides, and only when there are some. A composition that fails without them (a later override needs an
-    added key) skips the check: the config with them composed already.
-    """
+    ``compose`` is called once, without the ``+``/``++`` overrides; if that fails, the check is skipped."""
     adds = added(overrides)
     if not adds:
         return None

@@ -181,10 +181,8 @@ def check_setup(cfg: DictConfig) -> tuple[Any, dict[str, tuple[int, ...]], Any]:
 
 
 def config_diff(cfg: DictConfig) -> list[str]:
-    """The keys of the resolved ``cfg`` whose values differ from the reference config of the same agent
-    (``agent=<agent> exp=reference``: the paper's values on the default env and size), one line each:
-    ``key: reference -> value`` (``(absent)`` for a key only one side has), after a header naming the reference.
-    What a preset or an override changes, and nothing else."""
+    """One ``key: reference -> value`` line (``(absent)`` for a key one side lacks) per key of the resolved ``cfg``
+    that differs from ``agent=<agent> exp=reference`` (the paper's values), after a header naming the reference."""
     from reverie.state.resume import flatten
 
     reference = f"agent={cfg.agent.name} exp=reference"
@@ -210,11 +208,10 @@ def _dynamics_option(target: str) -> str | None:
 
 
 def variant(cfg: DictConfig) -> list[tuple[str, str, str]]:
-    """What this run's agent changes against its agent config's own pieces: ``(tag, what, text)`` for another
-    dynamics than the agent's (``dynamics=storm``: ``("storm", "dynamics", "TransformerDynamics (dynamics=storm)")``),
-    another representation objective than reconstruction (``("r2", "representation", "r2")``) and a start from
-    another run (``("init", "init_from", RUN)``); empty for a plain run. The run folder's name and the start-up
-    lines use it."""
+    """``(tag, what, text)`` per change against the agent config's own pieces: another dynamics
+    (``("storm", "dynamics", "TransformerDynamics (dynamics=storm)")``), another representation objective
+    (``("r2", "representation", "r2")``), a start from another run (``("init", "init_from", RUN)``); empty for a
+    plain run. Used by the run folder's name and the start-up lines."""
     agent = cfg.get("agent") or {}
     module = agent.get("module") or {}
     out: list[tuple[str, str, str]] = []
@@ -247,12 +244,9 @@ def _dynamics_hint(cfg: DictConfig) -> str:
 
 
 def run_name(cfg: DictConfig) -> str:
-    """``<exp>_<agent>_<env>``: what tells runs apart in ``runs/``, e.g. ``classic_dreamerv3_CartPole-v1``,
-    ``debug_planet_dmc_vision-walker_walk``, ``atari100k_dreamerv3_atari-pong``; the agent part carries the
-    :func:`variant` tags, e.g. ``classic_dreamerv3-storm-r2_CartPole-v1``. The env is ``<suite>-<task>`` (DMC:
-    dmc_vision, dmc_proprio or dmc for both; Atari) or the Gymnasium id (an import path: its last part;
-    ``ALE/Pong-v5`` -> ``ALE-Pong-v5``); characters other than letters, digits, ``.``, ``_`` and ``-`` become
-    ``-``; the env part is cut to 40 characters."""
+    """``<exp>_<agent>_<env>``, e.g. ``classic_dreamerv3-storm-r2_CartPole-v1`` (agent with its :func:`variant` tags),
+    ``debug_planet_dmc_vision-walker_walk``: env ``<suite>-<task>`` or the Gymnasium id (an import path's last
+    part; ``ALE/Pong-v5`` -> ``ALE-Pong-v5``), cut to 40 characters; characters outside ``[A-Za-z0-9._-]`` -> ``-``."""
     env = cfg.get("env") or {}
     if env.get("suite") and env.get("task"):
         suite = str(env.suite)

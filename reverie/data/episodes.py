@@ -1,19 +1,10 @@
 """Logged episodes as replay rows, and their validation against an env config (docs/offline.md).
 
-An episode is a dict of arrays with one row per step, in the timing of reverie's replay rows
-(:mod:`reverie.types`)::
-
-    row t:  obs_t (every observation key)   reward_t (received on arriving at obs_t; 0 at row 0)
-            is_first_t (row 0 only)   is_last_t (the last row, when the episode ended)   is_terminal_t
-            action_t (chosen at obs_t; the action of an is_last row is never used: zeros are fine)
-
-Observation keys are the env's contract keys (``vector`` float ``(T, F)``, ``image`` uint8 ``(T, 3, H, W)``, or a
-``Dict`` space's own keys); ``action`` is ``(T, A)`` model actions (one-hot rows for ``Discrete(A)``, also accepted
-as integer indices ``(T,)``; values in ``[-1, 1]`` for ``Box``); ``reward`` ``(T,)``; the flags ``(T,)`` bool (or
-0/1 integers).
-
-:func:`validate` checks every episode of a dataset before anything is filled into a replay (nothing is loaded
-half) and raises :class:`DatasetError` naming the episode, the key and what is wrong.
+An episode is a dict of ``(T, ...)`` arrays in the timing of the replay rows (:mod:`reverie.types`): row ``t`` holds
+``obs_t`` (``vector`` float ``(T, F)``, ``image`` uint8 ``(T, 3, H, W)``, or a Dict space's keys), ``reward_t``
+(received on arriving at ``obs_t``; 0 at row 0), the flags ``(T,)`` bool (or 0/1) and ``action_t`` ``(T, A)``
+(one-hot for ``Discrete(A)``, or indices ``(T,)``; in ``[-1, 1]`` for ``Box``; unused on an ``is_last`` row).
+:func:`validate` checks every episode before anything is filled into a replay (nothing is loaded half).
 """
 
 from __future__ import annotations
@@ -34,12 +25,7 @@ class DatasetError(ValueError):
 
 @dataclass
 class Episode:
-    """One episode's replay rows.
-
-    Attributes:
-        name: where it came from, for messages (``episode_000003.npz``, ``minari episode 7``, ...).
-        rows: key -> ``(T, ...)`` array (see the module docstring).
-    """
+    """One episode's replay rows: ``name`` for messages (``episode_000003.npz``), ``rows`` key -> ``(T, ...)``."""
 
     name: str
     rows: dict[str, np.ndarray]
@@ -50,12 +36,8 @@ class Episode:
 
 @dataclass
 class Dataset:
-    """Validated episodes ready for :func:`reverie.data.fill.fill_replay`.
-
-    Attributes:
-        source: what was loaded (a path or ``minari:<id>``).
-        episodes: in the order they are filled.
-    """
+    """Validated episodes, in fill order, for :func:`reverie.data.fill.fill_replay`; ``source``: a path or
+    ``minari:<id>``."""
 
     source: str
     episodes: list[Episode]
@@ -70,9 +52,8 @@ class Dataset:
         return [float(np.sum(e.rows["reward"], dtype=np.float64)) for e in self.episodes]
 
     def describe(self) -> str:
-        """The one description ``record``, ``pretrain`` and ``init_from`` print: ``30 episodes (29 finished),
-        743 steps, mean return 24.8`` (an episode is finished when its last row has ``is_last``; a run's replay
-        holds one unfinished piece per env column)."""
+        """The line ``record``, ``pretrain`` and ``init_from`` print: ``30 episodes (29 finished), 743 steps, mean
+        return 24.8`` (finished: the last row has ``is_last``)."""
         finished = sum(bool(np.asarray(e.rows["is_last"])[-1]) for e in self.episodes if len(e))
         returns = self.returns()
         mean = f", mean return {sum(returns) / len(returns):.1f}" if returns else ""
@@ -86,25 +67,13 @@ def fail(episode: str, key: str | None, problem: str) -> DatasetError:
 
 
 def validate(episodes: Sequence[Episode], spec: Spec, discrete: bool, env: str = "the env config") -> list[Episode]:
-    """Check every episode against the replay ``spec`` of an env config and return them in canonical dtypes.
+    """Check every episode against the replay ``spec`` (:meth:`reverie.replay.Replay.spec_for`) and return copies
+    in canonical dtypes: observations as the spec, ``action`` ``(T, A)`` float32 (indices become one-hot rows when
+    ``discrete``), ``reward`` float32, flags bool. ``env`` names the env config in messages.
 
-    Args:
-        episodes: as read from a dataset (rows in any numeric dtype).
-        spec: the replay spec (:meth:`reverie.replay.Replay.spec_for` of the env's contract observation space and
-            ``A``): every key a row needs with its shape and dtype.
-        discrete: True for ``Discrete(A)`` actions (one-hot rows, or indices ``(T,)``), False for ``Box``.
-        env: names the env config in messages (e.g. ``"env.id=CartPole-v1"``).
-
-    Returns:
-        New episodes: observations in the spec's dtype (images uint8, vectors float32), ``action`` ``(T, A)``
-        float32 (indices become one-hot rows), ``reward`` float32, flags bool.
-
-    Raises:
-        DatasetError: no episodes; a missing key; keys of different lengths or an empty episode; an observation key
-            whose shape or dtype differs from the env's; NaN or infinite values; actions outside the action space;
-            flags that are not booleans, an episode that does not start with ``is_first``, ``is_first`` after row 0
-            or ``is_last`` before the last row. The message names the episode, the key and the row.
-    """
+    Raises DatasetError (naming the episode, key and row): no episodes, a missing key, unequal lengths, an empty
+    episode, a wrong shape or dtype, NaN or infinity, actions outside the space, or flags that are not booleans,
+    ``is_first`` other than at row 0 or ``is_last`` before the last row."""
     if not episodes:
         raise DatasetError("dataset error: the dataset holds no episodes")
     return [_validate_one(e, spec, discrete, env) for e in episodes]
@@ -184,8 +153,7 @@ def _check_flags(name: str, rows: dict[str, np.ndarray]) -> None:
 
 
 def _action(name: str, value: np.ndarray, dim: int, discrete: bool, is_last: np.ndarray, env: str) -> np.ndarray:
-    """Actions in the model's format ``(T, A)`` float32, checked against the action space; the row of an
-    ``is_last`` step may also be all zeros (its action is never used)."""
+    """``(T, A)`` float32 actions checked against the space; an ``is_last`` row may be all zeros (never used)."""
     if discrete and value.ndim == 1 and np.issubdtype(value.dtype, np.integer):  # indices (T,) -> one-hot (T, A)
         bad = (value < 0) | (value >= dim)
         if bad.any():

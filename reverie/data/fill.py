@@ -10,12 +10,7 @@ from reverie.data.episodes import DatasetError, Episode
 
 
 def column_rows(steps: int, capacity: int, num_envs: int) -> int:
-    """Rows per env column a dataset of ``steps`` rows fills: ``steps // N``.
-
-    Raises:
-        DatasetError: fewer than ``N`` rows, or more rows per column than the replay holds (the fix: a larger
-            ``replay.capacity``), so nothing would be overwritten while filling.
-    """
+    """Rows per env column, ``steps // N``; DatasetError below ``N`` rows or above the replay's rows per column."""
     per_column, rows = steps // num_envs, capacity // num_envs
     if per_column < 1:
         raise DatasetError(f"dataset error: {steps} steps cannot fill {num_envs} env columns (env.num_envs); record "
@@ -28,21 +23,10 @@ def column_rows(steps: int, capacity: int, num_envs: int) -> int:
 
 
 def fill_replay(replay, episodes: Sequence[Episode]) -> dict[str, int]:
-    """Write the episodes' rows (validated: :func:`reverie.data.episodes.validate`) into an empty ``replay``.
-
-    The episodes are joined into one stream in their order and cut into ``N`` consecutive pieces of
-    ``steps // N`` rows, one per env column (:meth:`reverie.replay.Replay.extend`); the last ``steps mod N`` rows
-    (fewer than ``N``) are left out. A column that starts mid-episode gets ``is_first`` on its first row: windows
-    never cross from one column into the next, and the model starts that stream from its initial state, as for
-    any replayed window. With ``N = 1`` the replay holds the dataset's rows exactly.
-
-    Returns:
-        ``{"rows_per_column", "steps" (filled), "left_out"}``.
-
-    Raises:
-        DatasetError: the replay is not empty, or the dataset does not fit (:func:`column_rows`).
-        ValueError: rows that do not match the replay's spec.
-    """
+    """Write validated episodes into an empty ``replay``: joined in order, cut into ``N`` pieces of ``steps // N`` rows,
+    one per env column (the last ``steps mod N`` left out), each column starting with ``is_first`` (docs/offline.md).
+    Returns ``{"rows_per_column", "steps", "left_out"}``. DatasetError: a non-empty replay or a dataset too large;
+    ValueError: rows that do not match the replay's spec."""
     if len(replay):
         raise DatasetError(f"dataset error: the replay already holds {len(replay)} steps; a dataset fills an empty one")
     n = replay.num_envs

@@ -1,9 +1,6 @@
-"""The world model's open-loop error on held-out logged episodes (``pretrain.heldout``; ``bench/offline_finetune.py``).
-
-Windows of held-out episodes are drawn with a fixed seed (the same windows for every model compared), the model
-observes the first :data:`reverie.viz.report.CONTEXT` rows and predicts the rest open loop from the logged actions
-(:func:`reverie.viz.openloop.open_loop`); the errors are :func:`reverie.viz.openloop.prediction_errors`'s.
-"""
+"""The world model's open-loop error on held-out logged episodes (``pretrain.heldout``; ``bench/offline_finetune.py``):
+on fixed-seed windows (the same for every model compared) it observes :data:`reverie.viz.report.CONTEXT` rows and
+predicts the rest open loop from the logged actions (:func:`reverie.viz.openloop.open_loop`)."""
 
 from __future__ import annotations
 
@@ -26,11 +23,9 @@ def heldout_replay(dataset: Dataset) -> Any:
 
 
 def heldout_errors(agent: Any, replay: Any, length: int, sequences: int, seed: int = 0) -> dict[str, float]:
-    """Open-loop and reconstruction errors of ``agent``'s world model on ``sequences`` windows of ``length`` rows
-    of a :func:`heldout_replay`, keyed ``heldout/openloop/<key>_error``, ``heldout/recon/<key>_error`` and
-    ``heldout/openloop/reward_error`` (vectors in raw units, images in ``[0, 1]``), and the prediction quality per
-    open-loop step (:func:`reverie.viz.quality.prediction_quality`: ``heldout/quality/<key>_psnr_k<k>``, ...);
-    empty (with a warning) when the held-out data is shorter than one window."""
+    """Open-loop and reconstruction errors of ``agent``'s world model on ``sequences`` windows of ``length`` rows:
+    ``heldout/openloop/<key>_error``, ``heldout/recon/<key>_error``, ``heldout/openloop/reward_error`` (vectors in raw
+    units, images in ``[0, 1]``), ``heldout/quality/<key>_psnr_k<k>``, ...; empty when shorter than one window."""
     from reverie.viz.openloop import open_loop, prediction_errors
     from reverie.viz.quality import prediction_quality
     from reverie.viz.report import CONTEXT, sample_for_report

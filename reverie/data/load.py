@@ -14,22 +14,10 @@ SOURCES = ("a folder of episode .npz files, a Minari dataset folder, minari:<dat
 
 
 def load_dataset(source: str | Path, env_cfg: Mapping) -> Dataset:
-    """Read ``source`` and check every episode against the env config before returning any (nothing is loaded half).
-
-    Args:
-        source: a folder of ``episode_<n>.npz`` files (:mod:`reverie.data.npz`), a Minari dataset folder (or its
-            ``data/`` folder), ``minari:<id>`` or a bare id of a dataset in Minari's local root, or a run directory
-            (its newest checkpoint's replay: :mod:`reverie.data.runs`).
-        env_cfg: the run's env config: its contract spaces are what the rows must match (and a Minari dataset's
-            spaces must be the env's own).
-
-    Returns:
-        The validated :class:`Dataset` (rows in canonical dtypes, :func:`reverie.data.episodes.validate`).
-
-    Raises:
-        DatasetError: nothing readable at ``source``, or any problem :func:`validate` names.
-        reverie.envs.UnsupportedSpaceError: the env config itself has a space reverie cannot carry.
-    """
+    """Read ``source`` (an npz folder, a Minari dataset folder, ``minari:<id>`` or a bare installed id, or a run
+    directory) and validate every episode against ``env_cfg``'s contract spaces before returning any: a
+    :class:`Dataset` in canonical dtypes. DatasetError: nothing readable, or what :func:`validate` names;
+    UnsupportedSpaceError: the env config's own spaces."""
     from reverie.envs.convert import SpaceConverter
     from reverie.replay import Replay
 

@@ -1,8 +1,5 @@
-"""The npz folder format: one ``episode_<n>.npz`` per episode holding its replay rows (docs/offline.md).
-
-Each file is ``np.savez`` of the keys :mod:`reverie.data.episodes` describes (the observation keys, ``action``,
-``reward``, ``is_first``, ``is_last``, ``is_terminal``; one row per step, the timing of reverie's replay rows).
-Files are read in name order; other files in the folder (``dataset.json``, notes) are ignored.
+"""The npz folder format: one ``episode_<n>.npz`` per episode, ``np.savez`` of its replay rows
+(:mod:`reverie.data.episodes`; docs/offline.md). Files are read in name order; other files are ignored.
 """
 
 from __future__ import annotations
@@ -26,11 +23,8 @@ def is_npz_folder(path: str | Path) -> bool:
 
 
 def read_npz(folder: str | Path) -> list[Episode]:
-    """Every ``*.npz`` file of ``folder`` (name order) as an :class:`Episode` named by its file name.
-
-    Raises:
-        DatasetError: a file that is not a readable npz archive (named, with the fix: drop or re-record it).
-    """
+    """Every ``*.npz`` file of ``folder`` (name order) as an :class:`Episode` named by its file; DatasetError for a
+    file that is not a readable npz archive."""
     episodes = []
     for path in sorted(Path(folder).glob("*.npz")):
         try:
@@ -51,12 +45,8 @@ def next_index(folder: str | Path) -> int:
 
 
 def write_npz(folder: str | Path, episodes: Iterable[Episode]) -> list[Path]:
-    """Write each episode's rows to ``folder/episode_<n>.npz`` (compressed; numbered after the files already there,
-    so recordings can be appended), each file written whole and then renamed into place.
-
-    Returns:
-        The paths written.
-    """
+    """Write each episode to ``folder/episode_<n>.npz`` (compressed; numbered after the files there, so recordings
+    append; written whole, then renamed into place). Returns the paths written."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     index, written = next_index(folder), []

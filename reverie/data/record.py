@@ -1,20 +1,10 @@
 """Record episodes from a policy into the dataset format (``reverie record``; docs/offline.md).
 
-Policies (:func:`make_policy`):
-
-- ``random``: uniform random actions (one-hot ``Discrete``, ``U[-1, 1]`` ``Box``), as the training loop's prefill;
-- a run directory or checkpoint: that run's agent (``load_run``: its ``best.pt``, the weights of its best
-  evaluation, or its newest checkpoint when it has none), acting in ``mode`` (``explore`` by default: the policy as
-  it collected its own data);
-- an import path ``pkg.module.name`` (or ``pkg.module:name``): a scripted controller, a callable
-  ``policy(obs) -> actions`` taking one step's observation batch (a dict of ``(N, ...)`` arrays with the contract's
-  keys and ``is_first``) and returning ``(N,)`` integer indices (``Discrete``) or ``(N, A)`` model actions (one-hot,
-  or values in ``[-1, 1]`` for ``Box``: the env layer rescales them). A class is instantiated first (no arguments).
-
-``epsilon`` mixes in uniform random actions: each step, each env takes a random action with that probability.
-Rows are those ``reverie train`` adds to its replay for the same steps (:class:`reverie.envs.VectorStepper`), except
-that the action of an ``is_last`` row (ignored by the env and never read by the model) is stored as zeros, so the
-npz and Minari formats hold the same rows.
+Policies (:func:`make_policy`): ``random`` (as the training prefill); a run directory or checkpoint (``load_run``'s
+agent, acting in ``mode``); an import path ``pkg.module.name`` or ``pkg.module:Class`` (instantiated without
+arguments): ``policy(obs) -> actions``, obs a dict of ``(N, ...)`` arrays with ``is_first``, actions ``(N,)`` indices
+or ``(N, A)`` model actions. Rows are those ``reverie train`` adds to its replay, except that an ``is_last`` row's
+action is stored as zeros, so the npz and Minari formats hold the same rows.
 """
 
 from __future__ import annotations
@@ -35,11 +25,7 @@ Policy = Callable[[dict[str, np.ndarray], Any], tuple[np.ndarray, Any]]
 
 def make_policy(name: str, spec: ActionSpec, rng: np.random.Generator, mode: str = "explore") -> tuple[Policy, str]:
     """``(policy(obs, state) -> (actions (N, A) float32, state), description)`` for ``random``, a run or an import
-    path (see the module docstring).
-
-    Raises:
-        DatasetError: ``name`` is none of those; a run whose action space differs from ``spec``.
-    """
+    path; DatasetError for anything else, or a run whose action space differs from ``spec``."""
     if name == "random":
         return (lambda obs, state: (random_actions(rng, spec, len(obs["is_first"])), None)), "random"
     if Path(name).exists():
@@ -88,9 +74,8 @@ def _model_actions(action: np.ndarray, spec: ActionSpec, n: int, name: str) -> n
 
 
 def _executed(state: Any, action: np.ndarray) -> Any:
-    """A world-model agent's acting state ``(dynamics state, prev_action (N, A))``
-    (:class:`reverie.agents.base.WorldModelAgent`) with the actions the envs really took, so its next filtering step
-    sees them; any other state unchanged."""
+    """A world-model agent's acting state ``(dynamics state, prev_action (N, A))`` with the actions the envs really
+    took (epsilon swaps), so its next filtering step sees them; any other state unchanged."""
     import torch
 
     if isinstance(state, tuple) and len(state) == 2 and torch.is_tensor(state[1]) and state[1].shape == action.shape:
@@ -101,24 +86,11 @@ def _executed(state: Any, action: np.ndarray) -> Any:
 def record(env_cfg: Mapping, policy: str, episodes: int, seed: int = 0, epsilon: float = 0.0,
            mode: str = "explore", on_episode: Callable[[int, int, float], None] | None = None
            ) -> tuple[list[Episode], str]:
-    """Run ``policy`` in the env config's ``N`` envs until ``episodes`` episodes have finished.
-
-    Args:
-        env_cfg: the env config (``env.num_envs`` copies step together).
-        policy: ``random``, a run directory or checkpoint, or an import path (module docstring).
-        episodes: finished episodes to return (episodes still running then are dropped).
-        seed: seeds the envs (as a run of that seed) and the random actions.
-        epsilon: per-step probability of a uniform random action instead of the policy's, in ``[0, 1]``.
-        mode: the mode a run's agent acts in (``explore``, ``sample`` or ``eval``).
-        on_episode: called as ``on_episode(done, episodes, episode_return)`` after each finished episode (progress).
-
-    Returns:
-        ``(episodes, description)``: episodes in the order they finished, named ``recorded episode <k>``, rows as
-        the module docstring says; a description of the policy and mix for the dataset's metadata.
-
-    Raises:
-        DatasetError: a bad ``policy``, ``episodes < 1`` or ``epsilon`` outside ``[0, 1]``.
-    """
+    """Run ``policy`` in the env config's ``N`` envs (seeded as a run of ``seed``) until ``episodes`` have finished.
+    ``epsilon``: per-step probability of a uniform random action; ``mode``: a run agent's act mode;
+    ``on_episode(done, episodes, episode_return)`` after each finished episode. Returns ``(episodes, description)``:
+    episodes in finishing order (running ones dropped), a description for the dataset's metadata. DatasetError: a
+    bad ``policy``, ``episodes < 1`` or ``epsilon`` outside ``[0, 1]``."""
     from reverie.envs import make_vector_env
     from reverie.envs.stepper import VectorStepper
 

@@ -17,17 +17,10 @@ def is_run(path: str | Path) -> bool:
 
 
 def read_run(path: str | Path) -> list[Episode]:
-    """The replay of a run's newest readable checkpoint as episodes (rank 0's shard for a data-parallel run).
-
-    Each env column is read in time order (oldest row first) and cut before every ``is_first`` row. A column's
-    first piece may start mid-episode (its start was overwritten once the buffer wrapped, or the run was filled
-    from a dataset split over several columns): it becomes an episode of its own whose row 0 gets ``is_first``,
-    the replay's mark for "the model starts here from its initial state" (the 2023 reference marks row 0 of every
-    replayed window the same way). The last piece of a column may lack ``is_last`` (the episode in flight).
-
-    Raises:
-        DatasetError: the checkpoint has no replay snapshot.
-    """
+    """The replay of a run's newest readable checkpoint (rank 0's shard) as episodes: each env column in time order,
+    cut before every ``is_first`` row. A column's first piece may start mid-episode (overwritten, or filled from a
+    dataset) and gets ``is_first`` at row 0, as the 2023 reference marks every replayed window; the last piece may
+    lack ``is_last``. DatasetError: the checkpoint has no replay snapshot."""
     from reverie.replay import Replay, is_latent_key
 
     path = Path(path)

@@ -2,43 +2,13 @@
 
 Backend ``ale`` (default) wraps, does not rewrite::
 
-    gym.make("ALE/<Game>-v5", frameskip=1, repeat_action_probability=0, full_action_space=actions == "full",
-             max_num_frames_per_episode=max_frames)
-    -> StickyActions(sticky)                                                     (only sticky > 0; ALE's rule)
-    -> AtariPreprocessing(noop_max=noops, frame_skip=action_repeat, screen_size=size, grayscale_obs=False,
-                          terminal_on_life_loss=life_loss != "ignore")          (Gymnasium; AtariFrames: + resize)
-    -> LifeLossTerminal                                                          (only life_loss=terminal)
+    gym.make("ALE/<Game>-v5", frameskip=1, repeat_action_probability=0, ...) -> StickyActions(sticky) (sticky > 0)
+    -> AtariFrames (Gymnasium's AtariPreprocessing, with the true final screen) -> LifeLossTerminal (life_loss=terminal)
 
-An agent step is ``action_repeat`` (4) emulator frames; the observation is the pixel-wise max over the last two
-of them, resized to ``size x size`` RGB with OpenCV ``INTER_AREA`` (``resize=opencv``, Gymnasium's) or Pillow
-``BILINEAR`` (``resize=pillow``, the official DreamerV3 2025 code's): uint8 ``(size, size, 3)``, which the factory
-turns into ``image`` uint8 ``(3, size, size)``. Rewards are the unclipped sum over the frames.
-
-Protocol settings (keys of the env config; ``configs/env/atari100k.yaml`` and ``configs/env/atari.yaml``):
-
-=============  ==========================================================================================
-``task``       game: ``pong``, ``ms_pacman``, ``Pong``, ``ALE/Pong-v5`` (see :func:`ale_id`)
-``sticky``     ALE's ``repeat_action_probability`` rule per frame, applied by :class:`StickyActions` (atari100k 0.0,
-               atari 0.25)
-``noops``      at reset, ``U{1..noops}`` NOOP frames (Gymnasium's sampling; 0 = none) (atari100k 30, atari 0)
-``actions``    ``minimal`` (the game's own set, e.g. 6 for Pong) or ``full`` (all 18)
-``life_loss``  ``ignore``: lives are not used. ``terminal``: a lost life sets ``is_terminal`` (reported as
-               ``info["is_terminal"]``) and the episode goes on (the reference's ``lives=discount``).
-               ``reset``: a lost life ends the episode as terminated and the next reset restarts the game
-               (the reference's ``lives=reset``). Either way the frame loop stops at the lost life.
-``max_frames`` episode cap in emulator frames, noop frames included (108,000 = 30 min); a truncation
-``size``       image side in pixels (64)
-``resize``     ``opencv`` (``cv2.INTER_AREA``, Gymnasium's and DreamerV3 2023's) or ``pillow`` (``PIL.Image.resize``
-               ``BILINEAR``, DreamerV3 2025's ``resize: pillow``; bit-exact with it:
-               ``tests/envs/test_atari_official_recording.py``). ``backend=envpool`` offers ``opencv`` only
-``backend``    ``ale`` or ``envpool`` (vector envs only; see :class:`EnvpoolAtari`)
-=============  ==========================================================================================
-
-``action_repeat`` (4) is consumed here as the frame skip, so the factory applies no second repeat; frames
-are ``agent steps x action_repeat`` (fewer only on the step where an episode or a life ends).
-
-One fix on top of Gymnasium 1.4's ``AtariPreprocessing`` (see :class:`AtariFrames`): when an episode ends
-inside the frame-skip loop it returns the previous step's image; we return the true final screen.
+An agent step is ``action_repeat`` emulator frames (the frame skip; the factory adds no repeat), max-pooled over
+the last two and resized to uint8 ``(size, size, 3)`` RGB; rewards are the unclipped sum. The config keys
+(``task``, ``sticky``, ``noops``, ``actions``, ``life_loss``, ``max_frames``, ``size``, ``resize``, ``backend``) and
+their presets (``configs/env/atari100k.yaml``, ``configs/env/atari.yaml``) are in docs/envs.md.
 """
 
 from __future__ import annotations
@@ -97,15 +67,10 @@ def _games() -> dict[str, str]:
 
 
 def ale_id(task: str) -> str:
-    """The ALE v5 id of a game name: ``pong`` -> ``ALE/Pong-v5``.
+    """The ALE v5 id of a game name, matched ignoring case, ``_``, ``-``, ``ALE/``, ``atari_`` and ``-v<N>``:
+    ``pong`` -> ``ALE/Pong-v5``, ``ms_pacman`` -> ``ALE/MsPacman-v5``, ``james_bond`` -> ``ALE/Jamesbond-v5``.
 
-    Names are matched case-, underscore- and dash-insensitively after dropping an ``ALE/`` prefix, an
-    ``atari_`` prefix and a ``-v<N>`` suffix, so ``ms_pacman``, ``MsPacman``, ``atari_ms_pacman`` and
-    ``ALE/MsPacman-v5`` all give ``ALE/MsPacman-v5`` (and ``james_bond`` gives ``ALE/Jamesbond-v5``).
-
-    Raises:
-        ValueError: no ALE game has that name; the message says how names map and lists close ones.
-    """
+    Raises ValueError: no ALE game has that name (the message lists close ones)."""
     if not task or not isinstance(task, str):
         raise ValueError(f"env.task must name an Atari game, e.g. env.task=pong, got {task!r}")
     games = _games()
@@ -126,16 +91,10 @@ def _snake(camel: str) -> str:
 
 
 def settings(cfg: Mapping) -> dict[str, Any]:
-    """The validated protocol settings of an env config (missing keys take :data:`DEFAULTS`).
+    """The validated protocol settings of an env config: :data:`DEFAULTS`' keys (missing ones default) and ``task``.
 
-    Returns:
-        ``{"task", "backend", "action_repeat", "sticky", "noops", "actions", "life_loss", "max_frames", "size",
-        "resize"}``.
-
-    Raises:
-        ValueError: a setting out of range or an unknown choice (the message names the key and the choices);
-            ``backend=envpool`` with ``life_loss=reset``, ``resize=pillow`` or ``wrappers``.
-    """
+    Raises ValueError: a setting out of range or unknown, or ``backend=envpool`` with ``life_loss=reset``,
+    ``resize=pillow`` or ``wrappers``."""
     s = {key: cfg.get(key, default) for key, default in DEFAULTS.items()}
     s["task"] = cfg.get("task")
     for key, choices in (("backend", BACKENDS), ("actions", ACTION_SETS), ("life_loss", LIFE_LOSS_MODES),
@@ -164,21 +123,11 @@ def settings(cfg: Mapping) -> dict[str, Any]:
 
 
 class StickyActions(gym.Wrapper):
-    """ALE's sticky actions (Machado et al. 2018), applied per emulator frame by this wrapper instead of the
-    emulator, so that a checkpoint can hold them: at every frame, with probability ``p`` the previous frame's
-    action is executed again instead of the one given (ALE ``StellaEnvironment::act``: ``if rng() >= p: action =
-    new``; the previous action is NOOP after a reset). It sits directly on ALE's env (``frameskip=1``:
-    one ``step`` is one frame), under the frame loop, so the no-op frames at reset are sticky as in ALE.
-
-    ALE keeps the repeated action outside its saved state (``cloneState``), so a game with ALE's own sticky actions
-    cannot resume exactly; this wrapper's state is its last action and its own generator (``np.random.Generator``,
-    seeded by ``reset(seed=...)``), both pickled with the env. The draws differ from ALE's generator; the rule and
-    its statistics are the same (``tests/envs/test_atari.py``).
-
-    Args:
-        env: ALE's Gymnasium env made with ``repeat_action_probability=0`` and ``frameskip=1``.
-        p: the repeat probability (``env.sticky``; 0.25 in the ALE v5 default and the long Atari protocol).
-    """
+    """ALE's sticky actions (Machado et al. 2018; ALE ``StellaEnvironment::act``) applied per emulator frame: with
+    probability ``p`` the previous frame's action is repeated (NOOP after a reset). Sits on ALE's env made with
+    ``frameskip=1, repeat_action_probability=0``, so a checkpoint holds the state (last action, own generator
+    seeded by ``reset(seed=...)``) that ALE's ``cloneState`` leaves out; the draws differ from ALE's, the statistics
+    match (``tests/envs/test_atari.py``)."""
 
     NOOP = 0  # index of NOOP in both the minimal and the full action set
 
@@ -201,17 +150,9 @@ class StickyActions(gym.Wrapper):
 
 
 class AtariFrames(AtariPreprocessing):
-    """Gymnasium's ``AtariPreprocessing`` (RGB, max-pooled, resized), with the true final observation and a choice
-    of resize.
-
-    Gymnasium leaves its frame-skip loop on ``terminated``/``truncated`` *before* reading the screen, so the
-    observation it returns at an episode (or life) end is the previous agent step's. Here the final observation
-    is the current screen, max-pooled with the previous frame when that frame was read in this step (the
-    episode ended on the last frame of the skip), otherwise the current screen alone. ``resize="pillow"``
-    resizes the pooled ``(210, 160, 3)`` screen with ``PIL.Image.resize(..., BILINEAR)`` (the official DreamerV3
-    2025 wrapper's ``resize: pillow``) instead of OpenCV's ``INTER_AREA``. Everything else is Gymnasium's code,
-    unchanged.
-    """
+    """Gymnasium's ``AtariPreprocessing`` (RGB, max-pooled, resized) that returns the true final screen at an episode
+    or life end (Gymnasium returns the previous step's) and resizes with OpenCV ``INTER_AREA`` or, for
+    ``resize="pillow"``, ``PIL.Image.resize(..., BILINEAR)`` (the official DreamerV3 2025 ``resize: pillow``)."""
 
     def __init__(self, env: gym.Env, *, resize: str = "opencv", **kwargs):
         if resize not in RESIZES:
@@ -241,10 +182,7 @@ class AtariFrames(AtariPreprocessing):
         return obs, reward, terminated, truncated, info
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the two frame buffers (``(2, 210, 160, 3)`` uint8, 200 KB): every step and reset writes
-        the frames it returns before reading them (the step's last two frames, or the final screen with the other
-        buffer zeroed, see :meth:`step`; a reset reads the screen and zeroes the other), so the saved contents never
-        reach an observation. They come back as zeros."""
+        """Pickled without the two frame buffers (each step and reset writes them before reading): back as zeros."""
         state = dict(self.__dict__)
         state["obs_buffer"] = [(buffer.shape, buffer.dtype.str) for buffer in self.obs_buffer]
         return state
@@ -260,11 +198,9 @@ class AtariFrames(AtariPreprocessing):
 class LifeLossTerminal(gym.Wrapper):
     """``life_loss=terminal``: a lost life is reported as ``info["is_terminal"] = True`` and the episode goes on.
 
-    Wraps an :class:`AtariFrames` built with ``terminal_on_life_loss=True``: a ``terminated`` while the game is
-    not over is a lost life, turned into ``terminated=False`` plus ``info["is_terminal"]=True``. Every step's
-    info carries ``is_terminal`` (bool), which :class:`reverie.envs.stepper.VectorStepper` ORs into the row's
-    ``is_terminal`` flag without setting ``is_last``.
-    """
+    The reference's ``lives=discount`` (``life_loss=reset`` is its ``lives=reset``). Wraps :class:`AtariFrames`
+    built with ``terminal_on_life_loss=True``; every step's info carries ``is_terminal``, which
+    :class:`reverie.envs.stepper.VectorStepper` ORs into the row's flag without setting ``is_last``."""
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -274,19 +210,11 @@ class LifeLossTerminal(gym.Wrapper):
 
 
 def reduce_atari_env(env: Any) -> tuple:
-    """How a checkpoint pickles ale-py's ``AtariEnv`` (:func:`reverie.envs.stepper.dumps_envs`): its constructor
-    arguments, its attributes but the emulator (``np_random``, which the no-op resets draw from, among them) and the
-    emulator's state with its random generator (``ale.cloneState(include_rng=True)``: RAM, CPU, frame counters,
-    sticky-action generator), a few KiB; :func:`restore_atari_env` builds it again.
+    """How a checkpoint pickles ale-py's ``AtariEnv`` (:func:`reverie.envs.stepper.dumps_envs`): constructor
+    arguments, attributes but the emulator, and ``ale.cloneState(include_rng=True)`` (docs/resume.md).
 
-    ale-py's own pickling (Gymnasium's ``EzPickle``) keeps the constructor arguments only: the game restarts from
-    a fresh, randomly seeded emulator while the wrappers above believe the episode goes on.
-
-    Raises:
-        NotImplementedError: ALE's own sticky actions are on (``repeat_action_probability > 0``: an env made
-            outside :func:`make_atari`, which applies them in :class:`StickyActions`): the emulator's state leaves
-            out the action a sticky frame repeats, so the game cannot continue exactly; the checkpoint then holds
-            no envs and the episodes in flight restart (:meth:`reverie.envs.stepper.VectorStepper.state_dict`).
+    Raises NotImplementedError when ALE's own sticky actions are on (``repeat_action_probability > 0``): its saved
+    state leaves out the repeated action; the checkpoint then holds no envs and the episodes restart.
     """
     sticky = env.ale.getFloat("repeat_action_probability")
     if sticky > 0:
@@ -297,8 +225,7 @@ def reduce_atari_env(env: Any) -> tuple:
 
 
 def restore_atari_env(args: tuple, kwargs: dict, attrs: dict, ale_state: Any) -> gym.Env:
-    """Unpickle :func:`reduce_atari_env`: a new ``AtariEnv(*args, **kwargs)`` with the saved attributes and emulator
-    state (the game continues exactly where it was saved)."""
+    """Unpickle :func:`reduce_atari_env`: a new ``AtariEnv`` with the saved attributes and emulator state."""
     _require_ale()
     from ale_py.env import AtariEnv
 
@@ -309,17 +236,10 @@ def restore_atari_env(args: tuple, kwargs: dict, attrs: dict, ale_state: Any) ->
 
 
 def make_atari(cfg: Mapping, kwargs: dict) -> gym.Env:
-    """One Atari env (backend ``ale``) with the protocol of ``cfg``; observations uint8 ``(size, size, 3)``.
+    """One Atari env (backend ``ale``; also single envs of ``backend=envpool``) with the protocol of ``cfg``;
+    observations uint8 ``(size, size, 3)``. ``kwargs`` go to ``gym.make("ALE/...")`` (e.g. ``render_mode``).
 
-    Also used for single envs when ``backend=envpool`` (same spaces and protocol), since envpool only batches.
-
-    Args:
-        cfg: the env config (see the module docstring for the keys).
-        kwargs: extra keyword arguments for ``gym.make("ALE/...")``, e.g. ``render_mode``, ``mode``, ``difficulty``.
-
-    Raises:
-        ValueError: bad task name or setting (see :func:`ale_id`, :func:`settings`).
-        ImportError: ale-py or OpenCV is not installed (names the pip command).
+    Raises ValueError on a bad task or setting (:func:`ale_id`, :func:`settings`); ImportError without ale-py or cv2.
     """
     s = settings(cfg)
     env_id = ale_id(s["task"])
@@ -343,24 +263,11 @@ def make_atari(cfg: Mapping, kwargs: dict) -> gym.Env:
 class EnvpoolAtari(gym.vector.VectorEnv):
     """``N`` Atari envs in envpool (C++ threads), speaking the same contract as ``make_vector_env``.
 
-    Built with ``envpool.make("<Game>-v5", env_type="gymnasium", frame_skip=action_repeat, img_height=size,
-    img_width=size, gray_scale=False, stack_num=1, noop_max=noops, repeat_action_probability=sticky,
-    full_action_space=..., episodic_life=False, reward_clip=False, use_fire_reset=False,
-    use_inter_area_resize=True, max_episode_steps=...)``: the same frame skip, two-frame max pooling, OpenCV
-    ``INTER_AREA`` resize, unclipped rewards. Observations ``{"image": (N, 3, size, size) uint8}``; envpool
-    auto-resets like Gymnasium's ``NEXT_STEP`` mode (the call after an episode end returns the reset
-    observation with reward 0 and ignores the action), which :class:`~reverie.envs.stepper.VectorStepper` needs.
+    Same frame skip, max pooling, OpenCV ``INTER_AREA`` resize and unclipped rewards as backend ``ale``; observations
+    ``{"image": (N, 3, size, size) uint8}``; NEXT_STEP auto-reset, which :class:`~reverie.envs.stepper.VectorStepper`
+    needs. Differences from ``ale`` (frame cap, reset no-ops, no ``life_loss=reset``): docs/envs.md.
 
-    Differences from backend ``ale``: the episode cap is ``max_frames // action_repeat`` agent steps counted
-    after the reset no-ops (ale counts the no-op frames too); envpool always plays at least one NOOP frame at
-    reset (``noops=0`` becomes exactly 1; for ``noops >= 1`` both draw ``U{1..noops}``, from their own RNGs);
-    a game over in the first two frames of a skip returns the previous step's image (ale returns the final
-    screen); the env copies are seeded ``seed, seed+1, ...`` by envpool. ``life_loss=reset`` is not offered (envpool's
-    ``episodic_life`` continues the game instead of restarting it); ``terminal`` is derived from ``info["lives"]``.
-
-    Raises:
-        ImportError: envpool is not installed.
-        ValueError: ``life_loss=reset``, user ``wrappers``, or a bad setting.
+    Raises ImportError without envpool; ValueError on ``life_loss=reset``, user ``wrappers`` or a bad setting.
     """
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
@@ -427,11 +334,7 @@ def make_envpool_vector(cfg: Mapping, seed: int, num_envs: int, kwargs: dict) ->
 
 
 def metadata(cfg: Mapping) -> dict[str, Any]:
-    """Every protocol setting of an Atari env config, for ``<run_dir>/env_metadata.json``.
-
-    Raises:
-        ValueError: as :func:`settings` and :func:`ale_id`.
-    """
+    """Every protocol setting of an Atari env config, for ``env_metadata.json``; ValueError as :func:`settings`."""
     s = settings(cfg)
     out = {
         "task": s["task"],

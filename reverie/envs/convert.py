@@ -1,14 +1,6 @@
-"""Between an env's own spaces and reverie's data contract, both ways: what reading and writing Minari datasets needs.
-
-A Minari dataset records what the env itself takes and returns (CartPole: a ``Box(4,)`` array and ``Discrete(2)``
-integers; Pendulum: a torque in ``[-2, 2]``); reverie's replay rows hold the contract's values (``vector`` float32
-``(F,)``, ``image`` uint8 ``(3, H, W)``, one-hot or ``[-1, 1]`` actions: :mod:`reverie.types`). A
-:class:`SpaceConverter` is built from an env config and converts with the contract wrappers' own rules
-(:class:`reverie.envs.wrappers.DictObservation`, :func:`reverie.envs.wrappers.normalize_action`), so a dataset
-converted here holds exactly the rows ``reverie train`` would have stored for the same steps.
-
-"The env's own spaces" are those below reverie's contract wrappers: after ``env.wrappers`` and the action repeat
-(:func:`reverie.envs.factory.make_raw_env`).
+"""Between an env's own spaces (below the contract wrappers: :func:`reverie.envs.factory.make_raw_env`) and
+reverie's data contract, both ways, for Minari datasets. :class:`SpaceConverter` applies the contract wrappers' own
+rules, so a converted dataset holds exactly the rows ``reverie train`` would have stored for the same steps.
 """
 
 from __future__ import annotations
@@ -24,17 +16,9 @@ from reverie.envs.wrappers import DictObservation, normalize_action
 
 
 class SpaceConverter:
-    """Raw env observations and actions <-> contract rows, for one env config.
-
-    Attributes:
-        raw_observation_space, raw_action_space: the env's own spaces (what a Minari dataset of it records).
-        observation_space: the contract's ``Dict`` space (``reverie.envs.make_env(cfg).observation_space``).
-        action_spec: :class:`reverie.types.ActionSpec` of the contract's actions.
-        env_id: the env's ``id`` (or ``task``), for messages.
-
-    Raises:
-        reverie.envs.UnsupportedSpaceError: a space the contract cannot carry (as :func:`reverie.envs.make_env`).
-    """
+    """Raw env observations and actions <-> contract rows for one env config: ``raw_observation_space`` and
+    ``raw_action_space`` (the env's own), ``observation_space`` (the contract's ``Dict``), ``action_spec``, ``env_id``.
+    Raises UnsupportedSpaceError as :func:`reverie.envs.make_env`."""
 
     def __init__(self, env_cfg: Mapping):
         cfg = _plain(env_cfg)
@@ -50,10 +34,8 @@ class SpaceConverter:
         finally:
             raw.close()
 
-    # ------------------------------------------------------------------------------------------ observations
     def observations(self, raw: Any) -> dict[str, np.ndarray]:
-        """Raw observations of ``T`` steps (an array ``(T, ...)``, or a dict of them for a ``Dict`` space) -> the
-        contract's keys, each ``(T, ...)`` (one :class:`DictObservation` conversion per step)."""
+        """Raw observations of ``T`` steps (``(T, ...)``, or a dict of them) -> contract keys, each ``(T, ...)``."""
         if isinstance(raw, Mapping):
             length = len(next(iter(raw.values())))
             steps = [{k: v[t] for k, v in raw.items()} for t in range(length)]
@@ -64,15 +46,13 @@ class SpaceConverter:
         return {key: np.stack([c[key] for c in converted]) for key in self.observation_space.spaces}
 
     def raw_observations(self, obs: Mapping[str, np.ndarray]) -> Any:
-        """Inverse of :meth:`observations`: contract keys ``(T, ...)`` -> the env's own observations ``(T, ...)``
-        (images ``(3, H, W)`` back to ``(H, W, 3)``, vectors reshaped and cast to the env's dtype)."""
+        """Inverse of :meth:`observations`: contract keys ``(T, ...)`` -> the env's own observations ``(T, ...)``."""
         raw = self.raw_observation_space
         if isinstance(raw, spaces.Dict):
             return {key: _raw_entry(obs[key], sub) for key, sub in raw.spaces.items()}
         (key,) = self.observation_space.spaces
         return _raw_entry(obs[key], raw)
 
-    # ----------------------------------------------------------------------------------------------- actions
     def action_error(self, raw: np.ndarray) -> str | None:
         """Why raw actions ``(T, ...)`` are outside the env's action space (naming the first bad row), or None."""
         raw, space = np.asarray(raw), self.raw_action_space
@@ -99,10 +79,9 @@ class SpaceConverter:
         return None
 
     def actions(self, raw: np.ndarray) -> np.ndarray:
-        """Raw actions ``(T, ...)`` (inside the space: :meth:`action_error` is None) -> model actions ``(T, A)``
-        float32: one-hot ``index - start`` for ``Discrete``, ``2 (a - low) / (high - low) - 1`` for a ``Box`` that
-        :func:`normalize_action` rescales (computed in float64, the inverse of Gymnasium's ``RescaleAction``),
-        the values themselves for a ``Box`` already in ``[-1, 1]``."""
+        """Raw actions ``(T, ...)`` inside the space -> model actions ``(T, A)`` float32: one-hot ``index - start``
+        (``Discrete``), ``2 (a - low) / (high - low) - 1`` in float64 (the inverse of Gymnasium's ``RescaleAction``),
+        or the values of a ``Box`` already in ``[-1, 1]``."""
         raw, space = np.asarray(raw), self.raw_action_space
         if isinstance(space, spaces.Discrete):
             index = raw.reshape(len(raw)).astype(np.int64) - int(space.start)  # (T, 1) or (T,) -> (T,)

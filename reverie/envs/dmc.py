@@ -1,29 +1,11 @@
 """DeepMind Control Suite through dm_control: pixels (``env=dmc_vision``) and/or proprio (``env=dmc_proprio``).
 
-:class:`DMCEnv` is a small ``gym.Env`` adapter around ``dm_control.suite.load(domain, task)`` (Shimmy's wrapper
-would add a dependency and renders on every physics step; this one renders once per agent step):
-
-- ``image``: ``physics.render(size, size, camera_id=camera)`` uint8 ``(size, size, 3)`` (the factory turns it
-  into ``(3, size, size)``), camera 2 for quadruped and 0 otherwise (the DreamerV3 reference's choice);
-- ``vector``: every proprio entry of the dm_control observation dict, flattened and concatenated in the dict's
-  order, float32 ``(F,)`` (e.g. 5 for cartpole: position 3 + velocity 2; 24 for walker);
-- action repeat (default 2) inside the adapter: rewards summed, stopping at the episode end, one render;
-- episode end: dm_control's time limit (1000 physics-control steps = 500 agent steps at repeat 2) is a
-  truncation (discount 1); a discount of 0 is a termination.
-
-Task names are ``<domain>_<task>`` as in the reference: ``cartpole_swingup``, ``walker_walk``,
-``ball_in_cup_catch`` (alias ``cup_catch``), ``point_mass_easy``.
-
-Pickling a :class:`DMCEnv` (what a checkpoint does with the envs, :meth:`VectorStepper.state_dict
-<reverie.envs.stepper.VectorStepper.state_dict>`) stores what exact resume needs instead of the simulator
-(:meth:`DMCEnv.__getstate__`): MuJoCo's integration state, the model fields the task changed, the task's and the
-env's Python state (its ``random`` RandomState, step count, reset flag). Unpickling loads the task again and puts
-that state back, so the episode continues bit for bit. A few KiB per env instead of about 12 MB (the model's
-textures).
-
-Rendering needs headless OpenGL. :func:`~reverie.envs.gl.select_gl` picks it before dm_control is imported:
-``MUJOCO_GL`` if you set it, else the first of ``egl`` (Debian ``libegl1 libgl1``) and ``osmesa`` (``libosmesa6``)
-that can create a context, else an error naming the packages. Proprio-only envs work without any GL.
+:class:`DMCEnv` adapts ``dm_control.suite.load(domain, task)`` to ``gym.Env`` (not Shimmy's wrapper: a dependency
+that renders on every physics step; this one renders once per agent step). Observations: ``image`` uint8
+``(size, size, 3)`` and/or ``vector`` float32 ``(F,)`` (every proprio entry flattened in dm_control's order); the
+action repeat (default 2) sums rewards; dm_control's time limit is a truncation, a discount of 0 a termination.
+Pickling stores MuJoCo's state instead of the simulator (:meth:`DMCEnv.__getstate__`, docs/resume.md); rendering
+needs headless OpenGL (:func:`~reverie.envs.gl.select_gl`). Settings and tasks: docs/envs.md.
 """
 
 from __future__ import annotations
@@ -65,15 +47,8 @@ def subtle_domain(name: str) -> str:
 
 
 def dmc_task(name: str, all_tasks=None) -> tuple[str, str]:
-    """``"cartpole_swingup"`` -> ``("cartpole", "swingup")``; ``"cup_catch"`` -> ``("ball_in_cup", "catch")``.
-
-    Args:
-        name: ``<domain>_<task>``.
-        all_tasks: the ``(domain, task)`` pairs to match against (default ``dm_control.suite.ALL_TASKS``).
-
-    Raises:
-        ValueError: no suite task has that name; the message lists close names and all tasks.
-    """
+    """``"cartpole_swingup"`` -> ``("cartpole", "swingup")``, ``"cup_catch"`` -> ``("ball_in_cup", "catch")``, among
+    ``all_tasks`` (default ``suite.ALL_TASKS``). ValueError: no such task (the message lists close ones)."""
     if all_tasks is None:
         all_tasks = _require_dm_control(required_gl=False).ALL_TASKS
     names = {f"{domain}_{task}": (domain, task) for domain, task in all_tasks}
@@ -90,25 +65,12 @@ def dmc_task(name: str, all_tasks=None) -> tuple[str, str]:
 
 
 class DMCEnv(gym.Env):
-    """One dm_control suite task as a Gymnasium env with dict observations.
-
-    Args:
-        task: ``<domain>_<task>`` name (see :func:`dmc_task`).
-        action_repeat: physics-control steps per agent step, an int >= 1 (rewards summed).
-        image: include ``image`` uint8 ``(size, size, 3)``.
-        proprio: include ``vector`` float32 ``(F,)``, the flattened proprio observations.
-        proprio_split: instead of ``vector``, each dm_control entry as its own key (flattened float32; a name that
-            clashes with a row key gets an ``obs_`` prefix), as the official DreamerV3 DMC envs give them.
-        size: image side in pixels.
-        camera: MuJoCo camera id; None picks the reference's (quadruped 2, else 0).
-        render_mode: None or ``"rgb_array"`` (``render()`` returns the ``(size, size, 3)`` camera image).
-        task_kwargs: passed to ``suite.load`` (``random`` is set from the reset seed).
-        environment_kwargs: passed to ``suite.load``.
-
-    Raises:
-        ValueError: bad task name, neither ``image`` nor ``proprio``, or a bad ``action_repeat``/``size``.
-        GLUnavailableError: ``image`` without a working headless OpenGL (see :func:`select_gl`).
-    """
+    """One dm_control suite (or DMC-Subtle) task ``<domain>_<task>`` as a Gymnasium env with dict observations:
+    ``image`` uint8 ``(size, size, 3)``, ``vector`` float32 ``(F,)`` or, with ``proprio_split``, each dm_control entry
+    its own key (``obs_`` prefix on a clash with a row key), as the official DreamerV3 DMC envs give them.
+    ``action_repeat`` control steps per agent step; ``camera`` None picks quadruped 2, else 0; ``task_kwargs`` and
+    ``environment_kwargs`` go to ``suite.load``. Raises ValueError (bad task, no observation, bad ``action_repeat``
+    or ``size``), GLUnavailableError (``image`` without headless OpenGL)."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -205,7 +167,6 @@ class DMCEnv(gym.Env):
         if physics is not None and hasattr(physics, "_data"):
             physics.free()  # frees the GL contexts now, on this thread, instead of in dm_control's atexit callback
 
-    # ------------------------------------------------------------------------------------------------ state
     def _load(self, suite):
         """``suite.load`` of this task; remembers the digests of the fresh model's fields (:func:`model_fields`)."""
         if getattr(self, "subtle", False):  # (an env pickled before DMC-Subtle existed has no such attribute)
@@ -218,18 +179,10 @@ class DMCEnv(gym.Env):
         return env
 
     def __getstate__(self) -> dict[str, Any]:
-        """The env as exact resume needs it, without the simulator (module docstring).
-
-        Returns:
-            this object's attributes without ``_env`` and ``observation_space`` (made again), plus ``"_dmc"``:
-            ``{"versions"`` (dm_control, mujoco),
-            ``"sizes"`` (nq, nv, na, state size), ``"physics"`` (float64 ``mj_getState(mjSTATE_INTEGRATION)``: time,
-            qpos, qvel, act, warm start, controls, applied forces, mocap, user data, plugin state),
-            ``"model"`` (``{field: array}``, the model fields that differ from the freshly loaded model, e.g. a
-            target position the task drew), ``"environment"`` (dm_control ``Environment`` attributes: step count,
-            reset flag, ...), ``"task"`` (the task's attributes, its ``random`` RandomState among them)``}``.
-            An env restored from a checkpoint written before this format (no ``_load_kwargs``) pickles whole.
-        """
+        """The env without the simulator: its attributes but ``_env`` and ``observation_space``, plus ``"_dmc"``:
+        ``versions``, ``sizes``, ``physics`` (float64 ``mj_getState(mjSTATE_INTEGRATION)``), ``model`` (the fields
+        that differ from the freshly loaded model), ``environment`` and ``task`` (their attributes, the task's
+        ``random`` among them). An env from an old whole-pickle checkpoint (no ``_load_kwargs``) pickles whole."""
         state = dict(self.__dict__)
         if "_load_kwargs" not in state:  # restored from an old whole pickle: its load arguments are unknown
             return state
@@ -255,15 +208,9 @@ class DMCEnv(gym.Env):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Rebuild from :meth:`__getstate__`: load the task again, then put the saved state back.
-
-        A state pickled whole (a checkpoint written before the compact format) is taken as it is.
-
-        Raises:
-            ValueError: the state was saved with another dm_control or MuJoCo version, or the reloaded model's
-                sizes differ (the caller, :meth:`VectorStepper.load_state_dict`, then restarts the episodes).
-            GLUnavailableError: as the constructor.
-        """
+        """Load the task again and put the :meth:`__getstate__` state back (a whole pickle is taken as it is).
+        Raises ValueError for another dm_control or MuJoCo version or other model sizes (the episodes then
+        restart), GLUnavailableError as the constructor."""
         saved = state.pop("_dmc", None)
         self.__dict__.update(state)
         if saved is None:
@@ -293,9 +240,8 @@ class DMCEnv(gym.Env):
 
 
 def model_fields(model) -> dict[str, Any]:
-    """The fields of a ``mujoco.MjModel`` a task may change: every array (``body_pos``, ``geom_rgba``,
-    ``hfield_data``, ...; views into the model) and the numbers and arrays of ``opt`` and ``stat`` (as
-    ``"opt.timestep"``, ``"stat.extent"``). ``vis`` (rendering settings only) is left out."""
+    """The ``mujoco.MjModel`` fields a task may change: every array (views into the model) and the numbers and
+    arrays of ``opt`` and ``stat`` (as ``"opt.timestep"``); ``vis`` (rendering only) is left out."""
     fields: dict[str, Any] = {}
     for name in dir(model):
         if not name.startswith("_"):
@@ -340,12 +286,8 @@ def settings(cfg: Mapping) -> dict[str, Any]:
 
 
 def make_dmc(cfg: Mapping, kwargs: dict) -> gym.Env:
-    """A :class:`DMCEnv` from an env config (``task``, ``action_repeat``, ``image``, ``proprio``, ``size``,
-    ``camera``) plus ``kwargs`` (``render_mode``, ``task_kwargs``, ``environment_kwargs``).
-
-    Raises:
-        ValueError, GLUnavailableError, ImportError: as :class:`DMCEnv`.
-    """
+    """A :class:`DMCEnv` from an env config plus ``kwargs`` (``render_mode``, ``task_kwargs``,
+    ``environment_kwargs``); raises as :class:`DMCEnv`, and ValueError without ``task``."""
     s = settings(cfg)
     if not s["task"]:
         raise ValueError("the DMC env config needs env.task, e.g. env.task=cartpole_swingup")

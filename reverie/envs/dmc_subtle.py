@@ -1,17 +1,8 @@
-"""DMC-Subtle (R2-Dreamer, Morihira et al. 2025): five DeepMind Control tasks whose task-relevant object is drawn
-small, so that a pixel reconstruction loss can ignore it. Each is the dm_control suite task with one size scaled:
-
-| task | what is smaller | scale |
-|---|---|---|
-| `reacher_subtle` | the target (of reacher hard) | 1/3 |
-| `finger_turn_subtle` | the target (of finger turn_hard) | 1/2 |
-| `point_mass_subtle` | the target and the point mass (of point_mass easy: gains not randomised) | 1/6 |
-| `ball_in_cup_catch_subtle` | the ball and the string's drawn width | 1/12 |
-| `cartpole_swingup_subtle` | the pole's radius | 1/20 |
-
-(the scales of NM512/r2dreamer ``envs/dmc_subtle.py``). The model XML is edited with the standard library's
-``xml.etree``; physics, task, time limit and control timestep are the suite's. :func:`load` builds one, as
-``dm_control.suite.load`` builds a suite task.
+"""DMC-Subtle (R2-Dreamer, Morihira et al. 2025): five dm_control suite tasks whose task-relevant object is drawn
+smaller, so that a pixel reconstruction loss can ignore it: reacher hard's target 1/3, finger turn_hard's target 1/2,
+point_mass easy's target and point mass 1/6 (gains not randomised), ball_in_cup's ball and string width 1/12,
+cartpole swingup's pole radius 1/20 (the scales of NM512/r2dreamer ``envs/dmc_subtle.py``). Physics, task, time limit
+and control timestep are the suite's; the model XML is edited with ``xml.etree``.
 """
 
 from __future__ import annotations
@@ -27,12 +18,8 @@ TASKS = tuple(SCALES)
 
 
 def _scaled(xml: bytes | str, path: str, attribute: str, scale: float) -> bytes:
-    """``xml`` with ``attribute`` (a size: one or more numbers) of the element at ``path`` multiplied by
-    ``scale``.
-
-    Raises:
-        ValueError: no element at ``path`` or no such attribute (another dm_control version's model).
-    """
+    """``xml`` with the size ``attribute`` (one or more numbers) of the element at ``path`` times ``scale``;
+    ValueError when either is missing (another dm_control version's model)."""
     root = ET.fromstring(xml)
     element = root.find(path)
     if element is None or element.get(attribute) is None:
@@ -105,12 +92,8 @@ BUILDERS: dict[str, Callable[..., Any]] = {"reacher_subtle": _reacher, "finger_t
 
 
 def load(name: str, task_kwargs: dict | None = None, environment_kwargs: dict | None = None) -> Any:
-    """The dm_control ``Environment`` of DMC-Subtle task ``name`` (``task_kwargs``: only ``random``, the task's
-    seed, as ``suite.load`` takes it).
-
-    Raises:
-        ValueError: an unknown name (the five names listed) or another task argument.
-    """
+    """The dm_control ``Environment`` of DMC-Subtle task ``name`` (``task_kwargs``: only ``random``, as
+    ``suite.load``); ValueError for an unknown name or another task argument."""
     if name not in BUILDERS:
         raise ValueError(f"{name!r} is not a DMC-Subtle task: {', '.join(TASKS)}")
     extra = sorted(set(task_kwargs or {}) - {"random"})

@@ -1,25 +1,10 @@
 """Build contract envs from an ``env`` config group, and translate agent actions for them.
 
-An env config (e.g. ``configs/env/cartpole.yaml``) looks like::
-
-    suite: gym           # gym (default) | atari | dmc: which builder makes the raw env (see SUITES)
-    id: CartPole-v1      # gym: a registered Gymnasium id, or a dotted import path "my_pkg.MyRobotEnv"
-                         # (class or factory)
-    kwargs: {}           # passed to gym.make / the callable
-    action_repeat: 1
-    time_limit: null     # optional episode cap in agent steps (truncation, sets is_last only)
-    num_envs: 1
-    vector_mode: sync    # sync | async
-    wrappers: []         # [{_target_: dotted.path, ...kwargs}] instantiated with env=..., applied to the raw env
-
-The wrapper chain is: raw env -> user ``wrappers`` -> ActionRepeat -> action normalisation -> DictObservation
--> TimeLimit -> SeededReset (see :mod:`reverie.envs.wrappers`).
-
-Suites (:data:`SUITES`): ``gym`` builds ``id`` with ``kwargs``; ``atari`` (:mod:`reverie.envs.atari`) and ``dmc``
-(:mod:`reverie.envs.dmc`) build ``task`` with their protocol keys (``configs/env/atari100k.yaml``,
-``dmc_vision.yaml``, ...). Those two consume ``action_repeat`` themselves (Atari's frame skip with max pooling,
-DMC's one render per agent step), so the factory's ActionRepeat is skipped for them, while ``env.action_repeat``
-still means "simulator frames per agent step" everywhere (frames = agent steps x action_repeat).
+Config keys: ``suite`` (gym | atari | dmc, :data:`SUITES`), ``id`` (gym: a registered id or ``my_pkg.MyEnv``),
+``kwargs``, ``action_repeat``, ``time_limit`` (agent steps, a truncation), ``num_envs``, ``vector_mode``
+(sync | async), ``wrappers`` (``[{_target_: ..., **kwargs}]``). The chain is raw env -> user ``wrappers`` ->
+ActionRepeat (not for atari and dmc, which repeat themselves) -> action normalisation -> DictObservation ->
+TimeLimit -> SeededReset (:mod:`reverie.envs.wrappers`).
 """
 
 from __future__ import annotations
@@ -71,8 +56,7 @@ def _import_callable(path: str):
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        # Only a missing module named by the path itself means "not an import path"; an ImportError
-        # raised from inside the user's module is a real bug and propagates.
+        # only the path's own module missing means "not an import path"; errors inside the user's module propagate
         if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
             return None
         raise
@@ -144,16 +128,9 @@ def _dmc_metadata(cfg: Mapping) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Suite:
-    """How one env suite is built.
-
-    Attributes:
-        make: ``(cfg, kwargs) -> gym.Env``, the raw env (before user wrappers and the contract wrappers).
-        repeats: True when ``make`` applies ``cfg.action_repeat`` itself (the factory then adds no ActionRepeat).
-        packages: distributions whose versions go into the run metadata.
-        metadata: ``cfg -> dict`` of the suite's protocol settings (no simulator needed).
-        make_vector: optional ``(cfg, seed, N, kwargs) -> VectorEnv | None``: a batched backend (envpool);
-            None from it means "use Gymnasium's vector env of make_env copies".
-    """
+    """How one env suite is built: ``make(cfg, kwargs)`` the raw env; ``repeats`` True when it applies
+    ``cfg.action_repeat`` itself; ``packages`` versioned in the run metadata; ``metadata(cfg)`` the protocol settings;
+    ``make_vector(cfg, seed, N, kwargs)`` an optional batched backend (None: Gymnasium's vector env)."""
 
     make: Callable[[Mapping, dict], gym.Env]
     repeats: bool
@@ -172,11 +149,7 @@ SUITES: dict[str, Suite] = {
 
 
 def get_suite(cfg: Mapping) -> tuple[str, Suite]:
-    """``(name, Suite)`` for ``cfg.suite`` (``gym`` when absent).
-
-    Raises:
-        ValueError: an unknown suite; the message lists the known ones.
-    """
+    """``(name, Suite)`` for ``cfg.suite`` (``gym`` when absent); ValueError for an unknown suite."""
     name = cfg.get("suite") or "gym"
     if name not in SUITES:
         raise ValueError(f"env.suite={name!r} is unknown; choose one of {', '.join(SUITES)} "
@@ -195,9 +168,8 @@ def _versions(packages: tuple[str, ...]) -> dict[str, str]:
 
 
 def reward_threshold(cfg: Mapping) -> float | None:
-    """The return at which the env counts as solved, as its registration gives it (Gymnasium's
-    ``EnvSpec.reward_threshold``: CartPole-v1 475, Acrobot-v1 -100; "solved" means that mean over 100 consecutive
-    episodes), for suite ``gym`` ids that are registered; None otherwise (Pendulum-v1, Atari, DMC, import paths)."""
+    """Gymnasium's ``EnvSpec.reward_threshold`` of a registered suite ``gym`` id (CartPole-v1 475: mean over 100
+    episodes), else None (Pendulum-v1, Atari, DMC, import paths)."""
     if get_suite(cfg)[0] != "gym" or not cfg.get("id"):
         return None
     try:
@@ -208,17 +180,8 @@ def reward_threshold(cfg: Mapping) -> float | None:
 
 
 def env_metadata(cfg: Mapping) -> dict[str, Any]:
-    """The env's protocol settings and simulator versions, as written to ``<run_dir>/env_metadata.json``.
-
-    Returns:
-        ``{"suite", "versions": {package: version}, **protocol}``: for Atari the game id, backend, action
-        repeat (frames per agent step), pooling, sticky probability, no-ops, action set, life-loss mode, frame
-        cap and image size; for DMC the task, repeat, observation keys, image size, camera and ``MUJOCO_GL``;
-        for gym the id and repeat. Also ``time_limit`` (agent steps) and ``num_envs``.
-
-    Raises:
-        ValueError: an unknown suite or an invalid protocol setting.
-    """
+    """The suite's protocol settings, simulator versions, ``time_limit`` and ``num_envs`` for ``env_metadata.json``:
+    ``{"suite", "versions": {package: version}, ...}``. Raises ValueError: unknown suite or invalid setting."""
     name, suite = get_suite(cfg)
     return {"suite": name, "versions": _versions(suite.packages), **suite.metadata(cfg),
             "time_limit": cfg.get("time_limit"), "num_envs": int(cfg.get("num_envs", 1) or 1)}
@@ -233,13 +196,8 @@ def write_env_metadata(cfg: Mapping, run_dir: str | Path) -> Path:
 
 
 def make_raw_env(cfg: Mapping) -> gym.Env:
-    """The env below reverie's contract wrappers: the suite's env, the user's ``env.wrappers`` and the action
-    repeat, with the env's own observation and action spaces (what a Minari dataset of this env records;
-    :class:`reverie.envs.convert.SpaceConverter`). :func:`make_env` wraps it into the contract.
-
-    Raises:
-        the errors of :func:`make_env` other than the contract's.
-    """
+    """The suite's env with the user's ``env.wrappers`` and the action repeat, in its own observation and action
+    spaces (what a Minari dataset records); :func:`make_env` wraps it into the contract and raises the same errors."""
     cfg = _plain(cfg)
     _, suite = get_suite(cfg)
     kwargs = _plain(cfg.get("kwargs")) or {}
@@ -261,28 +219,12 @@ def make_raw_env(cfg: Mapping) -> gym.Env:
 
 
 def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
-    """Build one contract env from an env config.
+    """One contract env: dict observations (``vector`` float32 ``(F,)``, ``image`` uint8 ``(3, H, W)``, or a Dict
+    space's keys), ``Box`` actions in ``[-1, 1]``, ``Discrete`` as ``0..n-1``; the first unseeded ``reset()`` and the
+    action space use ``derive_seed(seed, index)``, so each copy ``index`` gets its own stream.
 
-    Observations become a dict (``vector`` float32 ``(F,)``, ``image`` uint8 ``(3, H, W)``, or a Dict
-    space's own keys), ``Box`` actions are taken in ``[-1, 1]``, ``Discrete`` actions as ``0..n-1``.
-    The first ``reset()`` without a seed uses ``derive_seed(seed, index)`` (see
-    :func:`reverie.envs.wrappers.derive_seed`), and the action space is seeded with the same value, so every
-    env copy ``index`` gets its own stream.
-
-    Args:
-        cfg: the env config (OmegaConf ``DictConfig`` or plain dict); suite ``gym`` needs ``id``, ``atari`` and
-            ``dmc`` need ``task``.
-        seed: run seed, an int >= 0.
-        index: which parallel copy this is, an int >= 0.
-
-    Returns:
-        The wrapped ``gym.Env``.
-
-    Raises:
-        ValueError: unknown suite; ``id`` missing, neither registered nor importable; bad task name or protocol
-            setting; bad ``action_repeat``/``time_limit``.
-        UnsupportedSpaceError: an observation or action space outside the contract.
-        ImportError: the suite's simulator is not installed (the message names the pip extra).
+    Raises ValueError (unknown suite; bad ``id``, task, setting, ``action_repeat`` or ``time_limit``),
+    UnsupportedSpaceError (a space outside the contract), ImportError (no simulator; names the pip extra).
     """
     cfg = _plain(cfg)
     env = normalize_action(make_raw_env(cfg))
@@ -298,28 +240,13 @@ def make_env(cfg: Mapping, seed: int, index: int = 0) -> gym.Env:
 def make_vector_env(
     cfg: Mapping, seed: int, num_envs: int | None = None, mode: str | None = None
 ) -> gym.vector.VectorEnv:
-    """Build ``N`` contract envs in a Gymnasium vector env with ``AutoresetMode.NEXT_STEP``.
+    """``N`` contract envs (copy ``i`` is ``make_env(cfg, seed, i)``), or a suite's batched backend of the same
+    contract; observations are dicts of ``(N, ...)`` arrays. ``num_envs`` and ``mode`` (``"sync"``/``"async"``)
+    default to ``cfg.num_envs`` and ``cfg.vector_mode``.
 
-    (A suite's batched backend, e.g. Atari's ``backend=envpool``, replaces the Gymnasium vector env with one
-    of the same contract: NEXT_STEP resets and dict observations of ``(N, ...)`` arrays.)
-
-    Copy ``i`` is ``make_env(cfg, seed, index=i)``. NEXT_STEP (chosen on purpose, not SAME_STEP): the call
-    that ends an episode returns the TRUE final observation with ``terminated``/``truncated``; the next call
-    for that env ignores its action and returns the reset observation with reward 0 and both flags False.
-    That gives exactly one replay row per env per call (see :class:`reverie.envs.stepper.VectorStepper`).
-
-    Args:
-        cfg: the env config.
-        seed: run seed.
-        num_envs: ``N``; defaults to ``cfg.num_envs`` (1 if absent).
-        mode: ``"sync"`` (``SyncVectorEnv``) or ``"async"`` (``AsyncVectorEnv``, one process per env);
-            defaults to ``cfg.vector_mode`` (``"sync"`` if absent).
-
-    Returns:
-        A ``gym.vector.VectorEnv`` whose observations are dicts of ``(N, ...)`` arrays.
-
-    Raises:
-        ValueError: ``num_envs`` < 1 or an unknown ``mode``; plus whatever :func:`make_env` raises.
+    ``AutoresetMode.NEXT_STEP`` on purpose: the call ending an episode returns the true final observation, the next
+    ignores the action and returns the reset one (reward 0), giving one replay row per env per call
+    (:class:`reverie.envs.stepper.VectorStepper`). Raises ValueError: ``num_envs`` < 1 or an unknown ``mode``.
     """
     n = int(num_envs if num_envs is not None else cfg.get("num_envs", 1) or 1)
     if n < 1:
@@ -338,14 +265,8 @@ def make_vector_env(
 
 
 def action_spec(space: spaces.Space) -> ActionSpec:
-    """The agent-facing description of a (normalised) single-env action space.
-
-    ``Discrete(n)`` -> ``ActionSpec(discrete=True, dim=n)``; ``Box`` of shape ``(A,)`` ->
-    ``ActionSpec(discrete=False, dim=A)``.
-
-    Raises:
-        UnsupportedSpaceError: any other space.
-    """
+    """The agent-facing :class:`ActionSpec` of a normalised single-env action space: ``Discrete(n)`` -> discrete
+    ``dim=n``, ``Box`` ``(A,)`` -> continuous ``dim=A``; UnsupportedSpaceError otherwise."""
     if isinstance(space, spaces.Discrete):
         return ActionSpec(discrete=True, dim=int(space.n))
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
@@ -354,13 +275,8 @@ def action_spec(space: spaces.Space) -> ActionSpec:
 
 
 def to_env_action(action: np.ndarray, spec: ActionSpec) -> np.ndarray:
-    """Model actions ``(N, A)`` float32 -> what the vector env takes.
-
-    Discrete: ``argmax`` over ``A`` -> int64 ``(N,)``. Continuous: clipped to ``[-1, 1]`` -> float32 ``(N, A)``.
-
-    Raises:
-        ValueError: ``action`` is not 2-D with last dim ``spec.dim``.
-    """
+    """Model actions ``(N, A)`` float32 -> env actions: discrete ``argmax`` int64 ``(N,)``, continuous clipped to
+    ``[-1, 1]`` float32 ``(N, A)``. Raises ValueError unless ``action`` is ``(N, spec.dim)``."""
     action = np.asarray(action)
     if action.ndim != 2 or action.shape[1] != spec.dim:
         raise ValueError(f"actions must have shape (N, {spec.dim}), got {action.shape}")

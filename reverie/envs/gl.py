@@ -1,8 +1,5 @@
-"""MuJoCo's headless OpenGL backend, chosen before dm_control is imported (dm_control fixes it at import).
-
-:func:`select_gl` keeps a ``MUJOCO_GL`` you set, else takes the first of ``egl`` (Debian ``libegl1 libgl1``) and
-``osmesa`` (``libosmesa6``) that can create a context, else raises an error naming the packages. dm_control left to
-itself takes ``glfw``, which needs a display: every module that imports dm_control calls :func:`select_gl` first.
+"""MuJoCo's headless OpenGL backend, chosen before dm_control is imported (dm_control fixes it at import; left
+to itself it takes ``glfw``, which needs a display). Every module importing dm_control calls :func:`select_gl` first.
 """
 
 from __future__ import annotations
@@ -21,30 +18,15 @@ _gl_failures: dict[str, str] = {}
 
 
 class GLUnavailableError(ImportError):
-    """No headless OpenGL backend works; the message names the Debian packages to install.
-
-    An ``ImportError`` (a missing system library), so ``reverie train`` reports it at start-up as an env error.
-    """
+    """No headless OpenGL backend works; an ``ImportError``, so ``reverie train`` reports it at start-up as an env
+    error. The message names the Debian packages."""
 
 
 def select_gl(required: bool = True) -> str:
-    """Choose MuJoCo's OpenGL backend for this process (and its children) by setting ``MUJOCO_GL``.
-
-    Must run before dm_control is imported (dm_control fixes its backend at import). Keeps a ``MUJOCO_GL``
-    that is already set. Otherwise tries ``egl`` then ``osmesa``, each in a short subprocess that creates an
-    8x8 context (about a second, once per process: the choice is stored in ``os.environ``).
-
-    Args:
-        required: True when images will be rendered. When False and no backend works, ``MUJOCO_GL`` is set
-            to ``disable`` (dm_control then never touches OpenGL) instead of raising.
-
-    Returns:
-        The backend name now in ``MUJOCO_GL``.
-
-    Raises:
-        GLUnavailableError: ``required`` and neither backend works (also when an earlier call in this process
-            found none); the message names ``apt-get install libegl1 libgl1`` / ``libosmesa6``.
-    """
+    """Set ``MUJOCO_GL`` for this process and its children, keeping one already set; else the first of ``egl``
+    (Debian ``libegl1 libgl1``) and ``osmesa`` (``libosmesa6``) that creates an 8x8 context in a subprocess (about a
+    second, once per process). Returns the backend name. With no working backend: ``disable`` if not ``required``
+    (no images), else GLUnavailableError (also on later calls), naming the ``apt-get install`` command."""
     chosen = os.environ.get("MUJOCO_GL")
     if chosen == "disable" and _gl_failures:  # an earlier call in this process found no backend
         if required:

@@ -1,17 +1,10 @@
-"""Minari datasets (the Farama Foundation's format for offline RL data) <-> reverie episodes; the only module that
-imports ``minari`` (``pip install 'reverie[minari]'``; nothing is downloaded: datasets are read from a folder or
-from Minari's local datasets root, ``MINARI_DATASETS_PATH`` or ``~/.minari/datasets``).
+"""Minari datasets (Farama's offline RL format) <-> reverie episodes; the only module importing ``minari``
+(``pip install 'reverie[minari]'``). Nothing is downloaded: datasets come from a folder or Minari's local root.
 
-A Minari episode of ``T`` steps holds ``T + 1`` observations, ``T`` actions, rewards, terminations and truncations
-in the env's own spaces. Its replay rows (:mod:`reverie.data.episodes`) are::
-
-    row 0:       obs_0, reward 0, is_first
-    row t >= 1:  obs_t, reward = rewards[t-1], is_terminal = terminations[t-1],
-                 is_last = terminations[t-1] or truncations[t-1]
-    action_t = actions[t] (converted to the model's format) for t < T; row T's action is zeros (never used)
-
-Observations and actions are converted by :class:`reverie.envs.convert.SpaceConverter` from the env config the
-run uses, after checking that the dataset's spaces are the env's own.
+A Minari episode of ``T`` steps (``T + 1`` observations) becomes rows (:mod:`reverie.data.episodes`): row 0
+``obs_0``, reward 0, ``is_first``; row ``t >= 1`` ``obs_t``, ``rewards[t-1]``, ``is_terminal = terminations[t-1]``,
+``is_last`` = that or ``truncations[t-1]``; ``action_t = actions[t]``, zeros at row ``T``. Spaces are the env's own,
+converted by :class:`reverie.envs.convert.SpaceConverter`.
 """
 
 from __future__ import annotations
@@ -54,8 +47,7 @@ def data_folder(path: str | Path) -> Path | None:
 
 
 def installed_folder(dataset_id: str) -> Path | None:
-    """The ``data/`` folder of ``dataset_id`` in Minari's local datasets root, or None when it is not there
-    (nothing is downloaded)."""
+    """The ``data/`` folder of ``dataset_id`` in Minari's local datasets root, or None (nothing is downloaded)."""
     from minari.storage.datasets_root_dir import get_dataset_path
 
     folder = Path(get_dataset_path(dataset_id)) / "data"
@@ -64,10 +56,7 @@ def installed_folder(dataset_id: str) -> Path | None:
 
 def open_dataset(source: str | Path):
     """A ``minari.MinariDataset`` from a dataset folder, its ``data/`` folder, ``minari:<id>`` or an installed id.
-
-    Raises:
-        DatasetError: minari is not installed; the id is not installed locally (the installed ids are listed).
-    """
+    DatasetError: minari is not installed, or the id is not installed locally."""
     minari = _minari()
     text = str(source)
     folder = data_folder(text) if not text.startswith(PREFIX) else None
@@ -84,12 +73,8 @@ def open_dataset(source: str | Path):
 
 
 def read_minari(source: str | Path, converter: SpaceConverter) -> list[Episode]:
-    """Every episode of a Minari dataset as replay rows for ``converter``'s env config (see the module docstring).
-
-    Raises:
-        DatasetError: the dataset's observation or action space is not the env's own; an episode whose lengths
-            do not fit (``T + 1`` observations for ``T`` actions); actions outside the env's action space.
-    """
+    """Every episode of a Minari dataset as replay rows for ``converter``'s env config. DatasetError: spaces not the
+    env's own, lengths that do not fit (``T + 1`` observations for ``T`` actions), actions outside the space."""
     dataset = open_dataset(source)
     name = dataset.spec.dataset_id
     for key, theirs, ours in (("observations", dataset.observation_space, converter.raw_observation_space),
@@ -128,25 +113,11 @@ def _episode(name: str, ep: Any, converter: SpaceConverter) -> Episode:
 def write_minari(episodes: Iterable[Episode], converter: SpaceConverter, env_cfg: Mapping, *,
                  folder: str | Path | None = None, dataset_id: str | None = None,
                  description: str = "", algorithm: str = "reverie record") -> Path:
-    """Write episodes (replay rows) as a Minari dataset (HDF5, images stored losslessly) in the env's own spaces.
-
-    Args:
-        episodes: validated episodes of ``converter``'s env config, each starting with ``is_first``.
-        converter: for the env config the episodes were recorded in.
-        env_cfg: that env config; the dataset records ``gym.spec(env.id)`` when the raw env is exactly
-            ``gym.make(env.id)`` (no kwargs, wrappers or action repeat), so Minari can rebuild it.
-        folder: write the dataset here (``folder/data/``); loadable with ``minari.MinariDataset(folder/'data')``
-            and ``reverie pretrain folder``.
-        dataset_id: or install it under this id in Minari's local datasets root (``minari.load_dataset(id)``,
-            ``reverie pretrain minari:<id>``); the id of a folder dataset defaults to ``reverie/<folder name>-v0``.
-        description, algorithm: Minari metadata.
-
-    Returns:
-        The dataset's ``data/`` folder.
-
-    Raises:
-        DatasetError: neither or both of ``folder`` and ``dataset_id``; the target exists already; a malformed id.
-    """
+    """Write validated episodes as a Minari dataset (HDF5, images lossless) in the env's own spaces; returns its
+    ``data/`` folder. Exactly one of ``folder`` (``folder/data/``; id ``reverie/<folder name>-v0``) and ``dataset_id``
+    (installed in Minari's local root: ``reverie pretrain minari:<id>``). ``gym.spec(env.id)`` is recorded when the
+    raw env is exactly ``gym.make(env.id)``. DatasetError: neither or both targets, an existing target or a malformed
+    id."""
     minari = _minari()
     from minari.data_collector import EpisodeBuffer
     from minari.dataset.minari_dataset import parse_dataset_id

@@ -26,8 +26,7 @@ class _Filled(NamedTuple):
 
     @classmethod
     def of(cls, array: Any) -> Any:
-        """``array`` as a :class:`_Filled` when it is an ndarray of more than one element, all equal and not NaN;
-        else ``array`` itself."""
+        """``array`` as a :class:`_Filled` if an ndarray of 2+ elements, all equal and not NaN; else ``array``."""
         if not isinstance(array, np.ndarray) or array.size < 2:
             return array
         flat = array.reshape(-1)
@@ -57,12 +56,8 @@ itself: :meth:`reverie.envs.dmc.DMCEnv.__getstate__`.)"""
 
 
 class _EnvPickler(cloudpickle.Pickler):
-    """cloudpickle, with two changes for checkpoints:
-
-    - each ``gymnasium.spaces.Box`` whose bound arrays hold one value (an image's 0 and 255) is written as that
-      value and the shape: a 64x64x3 image space is 49 KB pickled as it is, under 1 KB so;
-    - a simulator class in :data:`COMPACT_REDUCERS` (ale-py's ``AtariEnv``) is written as its compact state.
-    """
+    """cloudpickle for checkpoints: a ``Box`` whose bounds hold one value is written as that value and its shape (a
+    64x64x3 image space: 49 KB -> under 1 KB); a class in :data:`COMPACT_REDUCERS` as its compact state."""
 
     def reducer_override(self, obj):
         kind = type(obj)
@@ -75,56 +70,24 @@ class _EnvPickler(cloudpickle.Pickler):
 
 
 def dumps_envs(env: Any) -> bytes:
-    """``env`` pickled with cloudpickle, uniform ``Box`` bounds written once (:class:`_EnvPickler`); read it
-    back with ``cloudpickle.loads`` (or ``pickle.loads``).
-
-    Raises:
-        whatever pickling ``env`` raises (e.g. ``TypeError`` for a simulator handle that does not pickle).
-    """
+    """``env`` pickled by :class:`_EnvPickler` (read back with ``cloudpickle.loads``); raises what pickling raises
+    (e.g. ``TypeError`` for a simulator handle that does not pickle)."""
     buffer = io.BytesIO()
     _EnvPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(env)
     return buffer.getvalue()
 
 
 class VectorStepper:
-    """Steps ``N`` envs and returns contract rows: obs keys + ``reward``, ``is_first``, ``is_last``, ``is_terminal``.
+    """Steps ``N`` envs and returns contract rows: obs keys ``(N, ...)``, ``reward`` and the flags ``(N,)``.
 
-    Row semantics per env (:mod:`reverie.types`):
-
-    - ``reset()``: the reset observation, reward 0, ``is_first`` True, ``is_last``/``is_terminal`` False.
-    - ``step(action)`` after a row with ``is_last``: the env ignores the action and the row is the reset
-      observation, reward 0, ``is_first`` True, ``is_last``/``is_terminal`` False.
-    - ``step(action)`` otherwise: the new observation (the TRUE final one when the episode ends), the env's
-      reward, ``is_first`` False, ``is_terminal`` = terminated (or the env's ``info["is_terminal"]``, an MDP end
-      that does not end the episode, e.g. a lost Atari life with ``life_loss=terminal``), ``is_last`` =
-      terminated or truncated.
-
-    The caller adds ``action`` ``(N, A)`` (the action it then passes to ``step``) to the row before
-    ``Replay.add``, so row ``t`` holds ``obs_t`` and ``action_t`` as the timing diagram says.
-
-    Split step (``train.async_collect``): ``step_async(action)`` starts the step and returns, ``step_wait()``
-    returns what ``step(action)`` would have; with an ``AsyncVectorEnv`` (:attr:`overlaps`) the worker processes
-    step while the caller computes in between. At most one step is in flight; :meth:`reset`,
-    :meth:`state_dict` and :meth:`load_state_dict` refuse to run while one is (a checkpoint never holds a
-    half-done step).
-
-    Env failures: when ``env.step`` raises and ``make`` is given, the vector env is closed and rebuilt with
-    ``make(restart_index)`` (every copy restarts: a vector env cannot restart one copy), and the call returns
-    a row that closes every episode: the last observation again, reward 0, ``is_last`` True, ``is_terminal``
-    False (a truncation; ``is_first`` is kept where the previous row had ``is_last``, so a pending reset
-    becomes a one-row episode). The next call returns the new env's reset row (``is_first`` True) without
-    stepping. Closed episodes are not reported in ``episodes``. More than ``max_restarts`` failures in a row
-    raise.
-
-    Args:
-        env: a vector env built with ``autoreset_mode=AutoresetMode.NEXT_STEP``
-            (:func:`reverie.envs.factory.make_vector_env`) and dict observations.
-        make: ``make(restart_index) -> vector env`` for restarts (index 1, 2, ...; derive a fresh seed from it),
-            or None to let env errors propagate.
-        max_restarts: consecutive failures tolerated before giving up (config ``train.env_retries``).
-
-    Raises:
-        ValueError: the vector env uses another autoreset mode.
+    Per env (:mod:`reverie.types`): ``reset()`` and the step after an ``is_last`` row (its action ignored) give the
+    reset observation, reward 0, ``is_first``; other steps the new (true final) observation and reward,
+    ``is_terminal`` = terminated or ``info["is_terminal"]`` (e.g. Atari ``life_loss=terminal``), ``is_last`` =
+    terminated or truncated. The caller adds ``action`` ``(N, A)`` before ``Replay.add`` (row ``t``: ``obs_t``,
+    ``action_t``). When ``env.step`` raises and ``make`` is given, all copies are rebuilt with ``make(restart_index)``
+    and the row closes every episode as a truncation (not in ``episodes``); the next call returns the reset row; more
+    than ``max_restarts`` (``train.env_retries``) failures in a row raise. ValueError: ``env``'s autoreset mode is not
+    NEXT_STEP (:func:`reverie.envs.factory.make_vector_env`).
     """
 
     def __init__(self, env: gym.vector.VectorEnv, make: Callable[[int], gym.vector.VectorEnv] | None = None,
@@ -167,11 +130,7 @@ class VectorStepper:
         return row
 
     def reset(self) -> dict[str, np.ndarray]:
-        """Reset all envs.
-
-        Returns:
-            ``{obs keys: (N, ...), reward: (N,) float32 zeros, is_first: (N,) True, is_last/is_terminal: (N,) False}``.
-        """
+        """Reset all envs: the reset observations, reward 0, ``is_first`` True, ``is_last``/``is_terminal`` False."""
         self._refuse_in_flight("reset")
         obs, _ = self.env.reset()
         self._pending = None
@@ -183,9 +142,8 @@ class VectorStepper:
 
     @property
     def overlaps(self) -> bool:
-        """True when :meth:`step_async` returns while the envs are still stepping (``AsyncVectorEnv``: one
-        process per copy), so the caller can compute in between; False when the step happens in
-        :meth:`step_wait` (``SyncVectorEnv``, batched backends without ``step_async``)."""
+        """True when :meth:`step_async` returns while the envs still step (``AsyncVectorEnv``), False when the step
+        runs in :meth:`step_wait` (``SyncVectorEnv``, batched backends)."""
         return callable(getattr(self.env, "step_async", None)) and callable(getattr(self.env, "step_wait", None))
 
     @property
@@ -194,40 +152,17 @@ class VectorStepper:
         return self._in_flight
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], list[dict]]:
-        """Send model actions to the envs and return the next row: :meth:`step_async` then :meth:`step_wait`.
-
-        Args:
-            action: ``(N, A)`` float32 model actions (one-hot for Discrete, ``[-1, 1]`` for Box);
-                converted with :func:`reverie.envs.factory.to_env_action`.
-
-        Returns:
-            ``(row, episodes)``: ``row`` as in :meth:`reset` (see the class docstring for the flags), and
-            ``episodes``, one ``{"env": i, "return": float, "length": int}`` per episode that ended on this
-            call (``length`` in agent steps, ``return`` the exact float64 sum of its rewards).
-
-        Raises:
-            RuntimeError: ``reset()`` was not called first, or a step is already in flight.
-            ValueError: ``action`` is not ``(N, A)``.
-        """
+        """:meth:`step_async` then :meth:`step_wait`: ``action`` ``(N, A)`` float32 model actions (one-hot or in
+        ``[-1, 1]``) -> ``(row, episodes)``, one ``{"env": i, "return": float, "length": int}`` (agent steps; exact
+        float64 sum) per episode ended on this call. Raises RuntimeError before ``reset()`` or with a step in flight,
+        ValueError for a wrong shape."""
         self.step_async(action)
         return self.step_wait()
 
     def step_async(self, action: np.ndarray) -> None:
-        """Start stepping the envs with ``action`` and return; :meth:`step_wait` collects the row.
-
-        With an env that has ``step_async``/``step_wait`` (``AsyncVectorEnv``; see :attr:`overlaps`) the actions
-        are sent to the worker processes now and the caller may compute until :meth:`step_wait`; otherwise the
-        step itself runs in :meth:`step_wait`. Either way the rows are exactly those of :meth:`step`. A failure
-        while sending is handled (restart or re-raise) in :meth:`step_wait`, like one while stepping.
-
-        Args:
-            action: ``(N, A)`` float32 model actions, as for :meth:`step`.
-
-        Raises:
-            RuntimeError: ``reset()`` was not called first, or a step is already in flight (call
-                :meth:`step_wait` first).
-            ValueError: ``action`` is not ``(N, A)``.
-        """
+        """Start stepping the envs with ``action`` ``(N, A)``; :meth:`step_wait` returns the row, exactly that of
+        :meth:`step`. Only :attr:`overlaps` envs step meanwhile; a send failure is handled in :meth:`step_wait`.
+        Raises as :meth:`step`."""
         if self._last is None:
             raise RuntimeError("VectorStepper.step() called before reset(); call reset() first")
         if self._in_flight:
@@ -248,12 +183,8 @@ class VectorStepper:
             self._send_error = err
 
     def step_wait(self) -> tuple[dict[str, np.ndarray], list[dict]]:
-        """Finish the step started by :meth:`step_async` and return ``(row, episodes)`` as :meth:`step` does.
-
-        Raises:
-            RuntimeError: no step is in flight (call :meth:`step_async` first), or the env failed more than
-                ``max_restarts`` times in a row.
-        """
+        """Finish the step of :meth:`step_async`; ``(row, episodes)`` as :meth:`step`. RuntimeError: no step in flight,
+        or the env failed more than ``max_restarts`` times in a row."""
         if not self._in_flight:
             raise RuntimeError("VectorStepper.step_wait() called with no step in flight; call step_async() first")
         self._in_flight = False
@@ -280,7 +211,6 @@ class VectorStepper:
         is_first = self._last.copy()
         reward = np.where(is_first, 0.0, np.asarray(reward, np.float64))
         is_last = (np.asarray(terminated, bool) | np.asarray(truncated, bool)) & ~is_first
-        # info["is_terminal"]: an MDP end that does not end the episode (Atari life_loss=terminal)
         is_terminal = (np.asarray(terminated, bool) | np.asarray(info.get("is_terminal", False), bool)) & ~is_first
 
         self._return = np.where(is_first, 0.0, self._return + reward)
@@ -293,7 +223,7 @@ class VectorStepper:
         return self._row(obs, reward, is_first, is_last, is_terminal), episodes
 
     def _restart(self, err: Exception) -> dict[str, np.ndarray]:
-        """Rebuild the env after ``err`` and return the row closing every episode (see the class docstring)."""
+        """Rebuild the env after ``err``; return the row closing every episode (a pending reset: a one-row episode)."""
         closing = {key: value.copy() for key, value in self._obs.items()}
         n = self.num_envs
         while True:
@@ -330,20 +260,11 @@ class VectorStepper:
         if self._in_flight:
             raise RuntimeError(f"VectorStepper.{name}() called while a step is in flight; call step_wait() first")
 
-    # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Episode bookkeeping plus, where possible, the envs themselves.
-
-        ``"env"`` holds the whole vector env pickled (:func:`dumps_envs`) when it is a ``SyncVectorEnv`` whose
-        copies pickle (classic control, the test envs, DMC and Atari: their simulators pickle as the compact state
-        exact resume needs, :meth:`reverie.envs.dmc.DMCEnv.__getstate__` and
-        :meth:`reverie.envs.atari.AtariFrames.__getstate__`); then :meth:`load_state_dict` continues every
-        episode exactly. Otherwise (async envs, simulators that do not pickle) it is None, ``"np_random"`` holds
-        each copy's ``np_random`` generator where readable, and the caller restarts the episodes.
-
-        Raises:
-            RuntimeError: a step is in flight (:meth:`step_async` without :meth:`step_wait`).
-        """
+        """Episode bookkeeping and, when the env is a ``SyncVectorEnv`` whose copies pickle (:func:`dumps_envs`; DMC
+        and Atari as their compact state), the envs in ``"env"``, so :meth:`load_state_dict` continues every episode
+        exactly; otherwise ``"env"`` is None and ``"np_random"`` holds each copy's generator where readable.
+        RuntimeError: a step is in flight."""
         self._refuse_in_flight("state_dict")
         state: dict[str, Any] = {
             "last": self._last, "return": self._return.copy(), "length": self._length.copy(),
@@ -362,15 +283,8 @@ class VectorStepper:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore :meth:`state_dict`.
-
-        Returns:
-            True when the envs were restored exactly (the caller continues with its saved row); False when they
-            could not be: the envs keep their saved RNGs where possible and the caller must :meth:`reset`
-            (episodes in flight restart; the replay is unchanged, and the next row it gets has ``is_first``).
-
-        Raises:
-            RuntimeError: a step is in flight.
+        """Restore :meth:`state_dict`: True when the envs were restored exactly; False when the caller must
+        :meth:`reset` (episodes in flight restart; saved RNGs kept where possible). RuntimeError: a step is in flight.
         """
         self._refuse_in_flight("load_state_dict")
         self.restarts = int(state.get("restarts", 0))

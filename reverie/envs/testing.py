@@ -1,7 +1,6 @@
-"""Tiny deterministic envs for tests and examples. Registered nowhere: use the import path as ``env.id``,
-e.g. ``env.id=reverie.envs.testing.CountingEnv env.kwargs.length=3``. Also one scripted controller for
-``reverie record --policy`` (:func:`cartpole_balance`).
-"""
+"""Tiny deterministic envs for tests and examples, registered nowhere: use the import path as ``env.id``
+(``env.id=reverie.envs.testing.CountingEnv env.kwargs.length=3``); also a scripted controller for
+``reverie record --policy`` (:func:`cartpole_balance`)."""
 
 from __future__ import annotations
 
@@ -16,20 +15,11 @@ CODE_BASE = 1000
 
 
 class CountingEnv(gym.Env):
-    """Episodes of exactly ``length`` steps whose observations say which episode and step they are.
-
-    - obs: float32 ``(obs_dim,)``; ``obs[0] = episode * 1000 + step`` where ``episode`` counts resets since
-      construction (0 for the first) and ``step`` counts steps in the episode (0 at reset). With
-      ``echo_action`` ``obs[1]`` is the action received by the step that produced this obs (0 at reset);
-      the other entries are 0. Independent of the seed.
-    - reward: the step index reached, so step ``s`` (1-based) gives ``s`` and an episode returns
-      ``length * (length + 1) / 2``.
-    - episode end: after ``length`` steps, ``terminated`` if ``terminate`` else ``truncated``.
-    - actions: ``Discrete(2)`` if ``discrete`` else ``Box(-1, 1, (1,))``.
-
-    Raises:
-        ValueError: ``length`` < 1, or ``echo_action`` with ``obs_dim`` < 2.
-    """
+    """Episodes of exactly ``length`` steps whose float32 ``(obs_dim,)`` observations say where they are:
+    ``obs[0] = episode * 1000 + step`` (resets since construction, steps since reset; seed-independent), ``obs[1]``
+    the last action with ``echo_action``, else 0. Reward: the step reached (1-based), so a return of
+    ``length * (length + 1) / 2``; the end is ``terminated`` if ``terminate`` else ``truncated``. Actions
+    ``Discrete(2)`` or ``Box(-1, 1, (1,))``. ValueError: ``length`` < 1, or ``echo_action`` with ``obs_dim`` < 2."""
 
     metadata = {"render_modes": []}
 
@@ -73,12 +63,8 @@ class CountingEnv(gym.Env):
 
 
 class ImageCountingEnv(CountingEnv):
-    """:class:`CountingEnv` with uint8 ``(size, size, 3)`` image observations.
-
-    The image is ``step % 256`` in channel 0, ``episode % 256`` in channel 1 and 0 in channel 2 (so the
-    HWC -> CHW conversion is checkable). With ``dict_obs`` the observation is a Dict
-    ``{"image": that image, "vector": the CountingEnv vector}``; rewards, flags and actions are CountingEnv's.
-    """
+    """:class:`CountingEnv` with uint8 ``(size, size, 3)`` images: step % 256 in channel 0, episode % 256 in channel
+    1, 0 in channel 2; with ``dict_obs`` a Dict ``{"image", "vector"}`` (the CountingEnv vector)."""
 
     def __init__(self, length: int = 5, size: int = 64, dict_obs: bool = False, **kwargs):
         super().__init__(length=length, **kwargs)
@@ -100,15 +86,9 @@ class ImageCountingEnv(CountingEnv):
 
 
 class IdentityEnv(gym.Env):
-    """Reward for repeating the target shown in the observation; a quick learning check.
-
-    - ``discrete``: obs float32 one-hot ``(n,)`` of a target drawn each step; ``Discrete(n)`` actions;
-      reward 1 if the action equals the target shown in the previous observation, else 0.
-    - continuous: obs float32 ``(1,)`` target in ``[-1, 1]``; ``Box(-1, 1, (1,))`` actions;
-      reward ``1 - |action - target| / 2`` (in ``[0, 1]``).
-
-    Episodes are truncated after ``length`` steps, so the best return is ``length``.
-    """
+    """Reward for repeating the target shown in the previous observation (a quick learning check); truncated after
+    ``length`` steps. Discrete: one-hot float32 ``(n,)`` targets, reward 1 on a match; continuous: a ``(1,)`` target
+    in ``[-1, 1]``, reward ``1 - |action - target| / 2``."""
 
     metadata = {"render_modes": []}
 
@@ -147,10 +127,7 @@ class IdentityEnv(gym.Env):
 
 
 class SpaceEnv(gym.Env):
-    """An env with the given spaces that returns samples of them; for testing space handling.
-
-    Rewards are 0 and episodes never end. Pass the spaces as objects (from Python, not YAML).
-    """
+    """Samples of the given space objects as observations, reward 0, never ends: for testing space handling."""
 
     metadata = {"render_modes": []}
 
@@ -169,11 +146,8 @@ class SpaceEnv(gym.Env):
 
 
 class RecordActions(gym.Wrapper):
-    """Records every action the wrapped env receives in ``recorded_actions`` (a list of copies).
-
-    Put it first in ``env.wrappers`` (``{_target_: reverie.envs.testing.RecordActions}``) to see actions in
-    the raw env's own units, e.g. after reverie's ``[-1, 1]`` rescaling.
-    """
+    """Records every action the wrapped env receives in ``recorded_actions``; first in ``env.wrappers`` it shows
+    the raw env's own units (after reverie's ``[-1, 1]`` rescaling)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -186,12 +160,9 @@ class RecordActions(gym.Wrapper):
 
 def random_batch(T: int = 8, B: int = 4, features: int = 4, actions: int = 2, p_first: float = 0.1,
                  p_terminal: float = 0.1, seed: int = 0) -> dict[str, np.ndarray]:
-    """A random replay batch in the data contract, for agent tests and examples (no env needed).
-
-    Returns ``{"vector": (T, B, F) float32 N(0, 1), "prev_action": (T, B, A) one-hot float32 (zero where
-    is_first), "reward": (T, B) float32 N(0, 1), "is_first": (T, B) bool (always at t=0, else with probability
-    p_first), "is_terminal": (T, B) bool (probability p_terminal)}``, drawn from ``default_rng(seed)``.
-    """
+    """A random replay batch from ``default_rng(seed)`` for agent tests: ``vector`` ``(T, B, F)`` and ``reward``
+    ``(T, B)`` float32 N(0, 1), ``prev_action`` ``(T, B, A)`` one-hot (zero where ``is_first``), ``is_first`` (always at
+    t=0, else ``p_first``) and ``is_terminal`` (``p_terminal``) ``(T, B)`` bool."""
     rng = np.random.default_rng(seed)
     is_first = rng.random((T, B)) < p_first
     is_first[0] = True
@@ -202,14 +173,8 @@ def random_batch(T: int = 8, B: int = 4, features: int = 4, actions: int = 2, p_
 
 
 class Sleep(gym.Wrapper):
-    """Makes every ``step`` take ``seconds`` longer (``time.sleep``): a stand-in for a slow simulator or a robot.
-
-    Use it from ``env.wrappers`` (``{_target_: reverie.envs.testing.Sleep, seconds: 0.05}``); the env's
-    outputs are unchanged. bench/async_collect.py times ``train.async_collect`` with it.
-
-    Raises:
-        ValueError: ``seconds`` < 0.
-    """
+    """Makes every ``step`` take ``seconds`` (>= 0, else ValueError) longer: a stand-in for a slow simulator, e.g.
+    ``env.wrappers=[{_target_: reverie.envs.testing.Sleep, seconds: 0.05}]`` (bench/async_collect.py)."""
 
     def __init__(self, env: gym.Env, seconds: float = 0.01):
         super().__init__(env)
@@ -224,8 +189,7 @@ class Sleep(gym.Wrapper):
 
 class FlakyEnv(gym.Env):
     """A simulator that crashes: obs ``{"vector": [offset + step]}``, reward 1, never ends; ``step`` raises
-    ``RuntimeError`` from its ``fail_at``-th call on (counted over the env's life) when ``fail_at`` is set.
-    For env-restart tests (``train.env_retries``)."""
+    ``RuntimeError`` from its ``fail_at``-th call on (over the env's life). For ``train.env_retries`` tests."""
 
     def __init__(self, fail_at=None, offset=0):
         self.observation_space = spaces.Dict({"vector": spaces.Box(-np.inf, np.inf, (1,), np.float32)})
@@ -246,8 +210,7 @@ class FlakyEnv(gym.Env):
 
 
 def cartpole_balance(obs: dict) -> np.ndarray:
-    """A scripted CartPole-v1 controller for ``reverie record --policy``: push towards the side the pole falls to
-    (angle plus angular velocity); ``obs["vector"] (N, 4)`` (x, x_dot, theta, theta_dot) -> ``(N,)`` action
-    indices."""
+    """A scripted CartPole-v1 controller for ``reverie record --policy``: push towards the side the pole falls to;
+    ``obs["vector"]`` ``(N, 4)`` (x, x_dot, theta, theta_dot) -> ``(N,)`` action indices."""
     vector = np.asarray(obs["vector"])
     return (vector[:, 2] + vector[:, 3] > 0).astype(np.int64)

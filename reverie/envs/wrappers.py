@@ -1,15 +1,8 @@
-"""Contract wrappers: they turn any supported Gymnasium env into one that speaks reverie's data contract.
+"""Contract wrappers that turn a supported Gymnasium env into one speaking reverie's data contract.
 
-The factory applies them in this order (innermost first), after the user's own wrappers:
-
-1. :class:`ActionRepeat`      repeat each agent action ``k`` times, summing rewards, stopping at episode end.
-2. :func:`normalize_action`   ``Box`` actions: the agent's ``[-1, 1]`` rescaled to the env bounds (Gymnasium's
-                              ``RescaleAction``); ``Discrete(n, start=s)``: index ``0..n-1`` shifted by ``s``.
-3. :class:`DictObservation`   observations as a dict: ``vector`` float32 ``(F,)`` / ``image`` uint8 ``(3, H, W)``.
-4. Gymnasium's ``TimeLimit``  optional episode cap in agent steps (sets ``truncated``, i.e. ``is_last`` only).
-5. :class:`SeededReset`       seeds the first reset and the action space from a derived seed.
-
-Only spaces the contract can carry are accepted; anything else raises :class:`UnsupportedSpaceError`.
+Applied innermost first, after the user's wrappers: :class:`ActionRepeat`, :func:`normalize_action` (agent actions
+in ``[-1, 1]`` or ``0..n-1``), :class:`DictObservation`, Gymnasium's ``TimeLimit`` (agent steps, a truncation),
+:class:`SeededReset`. Other spaces raise :class:`UnsupportedSpaceError`.
 """
 
 from __future__ import annotations
@@ -30,11 +23,7 @@ SUPPORTED_SPACES = (
 
 
 class UnsupportedSpaceError(ValueError):
-    """An observation or action space that reverie's data contract cannot carry.
-
-    The message names the offending space and lists what is supported (:data:`SUPPORTED_SPACES`).
-    Convert the space with a user wrapper (``env.wrappers`` in the config) to fix it.
-    """
+    """An observation or action space the data contract cannot carry; the message lists what is supported."""
 
     def __init__(self, what: str, space: Any, reason: str):
         super().__init__(
@@ -45,18 +34,8 @@ class UnsupportedSpaceError(ValueError):
 
 
 class ActionRepeat(gym.Wrapper):
-    """Repeat every action ``repeat`` times; the returned reward is the sum of the rewards received.
-
-    Stops early when the episode ends (``terminated`` or ``truncated``) and returns that step's observation,
-    flags and info, so the last observation of an episode is always the true final one.
-
-    Args:
-        env: the env to wrap.
-        repeat: number of env steps per agent step, an int >= 1.
-
-    Raises:
-        ValueError: ``repeat`` is not an int >= 1.
-    """
+    """Repeat every action ``repeat`` times (an int >= 1, else ValueError), summing rewards; stops at an episode end,
+    so the last observation is the true final one."""
 
     def __init__(self, env: gym.Env, repeat: int):
         if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
@@ -75,19 +54,9 @@ class ActionRepeat(gym.Wrapper):
 
 
 def normalize_action(env: gym.Env) -> gym.Env:
-    """Make the agent-facing action space ``Discrete(n)`` (start 0) or ``Box(-1, 1, (A,))``.
-
-    ``Box`` spaces with other bounds are wrapped in Gymnasium's ``RescaleAction`` (agent ``-1`` -> env ``low``,
-    ``+1`` -> env ``high``); a ``Box`` already in ``[-1, 1]`` is left untouched so actions pass through
-    bit-exact. ``Discrete(n, start=s)`` with ``s != 0`` gets a ``TransformAction`` that adds ``s``.
-
-    Returns:
-        ``env`` itself or ``env`` wrapped.
-
-    Raises:
-        UnsupportedSpaceError: any other action space, or a ``Box`` that is not 1-D, not floating point, or has
-            infinite bounds.
-    """
+    """``env`` with agent actions ``Discrete(n)`` (start 0) or ``Box(-1, 1, (A,))``: other Box bounds via Gymnasium's
+    ``RescaleAction`` (a ``[-1, 1]`` Box is left untouched, bit-exact), ``Discrete(n, start=s)`` shifted by ``s``.
+    Raises UnsupportedSpaceError: another space, or a Box not 1-D, not float or with infinite bounds."""
     space = env.action_space
     if isinstance(space, spaces.Discrete):
         start = int(space.start)
@@ -138,16 +107,9 @@ def _converter(name: str, space: spaces.Space) -> tuple[spaces.Box, Callable[[np
 
 
 class DictObservation(gym.ObservationWrapper):
-    """Observations as a dict of contract arrays (:mod:`reverie.types`).
-
-    - a ``Box`` of 0-2 dims (any numeric dtype, except 2-dim uint8) -> key ``vector``, float32 ``(F,)`` flattened;
-    - a uint8 ``Box`` of shape ``(H, W, 3)`` -> key ``image``, uint8 ``(3, H, W)`` (HWC -> CHW, done once here);
-    - a ``Dict`` of those -> same keys, each entry converted as above.
-
-    Raises:
-        UnsupportedSpaceError: anything else (``Discrete``/``Tuple``/``Text`` observations, nested Dicts,
-            images that are not uint8 ``(H, W, 3)``).
-    """
+    """Observations as a dict (:mod:`reverie.types`): a numeric ``Box`` of 0-2 dims (not 2-dim uint8) -> ``vector``
+    float32 ``(F,)``; a uint8 ``(H, W, 3)`` Box -> ``image`` uint8 ``(3, H, W)``; a ``Dict`` of those -> its keys.
+    Raises UnsupportedSpaceError for anything else."""
 
     def __init__(self, env: gym.Env):
         space = env.observation_space
@@ -171,25 +133,16 @@ class DictObservation(gym.ObservationWrapper):
 
 
 def derive_seed(seed: int, index: int) -> int:
-    """The reset seed of env copy ``index`` for run seed ``seed``.
-
-    Defined as ``np.random.SeedSequence(seed, spawn_key=(index,)).generate_state(1)[0]``, i.e. the state of
-    ``np.random.SeedSequence(seed).spawn(index + 1)[index]``: a uint32, distinct per index, stable across runs.
-
-    Raises:
-        ValueError: ``seed`` or ``index`` is negative.
-    """
+    """The reset seed of env copy ``index``: ``SeedSequence(seed, spawn_key=(index,)).generate_state(1)[0]`` (=
+    ``SeedSequence(seed).spawn(index + 1)[index]``), a uint32. ValueError: ``seed`` or ``index`` negative."""
     if seed < 0 or index < 0:
         raise ValueError(f"seed and env index must be >= 0, got seed={seed} index={index}")
     return int(np.random.SeedSequence(int(seed), spawn_key=(int(index),)).generate_state(1)[0])
 
 
 class SeededReset(gym.Wrapper):
-    """Seed the env's first ``reset`` (when the caller passes no seed) and its action space with ``seed``.
-
-    Later resets continue the env's own random stream, as Gymnasium intends. A seed passed explicitly to
-    ``reset(seed=...)`` always wins.
-    """
+    """Seed the first ``reset`` without a seed, and the action space, with ``seed``; later resets continue the env's
+    own stream, and an explicit ``reset(seed=...)`` wins."""
 
     def __init__(self, env: gym.Env, seed: int):
         super().__init__(env)

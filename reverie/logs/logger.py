@@ -1,31 +1,12 @@
 """Run logging: ``metrics.jsonl`` and ``scores.jsonl`` always, TensorBoard by default, wandb optional.
 
-Files written under the run directory (docs/metrics.md)::
-
-    metrics.jsonl   one JSON object per Logger.write():  {"step": env_step, "<name>": interval mean, ...}
-    scores.jsonl    one JSON object per finished episode:
-                    {"step": env_step, "frames": frames, "return": float, "length": int, "mode": "train"|"eval"}
-    tb/             TensorBoard event files (backend "tensorboard")
-    videos/         <name>_<step>.mp4 written with imageio + imageio-ffmpeg
-    plots/          <name>_<step>.png: figures and image grids (Logger.image)
-    wandb.json      the wandb run id and project, so a resumed run continues the same wandb run
-    wandb/          wandb's own files (backend "wandb")
-
-The x axis everywhere is the env step (policy steps summed over parallel envs), passed by the caller.
-
-Videos and TensorBoard: TensorBoard's ``add_video`` needs ``moviepy<2`` and silently writes nothing with
-moviepy 2.x; it only encodes an animated GIF into an image summary, which is what
-:meth:`Logger.video` writes itself (the GIF encoded with Pillow, no moviepy): TensorBoard's Images tab
-plays it under the video's name. A *filmstrip* (up to 8 evenly spaced frames side by side) goes under
-``<name>/filmstrip``, to see the whole clip at a glance.
-
-Checkpoints and wandb: with the wandb backend, ``close()`` logs the newest ``checkpoints/ckpt_*.pt`` of the
-run directory (with ``config.yaml`` and ``checkpoints/best.pt``) as a wandb artifact of type ``model`` (named
-``<run id>-checkpoint``, aliases ``latest`` and ``step_<env step>``), so
-``reverie eval wandb:<entity>/<project>/<run id>-checkpoint:latest`` can load it.
-
-JSON: non-finite values are written as ``NaN`` / ``Infinity`` (Python's ``json`` default), which Python's
-``json.loads`` and pandas read back; a diverged loss stays visible instead of turning into ``null``.
+Files under the run directory (docs/metrics.md, docs/viz.md): ``metrics.jsonl`` (one ``{"step": env_step,
+"<name>": interval mean, ...}`` per :meth:`Logger.write`), ``scores.jsonl`` (one ``{"step", "frames", "return",
+"length", "mode"}`` per episode), ``tb/``, ``videos/<name>_<step>.mp4``, ``plots/<name>_<step>.png``,
+``wandb.json`` (the wandb run id, so a resumed run continues it) and ``wandb/``. The x axis is the env step
+(policy steps summed over parallel envs). TensorBoard gets each video as an animated GIF image summary (written
+here with Pillow: ``add_video`` needs ``moviepy<2``) plus a filmstrip under ``<name>/filmstrip``. Non-finite values
+are written as ``NaN`` / ``Infinity`` (``json``'s default), so a diverged loss stays visible.
 """
 
 from __future__ import annotations
@@ -46,32 +27,19 @@ from reverie.logs.video import (ClipWriter, _as_video, as_frames, filmstrip, gif
 SUPPORTED_BACKENDS = ("tensorboard", "wandb", "none")
 
 class Logger:
-    """Writes scalars, episode scores and videos of one run.
-
-    Scalars are accumulated between writes and reduced to their *interval mean*::
-
-        logger.scalar("loss", 1.0)
-        logger.scalar("loss", 3.0)
-        logger.write(step=100)   # metrics.jsonl gets {"step": 100, "loss": 2.0}; the accumulator is cleared
+    """Writes scalars (reduced to their mean over each interval between writes), episode scores and videos of a run.
 
     Args:
-        directory: the run directory; created if missing. Existing ``metrics.jsonl`` / ``scores.jsonl``
-            are appended to, so a resumed run continues its files.
-        backends: any of ``"tensorboard"``, ``"wandb"``, ``"none"`` (a single string is accepted too).
-            ``"none"`` or an empty sequence writes only the jsonl files (and videos).
-        config: the resolved run config (a dict, or an OmegaConf ``DictConfig``). Sent to wandb as the run
-            config and to TensorBoard as a text summary.
-        wandb_kwargs: keyword arguments for ``wandb.init`` (``project``, ``entity``, ``name``, ``group``,
-            ``tags``, ``mode`` = ``"online"|"offline"|"disabled"``, ...). ``mode="offline"`` needs no
-            account. Without an ``id``, the id stored in ``directory/wandb.json`` by an earlier run in the
-            same directory is reused, so a resumed run continues the same wandb run.
-        purge_step: on resume, the first env step logged again: TensorBoard hides the events at and after it
-            that the stopped run wrote after its checkpoint (``SummaryWriter(purge_step=...)``), so curves have
-            no doubled tail. ``None`` (a fresh run) purges nothing.
+        directory: the run directory (created); existing jsonl files are appended to, so a resumed run continues.
+        backends: ``"tensorboard"``, ``"wandb"``, ``"none"`` (one string or a sequence); ``"none"`` or ``[]``:
+            jsonl files (and videos) only.
+        config: the resolved run config (dict or ``DictConfig``): wandb's run config, TensorBoard's text summary.
+        wandb_kwargs: ``wandb.init`` arguments; without ``id``, the one in ``directory/wandb.json`` is reused.
+        purge_step: on resume, the first env step logged again: TensorBoard hides the stopped run's events from
+            there on (``SummaryWriter(purge_step=...)``); None purges nothing.
 
     Raises:
-        ValueError: an unknown backend.
-        ImportError: ``"wandb"`` requested but the package is not installed.
+        ValueError: an unknown backend. ImportError: ``"wandb"`` requested but not installed.
     """
 
     def __init__(
@@ -107,10 +75,7 @@ class Logger:
     # ------------------------------------------------------------------ scalars
 
     def scalar(self, name: str, value: Any) -> None:
-        """Adds one value of scalar ``name`` to the current interval (reduced to the mean on ``write``).
-
-        ``value`` may be a Python number, a numpy scalar / size-1 array or a size-1 torch tensor.
-        """
+        """Adds one value (a number, or a size-1 array or tensor) of scalar ``name`` to the current interval."""
         self._check_open()
         _check_name(name)
         value = _to_float(name, value)
@@ -123,16 +88,11 @@ class Logger:
             self.scalar(prefix + name, value)
 
     def write(self, step: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Writes the interval mean of every scalar accumulated since the last write, then clears them.
+        """Writes and returns ``{"step": step, **interval means, **extra}`` (the ``metrics.jsonl`` record), then
+        clears the means. ``extra``: numbers written as they are, not averaged.
 
-        Args:
-            step: the env step (x axis) of this record.
-            extra: values written as they are, not averaged (e.g. ``{"fps": 812.0, "updates": 4096}``);
-                numbers only. A key may not also have been accumulated with ``scalar``.
-
-        Returns:
-            The record written to ``metrics.jsonl``: ``{"step": step, **means, **extra}``. A write with
-            nothing accumulated and no ``extra`` still writes ``{"step": step}``.
+        Raises:
+            ValueError: an ``extra`` key was also accumulated with ``scalar`` in this interval.
         """
         self._check_open()
         step = _to_step(step)
@@ -168,21 +128,9 @@ class Logger:
     # ------------------------------------------------------------------ episodes
 
     def episode(self, step: int, frames: int, ret: float, length: int, mode: str = "train") -> dict[str, Any]:
-        """Records one finished episode.
-
-        Appends ``{"step", "frames", "return", "length", "mode"}`` to ``scores.jsonl`` (flushed at once)
-        and logs ``{mode}/episode_return`` and ``{mode}/episode_length`` at ``step``.
-
-        Args:
-            step: env step at which the episode ended.
-            frames: environment frames at that point (env steps times action repeat; the x axis of
-                official Atari score files).
-            ret: the undiscounted episode return.
-            length: the episode length in env steps.
-            mode: ``"train"`` or ``"eval"`` (any short name without ``/`` is accepted).
-
-        Returns:
-            The record written to ``scores.jsonl``.
+        """Appends and returns ``{"step", "frames", "return", "length", "mode"}`` in ``scores.jsonl`` and logs
+        ``{mode}/episode_return`` and ``{mode}/episode_length``. ``frames``: env steps times action repeat;
+        ``ret``: the undiscounted return; ``mode``: a name without ``/`` (``"train"``, ``"eval"``; else ValueError).
         """
         self._check_open()
         if not isinstance(mode, str) or not mode or "/" in mode:
@@ -207,20 +155,9 @@ class Logger:
     # ------------------------------------------------------------------ videos
 
     def video(self, name: str, frames: Any, step: int, fps: int = 30) -> Path:
-        """Writes ``videos/{name}_{step}.mp4`` (H.264, yuv420p) and returns its path.
-
-        Args:
-            name: file name stem and TensorBoard/wandb tag, e.g. ``"eval/policy"`` (``/`` becomes ``_`` in
-                the file name).
-            frames: uint8 ``(T, H, W, 3)``; channel-first ``(T, 3, H, W)`` (the observation layout) and
-                grayscale ``(T, H, W)`` are converted; or a list of such frames (a long episode: never stacked).
-                Odd heights/widths are padded by one edge pixel (H.264 with yuv420p needs even sizes), so any
-                size works, 1x1 included.
-            step: env step, used in the file name and as the x axis.
-            fps: frames per second of the file.
-
-        Also logs the clip to TensorBoard as an animated GIF under ``name`` plus a filmstrip under
-        ``name/filmstrip`` (see the module docstring), and the mp4 to wandb.
+        """Writes ``videos/{name}_{step}.mp4`` (H.264, yuv420p; ``/`` in ``name`` becomes ``_``) and returns its path;
+        also logs it to TensorBoard (GIF and filmstrip) and wandb. ``frames``: uint8 ``(T, H, W, 3)``,
+        ``(T, 3, H, W)`` or ``(T, H, W)``, or a list of such frames; odd sizes are padded by one edge pixel.
         """
         video = as_frames(frames)  # (H, W, 3) frames, never one copy of the whole clip
         with self.clip(name, step, fps) as clip:
@@ -230,10 +167,8 @@ class Logger:
 
     @contextlib.contextmanager
     def clip(self, name: str, step: int, fps: int = 30) -> Iterator[ClipWriter]:
-        """:meth:`video` with the frames added one by one (``clip.add(frame)``) as they are made, e.g. while an
-        episode plays: the mp4 is written as they come and only 1-byte palette indices are kept for the GIF and
-        filmstrip (a long episode never sits in memory in full colour). A clip that got no frame writes nothing.
-        At the end: the TensorBoard GIF and filmstrip and the wandb video, as :meth:`video`."""
+        """:meth:`video` with frames added one by one (``clip.add(frame)``) as an episode plays, never held in full
+        colour (:class:`ClipWriter`). A clip that got no frame writes nothing."""
         self._check_open()
         _check_name(name)
         step = _to_step(step)
@@ -263,19 +198,11 @@ class Logger:
     # ------------------------------------------------------------------ images and figures
 
     def image(self, name: str, image: np.ndarray, step: int) -> Path:
-        """Writes ``plots/{name}_{step}.png`` and logs it to TensorBoard (Images tab) and wandb.
-
-        Args:
-            name: file name stem and tag, e.g. ``"openloop/reward"`` (``/`` becomes ``_`` in the file name).
-            image: uint8 ``(H, W, 3)`` (a figure from :func:`reverie.viz.figure_to_array`, an image grid), or
-                channel-first ``(3, H, W)``, or grayscale ``(H, W)``.
-            step: env step (file name and x axis).
-
-        Returns:
-            The PNG path.
+        """Writes ``plots/{name}_{step}.png`` of uint8 ``image`` ``(H, W, 3)``, ``(3, H, W)`` or ``(H, W)``, logs it
+        to TensorBoard and wandb and returns the path.
 
         Raises:
-            TypeError/ValueError: not uint8, or not one of the shapes above.
+            TypeError/ValueError: not uint8, or not one of those shapes.
         """
         self._check_open()
         _check_name(name)
@@ -296,11 +223,8 @@ class Logger:
     # ------------------------------------------------------------------ checkpoints as wandb artifacts
 
     def log_checkpoint_artifact(self) -> str | None:
-        """Logs the newest ``checkpoints/ckpt_*.pt`` as a wandb artifact (type ``model``); called by ``close``.
-
-        Returns:
-            The artifact name (``<run id>-checkpoint``), or None without the wandb backend or a checkpoint.
-        """
+        """Logs the newest ``checkpoints/ckpt_*.pt`` (with ``config.yaml`` and ``best.pt``) as wandb artifact
+        ``<run id>-checkpoint`` (type ``model``) and returns that name; None without wandb or a checkpoint."""
         if self._wandb_run is None:
             return None
         from reverie.state.checkpoint import BEST_FILE, CKPT_PATTERN, list_checkpoints
@@ -328,10 +252,7 @@ class Logger:
         return None if self._wandb_run is None else self._wandb_run.id
 
     def close(self) -> None:
-        """Flushes and closes files and backends. Scalars accumulated since the last ``write`` are dropped.
-
-        Safe to call more than once.
-        """
+        """Closes files and backends (idempotent); scalars accumulated since the last ``write`` are dropped."""
         if self._closed:
             return
         self._closed = True
@@ -390,8 +311,7 @@ class Logger:
             kwargs.setdefault("config", self._config)
         run = wandb.init(**kwargs)
         self._wandb, self._wandb_run = wandb, run
-        # Everything is plotted against env steps, logged as a metric rather than wandb's own `step`,
-        # which must increase on every call and would drop out-of-order episode logs.
+        # x axis: env_step as a metric; wandb's own `step` must increase on every call (drops out-of-order logs).
         run.define_metric("env_step")
         run.define_metric("*", step_metric="env_step")
         id_file.write_text(

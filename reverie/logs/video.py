@@ -1,8 +1,5 @@
-"""Frames to files: H.264 mp4 writers, animated GIFs, filmstrips (imageio + imageio-ffmpeg, Pillow).
-
-Shared by :class:`reverie.logs.logger.Logger` (videos in the run and in TensorBoard) and ``reverie.viz`` (open-loop
-grids, evaluation episodes, imagined trajectories). Frames are uint8 ``(T, H, W, 3)``.
-"""
+"""Frames (uint8 ``(T, H, W, 3)``) to files: H.264 mp4 writers, animated GIFs, filmstrips (imageio-ffmpeg, Pillow).
+Shared by :class:`reverie.logs.logger.Logger` and ``reverie.viz``."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ FILMSTRIP_FRAMES = 8
 
 
 def filmstrip(video: Any, count: int = FILMSTRIP_FRAMES) -> np.ndarray:
-    """Up to ``count`` evenly spaced frames of ``video`` (T, H, W, 3) (or a list of (H, W, 3) frames) side by side:
-    (H, k*W, 3) uint8."""
+    """Up to ``count`` evenly spaced frames of ``video`` ``(T, H, W, 3)`` side by side: uint8 ``(H, k*W, 3)``."""
     return np.concatenate([video[i] for i in _evenly_spaced(len(video), count)], axis=1)
 
 
@@ -28,8 +24,8 @@ def _evenly_spaced(n: int, count: int) -> np.ndarray:
 
 
 def mp4_writer(path: str | Path, fps: int = 30) -> Any:
-    """An imageio writer of H.264 (yuv420p) mp4 frames ``(H, W, 3)`` uint8 with even ``H`` and ``W``
-    (see ``_pad_even``); use as a context manager and call ``append_data(frame)``."""
+    """An imageio writer (context manager, ``append_data``) of H.264 yuv420p mp4 frames: uint8 ``(H, W, 3)``, even
+    ``H`` and ``W`` (:func:`pad_even`)."""
     import imageio.v2 as imageio
 
     # macro_block_size=1: imageio would otherwise resize to multiples of 16; callers make sizes even.
@@ -58,12 +54,8 @@ def palette_index(rgb: np.ndarray) -> np.ndarray:
 
 
 def gif_bytes(video: Any, fps: int = 10) -> bytes:
-    """Animated GIF (looping) of uint8 ``(T, H, W, 3)`` frames (or a list of ``(H, W, 3)``), colours mapped to a
-    fixed 252-colour cube.
-
-    A fixed palette costs a few ms per frame (an adaptive one ~1 s on a busy CPU) and keeps colours steady
-    from frame to frame; the mp4 next to it has the full colours.
-    """
+    """Looping animated GIF of uint8 ``(T, H, W, 3)`` frames (or a list of ``(H, W, 3)``) in the fixed 252-colour
+    cube (cheap, and colours stay steady from frame to frame; the mp4 keeps full colour)."""
     # frame by frame: a float copy of the whole clip (4 bytes per value) would be a run's memory peak
     return gif_from_indices([palette_index(rgb) for rgb in video], fps)
 
@@ -107,9 +99,9 @@ def _as_video(frames: Any) -> np.ndarray:
 
 
 def as_frames(frames: Any) -> list[np.ndarray]:
-    """The frames of a clip as a list of uint8 ``(H, W, 3)`` arrays, from a ``(T, H, W, 3)``, ``(T, 3, H, W)`` or
-    ``(T, H, W)`` array or tensor (views, no copy) or a list of such frames (each converted alone: a long
-    episode is never copied into one array). Raises as :func:`_as_video` does, and on frames of different shapes."""
+    """A clip as a list of uint8 ``(H, W, 3)`` frames from a ``(T, H, W, 3)``, ``(T, 3, H, W)`` or ``(T, H, W)``
+    array or tensor (views) or a list of frames (converted one by one, never stacked). Raises as :func:`_as_video`
+    does, and on frames of different shapes."""
     if isinstance(frames, (list, tuple)):
         if not frames:
             raise ValueError("Video frames must be shaped (T, H, W, 3) with T >= 1, got an empty list.")
@@ -131,13 +123,8 @@ def _pad_even(video: np.ndarray) -> np.ndarray:
 
 class ClipWriter:
     """A clip written as its frames come (:meth:`reverie.logs.logger.Logger.clip`): each uint8 ``(H, W, 3)`` frame
-    (or ``(3, H, W)``, ``(H, W)``) goes into the mp4 at once and is kept only as 1-byte palette indices for the
-    GIF and filmstrip, so a long episode never sits in memory in full colour (a 500-step CartPole episode: 360 MB
-    of frames, 120 MB of indices).
-
-    Args:
-        path: the mp4 to write. fps: its frames per second.
-    """
+    (or ``(3, H, W)``, ``(H, W)``) goes into the mp4 at ``path`` at once and is kept only as 1-byte palette indices
+    for the GIF and filmstrip."""
 
     def __init__(self, path: str | Path, fps: int = 30):
         self.path, self.fps = Path(path), fps

@@ -1,20 +1,10 @@
 """A collector thread that commands the envs at a fixed control rate while the learner trains (``train.control_hz``).
 
-For robots: the env must receive an action every ``1 / control_hz`` seconds whatever the learner is doing. The
-collector thread owns the :class:`reverie.envs.stepper.VectorStepper` and a copy of the acting policy; the main
-thread (the learner) runs the updates the train_ratio owes for the rows collected so far and refreshes the policy
-copy. Timing of one collector step (row ``t`` as in :mod:`reverie.types`)::
-
-    deadline k: act(row t) with the policy copy -> replay.add(row t + action_t) -> step envs -> row t+1
-    deadline k+1 = deadline k + 1 / control_hz   (a step starting more than ``late_tolerance`` periods after its
-                                                  deadline counts as late; the schedule then restarts from it)
-
-Shared state and its locks: the replay (``replay_lock``: :class:`reverie.replay.Replay` is not thread-safe, so
-``add`` here and ``sample`` in the learner both take it), the policy copy (``policy_lock``: acting here, weight
-refresh in the learner), and the counters (``_state``). Finished episodes go to the learner through a queue.
-:meth:`paused` stops the thread at a step boundary (no half-step: the row, the act state and the replay agree), so
-checkpoints and evaluations read a consistent state. Not bit-reproducible: what the policy copy knows at each step
-depends on timing (docs/speed.md, "A fixed control rate").
+The thread owns the :class:`reverie.envs.stepper.VectorStepper` and a policy copy and, each ``1 / control_hz``
+seconds, acts on row ``t``, adds it to replay and steps the envs; the main thread runs the updates the train_ratio
+owes and refreshes the copy. ``replay_lock`` guards the replay (not thread-safe), ``policy_lock`` the copy and
+``_state`` the counters; :meth:`Collector.paused` stops the thread at a step boundary so checkpoints and
+evaluations see a consistent state. Not bit-reproducible (docs/speed.md, "A fixed control rate").
 """
 
 from __future__ import annotations
@@ -38,17 +28,12 @@ from reverie.replay import Replay
 
 
 def make_policy_copy(agent: Any) -> Any:
-    """A second agent instance for acting: ``copy.deepcopy(agent)`` (parameters, buffers and all).
+    """A second agent instance for acting: ``copy.deepcopy(agent)``, refreshed by :func:`sync_policy`.
 
-    Callables compiled by the agent's ``compile`` option (:class:`reverie.runtime.compiling.EagerFallback` instance
-    attributes) are set back to their eager methods in the copy: ``deepcopy`` rebinds the eager method to the
-    copy, but the compiled function still calls the learner's module, which would act with the weights being
-    trained (in another thread). Acting is one small step per control period, so the copy runs eager.
-    Refresh it with :func:`sync_policy`.
-
-    Raises:
-        RuntimeError: a compiled callable's eager method is not bound to the copied module (an unknown layout).
-        Whatever ``deepcopy`` raises for an agent that cannot be copied.
+    Compiled callables (:class:`reverie.runtime.compiling.EagerFallback` attributes) are set back to their eager
+    methods in the copy: the compiled function would still call the learner's module, acting with the weights being
+    trained in another thread. Raises RuntimeError when a compiled callable's eager method is not bound to the
+    copied module, and whatever ``deepcopy`` raises.
     """
     policy = copy.deepcopy(agent)
     if isinstance(policy, torch.nn.Module):
@@ -65,11 +50,8 @@ def make_policy_copy(agent: Any) -> Any:
 
 @torch.no_grad()
 def sync_policy(policy: Any, agent: Any) -> None:
-    """Copy the learner's weights into the policy copy in place.
-
-    For ``nn.Module`` agents every parameter and buffer is copied (``Tensor.copy_``, no optimiser state); other
-    agents go through ``policy.load_state_dict(agent.state_dict())``. Call it with the policy lock held.
-    """
+    """Copy the learner's weights into the policy copy in place (parameters and buffers, no optimiser state; else
+    ``load_state_dict``). Call it with the policy lock held."""
     if isinstance(agent, torch.nn.Module) and isinstance(policy, torch.nn.Module):
         for mine, theirs in zip(policy.parameters(), agent.parameters(), strict=True):
             mine.copy_(theirs)
@@ -82,31 +64,13 @@ def sync_policy(policy: Any, agent: Any) -> None:
 class Collector:
     """Steps ``stepper`` every ``1 / control_hz`` seconds in a background thread and adds the rows to ``replay``.
 
-    Each step: act on the current row (uniform random while ``env_steps < prefill``, else
-    ``policy.act(row, state, "explore")``), add ``{**row, "action": action}`` to replay, step the envs, count
-    ``N`` env steps. Steps also count towards the train_ratio (:attr:`ratio_steps`) once ``env_steps >= prefill``
-    and replay holds more than ``batch_length`` rows, the condition of the synchronous loop in
-    :func:`reverie.train.train`, so a learner that runs ``ratio(ratio_steps - fed)`` updates owes exactly what the
-    synchronous loop would for the same steps. Collection stops by itself once ``env_steps >= steps``.
-
-    Args:
-        stepper: reset envs (the collector never resets them); only this thread touches it while running.
-        replay: the run's replay; ``replay_lock`` guards every access from either thread.
-        policy: the acting copy (:func:`make_policy_copy`); ``policy_lock`` guards it.
-        control_hz: steps per second (> 0); the period is ``1 / control_hz`` seconds.
-        row: the current row ``{obs keys, reward, is_first, is_last, is_terminal}`` of ``(N, ...)`` arrays.
-        state: the act state for ``row`` (None: fresh).
-        env_steps: env steps collected so far (summed over ``N`` envs; from a checkpoint when resuming).
-        ratio_steps: of those, the steps already counted towards the train_ratio (``ratio.env_steps``).
-        steps: stop collecting at this many env steps (``train.steps``).
-        prefill: env steps of the random policy (``train.prefill``).
-        batch_length: ``T`` of a replay sample (``agent.batch_length``, plus the replay context's row).
-        random_action: ``() -> (N, A)`` float32 uniform random actions (prefill).
-        late_tolerance: a step starting more than this fraction of a period after its deadline is late.
-        history: how many recent step start times (``time.monotonic`` seconds) to keep in :attr:`step_starts`.
-
-    Raises:
-        ValueError: ``control_hz`` is not a positive number.
+    Each step acts on the current ``row`` (``(N, ...)`` arrays; uniform ``random_action()`` while
+    ``env_steps < prefill``, else ``policy.act(row, state, "explore")``), adds it with the action to replay and steps
+    the envs. Steps count towards the train_ratio (``ratio_steps``) once ``env_steps >= prefill`` and replay holds
+    more than ``batch_length`` rows, as in :func:`reverie.train.train`, so the learner owes exactly what the
+    synchronous loop would. Collection stops at ``env_steps >= steps``. A step starting more than
+    ``late_tolerance`` periods after its deadline is late; ``history`` start times are kept in ``step_starts``.
+    Raises ValueError when ``control_hz`` is not a positive number.
     """
 
     def __init__(self, stepper: VectorStepper, replay: Replay, policy: Any, control_hz: float, *,
@@ -133,7 +97,7 @@ class Collector:
         self.error: BaseException | None = None  # what ended the thread, re-raised by check()
         self._thread = threading.Thread(target=self._run, name="reverie-collector", daemon=True)
 
-    # ------------------------------------------------------------------------------------------- main thread
+    # --- main thread ---
     def start(self) -> None:
         """Start the collector thread."""
         self._thread.start()
@@ -162,8 +126,8 @@ class Collector:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Hold the thread at a step boundary for the block (checkpoints, evaluations); the schedule restarts
-        after it (the pause does not count as lateness). Re-raises a collector failure."""
+        """Hold the thread at a step boundary for the block; the schedule restarts after it (no lateness).
+        Re-raises a collector failure."""
         self._resume.clear()
         self._wake.set()
         with self._state:
@@ -183,7 +147,7 @@ class Collector:
         if self._thread.is_alive():
             self._thread.join()
 
-    # ---------------------------------------------------------------------------------------- collector thread
+    # --- collector thread ---
     def _run(self) -> None:
         try:
             deadline = time.monotonic()
@@ -242,25 +206,13 @@ class Collector:
 
 
 def check_async_collect(cfg: DictConfig) -> None:
-    """Refuse ``train.async_collect=true`` where nothing can overlap, from the config alone (no env is built).
+    """Refuse ``train.async_collect`` and ``train.control_hz`` settings that cannot work, from the config alone.
 
-    The overlap needs envs stepping in other processes (``env.vector_mode=async``, Gymnasium's
-    ``AsyncVectorEnv``); with ``sync`` the updates and the env steps would run one after the other anyway. This
-    raises instead of switching the mode silently, so the saved config says what ran: the mode also decides
-    whether a resume continues the episodes in flight (sync envs pickle) or restarts them (docs/resume.md).
-
-    An update schedule that counts finished episodes (``agent.schedule=episodes``, PlaNet's cycle) needs the
-    step's result before its updates, so there is nothing to overlap: refused too.
-
-    ``train.control_hz`` (a collector thread at a fixed rate, :mod:`reverie.loop.collector`) is checked here too: it
-    must be a positive number, it replaces ``async_collect`` rather than joining it, and it cannot serve an
-    episode schedule (the collector never waits for the learner).
-
-    Raises:
-        ValueError: ``train.async_collect`` is true and ``env.vector_mode`` is not ``async``, or the agent's
-            updates wait for finished episodes (``agent.schedule=episodes``); ``train.control_hz`` is not a
-            positive number, is set with ``train.async_collect=true`` or with ``agent.schedule=episodes``, or
-            ``train.policy_sync_every`` < 1.
+    ``async_collect`` needs ``env.vector_mode=async`` (raising rather than switching the mode keeps the saved config
+    true to what ran, and the mode decides how a resume treats episodes in flight). ``control_hz`` must be positive,
+    replaces ``async_collect`` rather than joining it, and needs ``trainer.nproc=1``. Neither serves
+    ``agent.schedule=episodes`` (its updates wait for finished episodes). Raises ValueError for any of these and
+    for ``train.policy_sync_every`` < 1.
     """
     control_hz = cfg.train.get("control_hz")
     if control_hz is not None:
@@ -294,14 +246,11 @@ def check_async_collect(cfg: DictConfig) -> None:
 
 
 def run_with_collector(run: Any) -> None:
-    """The training loop at a fixed control rate (``train.control_hz``): a :class:`Collector` thread acts every
-    ``1 / control_hz`` seconds with a policy copy (:func:`make_policy_copy`) while this thread runs the updates the
-    train_ratio owes for the rows collected so far (exactly that many in total; they may lag, never lead) and
-    refreshes the copy every ``train.policy_sync_every`` updates. Evaluations and checkpoints pause the collector
-    at a step boundary; the updates still owed at a checkpoint (or at the end) are owed again after a resume.
+    """The training loop of ``run`` (a :class:`reverie.loop.session.Session`) at a fixed control rate.
 
-    Args:
-        run: the :class:`reverie.loop.session.Session` being trained (its envs, agent, replay, logger, loop state).
+    A :class:`Collector` thread acts every ``1 / control_hz`` seconds while this thread runs the updates the
+    train_ratio owes (they may lag, never lead) and refreshes the copy every ``train.policy_sync_every`` updates.
+    Evaluations and checkpoints pause the collector; updates still owed at a checkpoint are owed again on resume.
     """
     tc, loop, clocks = run.cfg.train, run.loop, run.loop.clocks
     collector = Collector(run.stepper, run.replay, make_policy_copy(run.agent), tc.control_hz, row=run.row,

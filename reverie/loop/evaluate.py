@@ -25,31 +25,13 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
              max_envs: int = 16, recorder: Any = None,
              on_episode: Callable[[int, int, float], None] | None = None,
              on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run ``episodes`` full episodes with the agent's policy and return their returns and lengths.
+    """Run ``episodes`` (>= 1, else ValueError) full episodes with ``agent.act`` in ``mode`` (``"eval"``/``"sample"``).
 
-    Episodes are spread over ``min(episodes, max_envs)`` parallel copies with fixed per-copy quotas, so
-    short episodes are not over-represented. Env copies are seeded from ``seed + EVAL_SEED_OFFSET``, so the
-    same ``seed`` and ``episodes`` replay the same env streams (``reverie eval`` reproduces a run's evaluations).
-
-    Args:
-        agent: anything with the Agent protocol's ``act``.
-        env_cfg: the env config the agent was trained with.
-        episodes: number of episodes (>= 1).
-        seed: run seed.
-        mode: ``"eval"`` (policy mode) or ``"sample"`` (sampled actions).
-        max_envs: most parallel env copies.
-        recorder: optional :class:`reverie.viz.episodes.EpisodeRecorder`: the env copies are then built with
-            ``render_mode="rgb_array"`` (when ``recorder.render``) and every kept episode ``k`` (the order of
-            ``returns``) gets its video. Rendering does not change the dynamics or the seeds.
-        on_episode: called as ``on_episode(done, episodes, episode_return)`` after each kept episode (progress).
-        on_step: called as ``on_step(steps)`` after every vector step with the steps taken so far (progress inside
-            long episodes, e.g. a planner's).
-
-    Returns:
-        ``{"returns": [float] * episodes, "lengths": [int] * episodes, "mean", "std", "min", "max"}``.
-
-    Raises:
-        ValueError: ``episodes < 1``.
+    Episodes are spread over ``min(episodes, max_envs)`` copies with fixed quotas, so short episodes are not
+    over-represented; copies are seeded from ``seed + EVAL_SEED_OFFSET``, so ``reverie eval`` reproduces a run's
+    evaluations. A ``recorder`` (:class:`reverie.viz.episodes.EpisodeRecorder`) gets a video of every kept episode
+    (rendering leaves dynamics and seeds unchanged); ``on_episode(done, episodes, return)`` and ``on_step(steps)``
+    report progress. Returns ``{"returns", "lengths", "mean", "std", "min", "max"}``.
     """
     if episodes < 1:
         raise ValueError(f"evaluate: episodes must be >= 1, got {episodes}")
@@ -101,12 +83,9 @@ def evaluate(agent: Agent, env_cfg: Mapping, episodes: int, seed: int, mode: str
 
 
 def stop_target(train_cfg: Mapping, env_cfg: Mapping) -> float | None:
-    """The return ``train.stop_return`` asks for: a number as given, None for null, and for ``solved`` the env's
-    registered ``reward_threshold`` (CartPole-v1: 475; :func:`reverie.envs.reward_threshold`).
-
-    Raises:
-        ValueError: ``solved`` for an env without a registered threshold, or another string (names the fix).
-    """
+    """The return ``train.stop_return`` asks for: a number as given, None for null, ``solved`` the env's registered
+    ``reward_threshold`` (:func:`reverie.envs.reward_threshold`); ValueError for ``solved`` without one or another
+    string."""
     value = train_cfg.get("stop_return")
     if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
         return None if value is None else float(value)
@@ -122,10 +101,7 @@ def stop_target(train_cfg: Mapping, env_cfg: Mapping) -> float | None:
 
 
 def render_config(env_cfg: Mapping) -> Any:
-    """A copy of ``env_cfg`` whose envs render to ``rgb_array`` (``kwargs.render_mode``); the dynamics are unchanged.
-
-    Also points SDL (pygame renderers of Gymnasium's classic control) at its dummy drivers on a headless machine.
-    """
+    """A copy of ``env_cfg`` whose envs render to ``rgb_array`` (dynamics unchanged); sets SDL's dummy drivers."""
     cfg = OmegaConf.create(OmegaConf.to_container(env_cfg, resolve=True) if OmegaConf.is_config(env_cfg)
                            else copy.deepcopy(dict(env_cfg)))
     cfg.kwargs = dict(cfg.get("kwargs") or {}) | {"render_mode": "rgb_array"}
@@ -138,14 +114,8 @@ def render_config(env_cfg: Mapping) -> Any:
 
 
 def write_returns(result: Mapping[str, Any], directory: str | Path, **info: Any) -> tuple[Path, Path]:
-    """Write the returns table of :func:`evaluate` as ``returns.json`` and ``returns.csv`` in ``directory``.
-
-    ``returns.json``: ``{"mean", "std", "min", "max", "episodes", "returns", "lengths", **info}`` (e.g. the
-    checkpoint, its env step, the mode and the seed). ``returns.csv``: columns ``episode,return,length``.
-
-    Returns:
-        ``(json_path, csv_path)``.
-    """
+    """Write :func:`evaluate`'s table to ``directory`` as ``returns.json`` (its stats, returns and lengths, plus
+    ``info``) and ``returns.csv`` (``episode,return,length``); returns ``(json_path, csv_path)``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     table = {k: result[k] for k in ("mean", "std", "min", "max")} | {"episodes": len(result["returns"]),
@@ -187,13 +157,9 @@ def format_returns(result: Mapping[str, Any], title: str = "") -> str:
 
 def record_episode(agent: Agent, env_cfg: Mapping, seed: int, mode: str = "eval", max_steps: int = 10_000,
                    on_frame: Callable[[np.ndarray], None] | None = None) -> tuple[list[np.ndarray] | None, float]:
-    """Play one episode with ``render_mode="rgb_array"`` and return ``(frames, return)``: a list of ``T`` uint8
-    ``(H, W, 3)`` frames, not stacked; with ``on_frame``, each frame goes to it as it is rendered and the list is
-    empty (a 500-step CartPole episode is 360 MB of frames: the end-of-run video streams them,
-    :meth:`reverie.logs.logger.Logger.clip`).
-
-    Frames are ``None`` (with a warning) when the env cannot render to ``rgb_array``.
-    """
+    """Play one episode with ``render_mode="rgb_array"`` and return ``(frames, return)``, ``T`` uint8 ``(H, W, 3)``
+    frames in a list; with ``on_frame`` each frame goes to it instead and the list stays empty (streaming: a
+    500-step CartPole episode is 360 MB). Frames are None (with a warning) when the env cannot render."""
     cfg = render_config(env_cfg)
     try:
         stepper = VectorStepper(make_vector_env(cfg, seed + EVAL_SEED_OFFSET, num_envs=1, mode="sync"))

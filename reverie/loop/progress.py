@@ -1,21 +1,11 @@
-"""A small training progress display built on ``rich.progress``.
-
-In a terminal it shows one live line that fits the terminal (80 columns included)::
+"""A small training progress display built on ``rich.progress``: one live line that fits the terminal::
 
     train ━━━━━━━━━━╺━━━━━━━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07
 
-The env-step count (with the total) and the elapsed time are never cut: when the line is too wide the bar
-shrinks, then the fields of lower priority go: the label, updates/s, the bar, the return, steps/s
-(:func:`format_line`). The estimate of the time left comes from
-the speed of the phase the run is in (:func:`remaining_s`): during the prefill (random actions, fast) it is
-the time to the end of the prefill (``prefill eta``); once learning runs, the time to the end from the speed
-over the last ``ETA_WINDOW_S`` seconds since the first update finished (the first update compiles and allocates
-and can take minutes: meanwhile :meth:`Progress.status` shows ``first update (compiling/allocating)...`` in place of
-the estimate), and ``eta estimating`` for the first ``ETA_WARMUP_S`` seconds, when a few updates say little.
-
-Without a terminal (CI logs, ``> file``, ``| tee``) rich draws nothing live and prints the final line once at
-``close``; so that a long run still shows signs of life, this class then also prints one plain status line
-every ``plain_interval_s`` seconds (60 by default) and never more often, plus one whenever the status changes.
+The time left comes from the current phase's speed (:func:`remaining_s`): the prefill's (random actions, fast),
+then learning's from the first update on (that one compiles and allocates, possibly for minutes, so its status
+shows meanwhile). Without a terminal (CI logs, ``| tee``) rich draws nothing live, so a plain status line is
+printed every ``plain_interval_s`` seconds and whenever the status changes.
 """
 
 from __future__ import annotations
@@ -33,8 +23,8 @@ from rich.text import Text
 
 #: Seconds of history behind the env steps/s and updates/s figures.
 RATE_WINDOW_S = 30.0
-#: The learning phase's estimate: shown after ETA_WARMUP_S seconds of it ("estimating" before), from the speed over
-#: its last ETA_WINDOW_S seconds (a moving window: a run that speeds up or slows down is followed within minutes).
+#: The learning phase's estimate: "estimating" for its first ETA_WARMUP_S seconds, then from the speed over its
+#: last ETA_WINDOW_S seconds (a moving window follows a run that speeds up or slows down).
 ETA_WARMUP_S, ETA_WINDOW_S = 30.0, 300.0
 BAR_MIN, BAR_MAX = 10, 40  # bar width bounds, in columns
 
@@ -59,19 +49,12 @@ def remaining_s(steps: int, target: int, since: tuple[float, int] | None, now: f
 
 
 def format_line(width: int, count: str, elapsed: str, optional: list[tuple[str, str]], fraction: float) -> str:
-    """One progress line of at most ``width`` characters.
+    """One progress line of at most ``width`` characters, e.g. ``"train ━━━━╺━━━ 4,096/30,000 0:00:05 eta 0:01:07"``.
 
-    Args:
-        width: the columns available.
-        count: ``"4,096/30,000"``; elapsed: ``"0:00:05"``. Both always shown.
-        optional: ``(name, text)`` in priority order, the last dropped first until the line fits; empty texts
-            are skipped. Names: ``"label"`` (shown first), ``"bar"`` (its text is ignored: the bar takes the room
-            left, ``BAR_MIN`` to ``BAR_MAX`` columns), ``"steps/s"``, ``"upd/s"``, ``"ret"``, then ``elapsed``,
-            then ``"eta"`` or ``"status"``, in that order on the line.
-        fraction: done fraction for the bar (0..1).
-
-    Returns:
-        ``"train ━━━━╺━━━ 4,096/30,000 812 steps/s 25.3 upd/s ret 21.0 0:00:05 eta 0:01:07"``.
+    ``count`` and ``elapsed`` are always shown; ``optional`` holds ``(name, text)`` in priority order, the last
+    dropped first until the line fits (empty texts skipped; ``"bar"`` takes the room left, ``BAR_MIN`` to
+    ``BAR_MAX`` columns, filled to ``fraction``). On the line: label, bar, count, steps/s, upd/s, ret, elapsed,
+    eta or status.
     """
     order = ["label", "bar", "count", "steps/s", "upd/s", "ret", "elapsed", "eta", "status"]
     ranked = [(name, text) for name, text in optional if text or name == "bar"]
@@ -105,26 +88,12 @@ class _LineColumn(ProgressColumn):
 
 class Progress:
     """Live progress of a training run: env steps done/total, env steps/s, updates/s, last episode return, the
-    elapsed time and an estimate of the time left from the current phase's speed.
+    elapsed time and an estimate of the time left. A context manager (or call ``close``).
 
-    Args:
-        total_steps: env steps the run will take (the bar's 100%).
-        enabled: False makes every method a no-op (no output at all).
-        console: the ``rich.console.Console`` to draw on; a new one on stdout by default.
-        plain_interval_s: without a terminal, the seconds between plain status lines (``None``: none;
-            the final line is still printed at ``close``).
-        description: the label in front of the bar.
-        clock: seconds as a float, for the rates, the estimate and the plain-line interval (tests pass a fake).
-        prefill: ``train.prefill``: env steps below it are the prefill phase.
-        start_steps: env steps already done when this display starts (a resumed run).
-        unit: what the count counts: ``"steps"`` (env steps) or ``"updates"`` (``reverie pretrain``: no env steps;
-            the rate reads ``upd/s`` and no second updates rate is shown).
-
-    Use as a context manager, or call ``close`` at the end::
-
-        with Progress(total_steps=100_000, prefill=1000) as progress:
-            ...
-            progress.update(env_steps, {"updates": agent_updates, "last_return": episode_return})
+    ``enabled=False`` makes every method a no-op; ``plain_interval_s`` is the seconds between plain lines without a
+    terminal (None: only the final one); ``clock`` returns seconds (tests pass a fake); env steps below ``prefill``
+    are the prefill phase; ``start_steps`` were done before (a resumed run); ``unit`` is ``"steps"`` or ``"updates"``
+    (``reverie pretrain``: no env steps, no second updates rate). Raises ValueError when ``total_steps`` <= 0.
     """
 
     def __init__(
@@ -169,14 +138,8 @@ class Progress:
         self._progress.start()
 
     def update(self, env_steps: int, metrics: Mapping[str, Any] | None = None) -> None:
-        """Sets the env steps done so far and refreshes the figures.
-
-        Args:
-            env_steps: total env steps so far (not an increment).
-            metrics: may hold ``"updates"`` (total gradient updates so far) and ``"last_return"`` (return of
-                the most recently finished episode; None or NaN before the first one). Missing keys keep their
-                previous values; other keys are ignored.
-        """
+        """Set the total env steps so far (not an increment); ``metrics`` may hold ``"updates"`` (total so far) and
+        ``"last_return"`` (None or NaN before the first episode). Missing keys keep their previous values."""
         if not self.enabled or self._closed:
             return
         metrics = metrics or {}
@@ -201,10 +164,9 @@ class Progress:
             self._plain(now)
 
     def status(self, text: str | None, restart: bool = True) -> None:
-        """Show ``text`` (e.g. ``"first update (compiling/allocating)..."``) in place of the estimate until
-        ``status(None)``, which also restarts the phase's clock when ``restart``: the estimate then counts from
-        that moment, so a one-off cost (the first update) does not slow it (an evaluation, which recurs, passes
-        ``restart=False``). Without a terminal, each new status is printed (a ``restart=False`` one at most every
+        """Show ``text`` in place of the estimate until ``status(None)``, which restarts the phase's clock when
+        ``restart`` so a one-off cost (the first update) does not slow the estimate; a recurring one (an evaluation)
+        passes ``restart=False``. Without a terminal each new status is printed (``restart=False`` ones at most every
         ``plain_interval_s``)."""
         if not self.enabled or self._closed:
             return
@@ -219,10 +181,8 @@ class Progress:
             self._plain(now)
 
     def rates(self) -> tuple[float | None, float | None]:
-        """(env steps/s, updates/s) over the last ``RATE_WINDOW_S`` seconds (at least the last two updates).
-
-        None before two updates; updates/s is None while ``"updates"`` was never given.
-        """
+        """(env steps/s, updates/s) over the last ``RATE_WINDOW_S`` seconds (at least the last two updates); None
+        before two updates, updates/s None while ``"updates"`` was never given."""
         if len(self._samples) < 2:
             return None, None
         (t0, s0, u0), (t1, s1, u1) = self._samples[0], self._samples[-1]
@@ -237,9 +197,8 @@ class Progress:
         self._window = deque([self._phase_start])
 
     def remaining(self) -> tuple[str, float | None]:
-        """``(label, seconds)``: ``("prefill eta", s)`` to the end of the prefill during it, at the speed since the
-        prefill started; else ``("eta", s)`` to the end of the run at the speed over the phase's last
-        ``ETA_WINDOW_S`` seconds, None during its first ``ETA_WARMUP_S`` (:func:`remaining_s`)."""
+        """``(label, seconds)``: ``("prefill eta", s)`` during the prefill, else ``("eta", s)`` to the end of the run
+        (None during the phase's first ``ETA_WARMUP_S``)."""
         now = self._clock()
         if self._learning:
             assert self._phase_start is not None

@@ -1,23 +1,11 @@
-"""One training run's objects and bookkeeping, for the loop in :mod:`reverie.train` (and the collector's loop in
-:mod:`reverie.loop.collector`, and the offline loop of :mod:`reverie.pretrain`): the envs, the agent, the replay, the
-logger and the :class:`LoopState`, with the loop's steps as methods: act, step the envs, count the updates owed,
-update, log / evaluate / checkpoint, finish.
+"""One training run's objects and bookkeeping, for the loops of :mod:`reverie.train`, :mod:`reverie.loop.collector`
+and :mod:`reverie.pretrain`: envs, agent, replay, logger and :class:`LoopState`, with the loop's steps as methods.
 
-Offline (``reverie pretrain``, docs/offline.md): no env is stepped, the replay is filled from a dataset, the run's
-step (its length, clocks, metric rows and checkpoint names) counts updates instead of env steps, and an update is the
-agent's world-model-only ``update_model`` unless ``pretrain.behavior``. A run started with ``init_from`` loads that
-run's agent and (``init.keep_data``) its replay before collecting (:mod:`reverie.state.init_from`).
-
-The data-parallel pieces stay in here: every rank runs the same loop on its own envs and replay shard; the updates
-owed are rank 0's count (:func:`reverie.runtime.collectives.broadcast_int`), stop and interrupt flags are agreed
-once per env step (:func:`reverie.runtime.collectives.agree`), rank 0 alone evaluates, reports and writes the run's
-checkpoint with the agent (ranks > 0 keep their own state and the agent's digest, :mod:`reverie.state.ranks`).
-
-:class:`Session` holds the loop's steps; the rest comes from one module each: building the envs, agent, replay and
-logger (:mod:`reverie.loop.session_build`), starting fresh or restoring a checkpoint
-(:mod:`reverie.loop.session_start`), evaluating and reporting (:mod:`reverie.loop.session_report`), the two
-checkpoint payloads (:mod:`reverie.loop.session_checkpoint`), signals and progress
-(:mod:`reverie.loop.session_signals`).
+Offline (``reverie pretrain``, docs/offline.md) no env is stepped, the replay comes from a dataset and the run's step
+counts updates. Data parallel: every rank runs the same loop on its own envs and replay shard; the updates owed are
+rank 0's count, stop and interrupt flags are agreed once per step, and rank 0 alone evaluates, reports and writes
+the checkpoint with the agent (:mod:`reverie.state.ranks`). Building, starting, reporting, checkpoint payloads and
+signals live in the ``session_*`` modules.
 """
 
 from __future__ import annotations
@@ -57,16 +45,11 @@ __all__ = ["NoEnvs", "Session", "random_actions"]
 class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, SessionSignals):
     """A run being trained: built (and restored from ``saved``, a checkpoint payload) by the constructor.
 
-    Attributes the loops read: ``cfg``, ``info``, ``agent``, ``replay``, ``stepper``, ``logger``, ``loop``
-    (:class:`LoopState`), ``row`` (the envs' current row ``(N, ...)``), ``act_state`` (what ``agent.act``
-    returned last), ``diverged``, ``interrupted``, ``step`` (the run's step: env steps, or updates offline) and
-    ``steps`` (where the run stops).
-
-    Args:
-        offline: a ``reverie pretrain`` run (module docstring): ``cfg.pretrain`` gives its length and clocks.
-        dataset: a validated :class:`reverie.data.Dataset` for a fresh run's replay (offline: the one to learn
-            from; with ``init_from``: the replay to keep); None: read from ``cfg.pretrain.data`` (offline) or the
-            ``init_from`` run (``init.keep_data``) when needed.
+    The loops read ``cfg``, ``info``, ``agent``, ``replay``, ``stepper``, ``logger``, ``loop``, ``row`` (the envs'
+    current row ``(N, ...)``), ``act_state``, ``diverged``, ``interrupted``, ``step`` and ``steps``. ``offline``: a
+    ``reverie pretrain`` run (``cfg.pretrain`` gives its length and clocks); ``dataset``: a validated
+    :class:`reverie.data.Dataset` for a fresh run's replay (None: read from ``cfg.pretrain.data`` or the
+    ``init_from`` run when needed).
     """
 
     def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo, saved: dict | None, offline: bool = False,
@@ -196,12 +179,15 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         (``agent.replay_online``), with each window's column and start (``replay_column``, ``replay_start``) when the
         agent has replay context."""
         B, T = self.batch
-        return self.replay.sample(B, T + self.context, online=self.online, index=bool(self.context))
+        batch = self.replay.sample(B, T + self.context, online=self.online, index=bool(self.context))
+        extra = getattr(self.agent, "imagine_batch", None)  # (N, C + 1): agent=storm's imagination contexts
+        if extra:
+            batch["imagine"] = self.replay.sample(*extra)
+        return batch
 
     def update_once(self, batch: dict[str, np.ndarray] | None = None) -> bool:
-        """One agent update (``update``, or offline ``update_model``: :meth:`_update_path`) on ``batch`` (default: a
-        fresh replay sample), logged; True once
-        ``train.max_nonfinite_updates`` updates in a row had a skipped (non-finite) optimiser step: the run stops."""
+        """One agent update (``update``, or offline ``update_model``) on ``batch`` (default: a fresh sample), logged;
+        True once ``train.max_nonfinite_updates`` updates in a row skipped their (non-finite) optimiser step."""
         first = self._first_update and self.progress is not None
         if first:  # this process's first update compiles and allocates: say so while it runs
             self.progress.status("first update (compiling/allocating)...")
@@ -234,9 +220,8 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
                 self.replay.write(batch["replay_column"], batch["replay_start"] + self.context, writes)
 
     def stop_reason(self, reached: bool) -> None:
-        """Record why the run stops early (``stopped_by`` in ``summary.json``): ``reached`` (``train.stop_return``
-        met at the evaluation just run), else ``train.max_minutes`` spent. Offline runs (``reverie pretrain``) count
-        updates, not minutes: the budget does not apply to them."""
+        """Record why the run stops early (``stopped_by`` in ``summary.json``): ``reached`` (``train.stop_return``),
+        else ``train.max_minutes`` spent (online runs only)."""
         if self.stopped_by is None:
             if reached:
                 self.stopped_by = "stop_return"

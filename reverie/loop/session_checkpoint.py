@@ -1,6 +1,5 @@
-"""The two checkpoint payloads of a run for :class:`reverie.loop.session.Session`: the run's own (everything a resume
-needs, atomically with the replay snapshot; each rank its own) and ``best.pt``'s (the weights of the best evaluation,
-what ``load_run`` and ``reverie eval`` read)."""
+"""The two checkpoint payloads of a :class:`reverie.loop.session.Session`: the run's own (what a resume needs, each
+rank its own) and ``best.pt``'s (the weights of the best evaluation, what ``load_run`` reads)."""
 
 from __future__ import annotations
 
@@ -24,9 +23,7 @@ class SessionCheckpoint:
                         keep=self.keep, replay=self.replay)
 
     def checkpoint_payload(self) -> dict[str, Any]:
-        """What a resume needs besides the replay: the agent's state (rank 0; ranks > 0 its digest), the spaces, the
-        config, the loop state (counters, clocks, schedule, random streams), the envs, the current row and acting
-        state, the wandb run id."""
+        """What a resume needs besides the replay (ranks > 0 keep the agent's digest instead of its state)."""
         info = self.info
         return {"agent": self.agent.state_dict() if info.is_main else None,
                 "agent_digest": None if info.is_main else collectives.param_digest(self.agent),
@@ -36,8 +33,7 @@ class SessionCheckpoint:
                 "wandb_id": self.logger.wandb_run_id}
 
     def best_payload(self, eval_return: float) -> dict[str, Any]:
-        """``best.pt``'s payload after an evaluation that beat every earlier one: the agent's module weights (no
-        optimiser state), the spaces, the config, the counters, the evaluation's mean return and episodes."""
+        """``best.pt``'s payload after an evaluation that beat every earlier one (module weights, no optimiser)."""
         loop = self.loop
         return {"agent": torch.nn.Module.state_dict(self.agent) if isinstance(self.agent, torch.nn.Module)
                 else self.agent.state_dict(), "obs_shapes": self.obs_shapes, "action_spec": self.spec,

@@ -1,9 +1,7 @@
 """The training loop's own state: counters, clocks, the update schedule, evaluations and the loop's random stream.
 
-Everything here goes into every checkpoint (:meth:`LoopState.state_dict`, at the top level of the payload: the keys
-``counters``, ``clocks``, ``ratio``, ``evals``, ``last_return`` and ``rng`` that ``reverie eval``, resume and the
-data-parallel ranks read) and comes back on resume (:meth:`LoopState.load_state_dict`), so a resumed run continues
-exactly where it stopped: the same updates owed, the same clock ticks, the same random draws.
+All of it goes into every checkpoint (top-level keys ``counters``, ``clocks``, ``ratio``, ``evals``,
+``last_return``, ``rng``) and comes back on resume, so a resumed run continues exactly where it stopped.
 """
 
 from __future__ import annotations
@@ -27,17 +25,10 @@ CLOCKS = ("log", "eval", "checkpoint", "report")  # report counts updates, the o
 class LoopState:
     """Counters, clocks and schedule of one run.
 
-    Attributes:
-        schedule: the update schedule (:func:`reverie.replay.cycle.make_schedule`: the train_ratio clock or
-            PlaNet's episode cycle).
-        rng: the loop's own generator (random actions during prefill).
-        clocks: ``{"log", "eval", "checkpoint", "report"}`` :class:`Clock` objects (``train.<name>_every``).
-        env_steps: env steps collected (summed over the ``N`` envs). updates: agent updates run. episodes:
-            training episodes finished. skipped: updates with a skipped optimiser step (non-finite).
-        evals: ``(env_step, wall_s, mean_return)`` per evaluation. last_return: the last training episode's.
-        untrained: how many of the first ``evals`` were taken before the first update (the untrained policy:
-            never the best, so ``best.pt`` always holds learned weights).
-        wall_before: wall seconds of the run before its last resume (see :meth:`wall_s`).
+    ``schedule`` is the train_ratio clock or PlaNet's episode cycle (:func:`reverie.replay.cycle.make_schedule`);
+    ``rng`` draws the prefill's random actions; ``env_steps`` are summed over the ``N`` envs; ``skipped`` counts
+    updates with a non-finite optimiser step; ``evals`` holds ``(env_step, wall_s, mean_return)``; the first
+    ``untrained`` evaluations came before any update (never the best); ``wall_before`` is the time before a resume.
     """
 
     schedule: StepRatio | EpisodeCycle
@@ -59,9 +50,8 @@ class LoopState:
         return cls(schedule, np.random.default_rng(seed), {name: Clock(every.get(name, 0)) for name in CLOCKS})
 
     def best_eval(self) -> tuple[int, float] | None:
-        """``(env_step, mean_return)`` of the best evaluation of a trained policy so far: the first one with the
-        highest finite mean (each evaluation that beats every earlier one writes ``checkpoints/best.pt``); None
-        without one. The first :attr:`untrained` evaluations (before any update) never count."""
+        """``(env_step, mean_return)`` of the first evaluation with the highest finite mean after the
+        :attr:`untrained` ones (what ``checkpoints/best.pt`` holds); None without one."""
         best = None
         for step, _, mean in self.evals[self.untrained:]:
             if math.isfinite(mean) and (best is None or mean > best[1]):
@@ -69,9 +59,8 @@ class LoopState:
         return best
 
     def reached(self, target: float | None, in_a_row: int = 1) -> bool:
-        """True when the last ``in_a_row`` evaluations of a trained policy (the first :attr:`untrained` never
-        count) all have a mean return of at least ``target`` (``train.stop_return``, ``train.stop_evals``); always
-        False for ``target`` None or fewer evaluations."""
+        """True when the last ``in_a_row`` evaluations of a trained policy all reached ``target``
+        (``train.stop_return``, ``train.stop_evals``); False for ``target`` None or fewer evaluations."""
         last = [mean for _, _, mean in self.evals[self.untrained:][-in_a_row:]]
         return target is not None and len(last) == in_a_row and all(mean >= target for mean in last)
 
@@ -80,10 +69,8 @@ class LoopState:
         return self.wall_before + time.time() - self.started
 
     def out_of_time(self, max_minutes: float | None) -> bool:
-        """True once the run's wall time (:meth:`wall_s`, resumes included) has reached ``max_minutes`` minutes
-        (``train.max_minutes``; ``None``: never). The loop checks it at step boundaries, so a run stops at most one
-        env step (or one update) after its budget is spent, then finishes as at ``train.steps``: a final
-        evaluation, a checkpoint and ``summary.json``."""
+        """True once :meth:`wall_s` has reached ``max_minutes`` (``train.max_minutes``; None: never); checked at
+        step boundaries, so a run stops at most one env step (or update) late, then finishes as at ``train.steps``."""
         return max_minutes is not None and self.wall_s() >= 60.0 * max_minutes
 
     def state_dict(self, frames_per_step: int = 1) -> dict[str, Any]:
@@ -97,8 +84,7 @@ class LoopState:
                 "evals": list(self.evals), "last_return": self.last_return, "rng": rng_state(self.rng)}
 
     def load_state_dict(self, saved: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (a checkpoint payload); the wall clock continues from its
-        ``wall_s``."""
+        """Restore what :meth:`state_dict` saved; the wall clock continues from its ``wall_s``."""
         c = saved["counters"]
         self.env_steps, self.updates, self.episodes, self.skipped = (c["env_steps"], c["updates"], c["episodes"],
                                                                      c["skipped_updates"])

@@ -1,10 +1,5 @@
-"""Block-diagonal linear layer of the current official DreamerV3 (``embodied/jax/nets.py`` ``BlockLinear``).
-
-The input ``(..., G*I)`` is cut into ``G`` blocks of ``I`` features, each block has its own ``I x O`` weights,
-and the outputs are concatenated to ``(..., G*O)``: a dense layer whose weight matrix is block diagonal, at ``1/G``
-of the parameters and FLOPs. The official RSSM builds its GRU from it (``blocks: 8``, ``rssm.py`` ``_core``) and
-the image decoder its first projection (``bspace: 8``, ``rssm.py`` ``Decoder``).
-"""
+"""Block-diagonal linear layer of the current official DreamerV3 (``embodied/jax/nets.py`` ``BlockLinear``; the
+RSSM's GRU, ``rssm.py`` ``_core``, and the image decoder's first projection)."""
 
 from __future__ import annotations
 
@@ -15,20 +10,9 @@ from reverie.models.networks import trunc_normal_fan_in_
 
 
 class BlockLinear(nn.Module):
-    """``G`` independent linear maps on ``G`` slices of the input, plus one bias over the whole output.
-
-    Args:
-        in_dim: ``G*I``. out_dim: ``G*O``. blocks: ``G``.
-        outscale: init scale (official ``outscale``).
-
-    Weight ``(G, I, O)``: a fan-in truncated normal with the official fan, ``fan_in = G*I`` (the whole input:
-    ``Initializer.compute_fans`` counts the block axis as receptive field), so each block's weights are
-    ``sqrt(G)`` smaller than a dense ``I -> O`` layer's. Bias ``(G*O,)`` zeros.
-
-    ``forward``: ``(..., G*I) -> (..., G*O)``; output block ``g`` reads only input block ``g``.
-
-    Raises:
-        ValueError: ``in_dim`` or ``out_dim`` not divisible by ``blocks``.
+    """``(..., G*I) -> (..., G*O)``: output block ``g`` is input block ``g`` times its own weight ``(I, O)``, plus a
+    bias ``(G*O,)``. Weights fan-in truncated normal with the official ``fan_in = G*I``
+    (``Initializer.compute_fans``). ValueError: ``in_dim`` or ``out_dim`` not divisible by ``blocks``.
     """
 
     def __init__(self, in_dim: int, out_dim: int, blocks: int, outscale: float = 1.0):

@@ -1,16 +1,8 @@
 """Image encoder and decoder: strided conv stack down to 4x4 and its transposed mirror (DreamerV3 section 3).
 
-Reference (2023 DreamerV3 ``nets.py``, ``ImageEncoderResnet``/``ImageDecoderResnet`` with ``blocks: 0``,
-``resize: stride``, ``minres: 4``): each stage is a 4x4 convolution with stride 2 (``SAME`` padding, i.e.
-1 pixel each side for even sides), followed by LayerNorm over channels and SiLU; channels are
-``cnn_depth * [1, 2, 4, 8]`` for 64x64 inputs; the output is flattened. The decoder is a linear layer to
-``(8 * depth, 4, 4)`` and transposed convolutions back up, the last one without norm and activation. Its
-loss is the squared error summed over pixels (reference ``image_dist: mse``).
-
-Scaling: images are uint8 in ``[0, 255]`` everywhere outside the model (env rows, replay, acting, eval) and
-are scaled by :func:`scale_image` (``x / 255 - 0.5``) in exactly one place: inside :class:`ConvEncoder` for
-inputs and inside :meth:`ImageMSE.log_prob` for reconstruction targets. Replay training, acting and
-evaluation all call the same encoder, so they see identical inputs.
+Reference: 2023 DreamerV3 ``nets.py`` ``ImageEncoderResnet``/``ImageDecoderResnet`` with ``blocks: 0``,
+``resize: stride``, ``minres: 4``; loss ``image_dist: mse``. Images are uint8 ``[0, 255]`` outside the model and
+scaled by :func:`scale_image` only inside :class:`ConvEncoder` and :meth:`ImageMSE.log_prob`.
 """
 
 from __future__ import annotations
@@ -31,19 +23,12 @@ NORMS = ("layer", "none")
 
 
 def float32_or_wider(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as float32, or as it is when already float64: 16-bit autocast outputs and integer pixels become
-    float32 for the distributions, float64 models stay float64 (exactness tests)."""
+    """``x`` as float32, or as it is when already float64."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def scale_image(x: torch.Tensor) -> torch.Tensor:
-    """uint8 pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 ``x / 255 - 0.5`` in ``[-0.5, 0.5]``.
-
-    The one place images are scaled (reference: ``image / 255`` in the agent's preprocessing, ``- 0.5`` in the
-    encoder, ``+ 0.5`` on the decoder's output; here both offsets live in this function). Float inputs holding
-    pixel values in ``[0, 255]`` give the same result as the uint8 tensor. Exact at the ends: 0 -> -0.5,
-    255 -> 0.5. float64 inputs stay float64 (exactness tests); every other dtype gives float32.
-    """
+    """Pixels ``(..., C, H, W)`` in ``[0, 255]`` -> float32 (float64 stays) ``x / 255 - 0.5`` in ``[-0.5, 0.5]``."""
     return float32_or_wider(x) / 255.0 - 0.5
 
 
@@ -60,13 +45,8 @@ class ChannelNorm(nn.LayerNorm):
 
 
 def conv_compute(x: torch.Tensor) -> contextlib.AbstractContextManager:
-    """Autocast off for the conv stacks: they run in float32, channels-last.
-
-    Measured on this project's 2-core AVX512 CPU (torch 2.13, fwd+bwd of one 4x4/stride-2 layer on 1024 images):
-    float32 channels-last 0.21 s, float32 NCHW 0.41 s, bfloat16 autocast 1.7-3.5 s (the bf16 conv backward
-    takes a slow path), so only the matrix-multiply parts of the model use the 16-bit compute dtype on a CPU.
-    On CUDA, autocast stays on (bf16 convolutions are fast there).
-    """
+    """Autocast off on CPU for the conv stacks (float32 channels-last; bf16 conv backward is slow there); on CUDA
+    autocast stays on."""
     if x.device.type == "cpu":
         return torch.autocast("cpu", enabled=False)
     return contextlib.nullcontext()
@@ -84,20 +64,10 @@ def _per_layer(value: int | Sequence[int], n: int, name: str) -> list[int]:
 def conv_plan(in_shape: Sequence[int], depth: int = 32, channels: Sequence[int] | None = None,
               kernel: int | Sequence[int] = 4, stride: int | Sequence[int] = 2, padding: int | Sequence[int] = 1,
               min_res: int = 4) -> list[dict[str, int]]:
-    """Layer list of the encoder for images ``in_shape = (C, H, W)``; the decoder runs it backwards.
-
-    With ``channels=None`` the reference stack: ``log2(H / min_res)`` layers with channels
-    ``depth * 2**i`` (``depth * [1, 2, 4, 8]`` for 64x64), kernel 4, stride 2, padding 1, ending at
-    ``min_res x min_res``. With explicit ``channels`` (one entry per layer) ``kernel``/``stride``/``padding``
-    may be ints or per-layer lists, and each layer must divide its input exactly, so that the transposed
-    mirror restores every size.
-
-    Returns:
-        one dict per layer: ``cin, cout, kernel, stride, padding, size_in, size_out``.
-
-    Raises:
-        ValueError: non-square images; with the default stack, a side that is not a power of two larger than
-            ``min_res``; a layer whose stride does not divide its input exactly.
+    """Encoder layers for images ``in_shape = (C, H, W)``, one dict ``cin, cout, kernel, stride, padding, size_in,
+    size_out`` each; the decoder runs them backwards. ``channels=None``: the reference stack, channels
+    ``depth * 2**i`` down to ``min_res``. ValueError: non-square images, a default-stack side that is not a power of
+    two above ``min_res``, or a layer that does not divide its input exactly.
     """
     if len(in_shape) != 3:
         raise ValueError(f"conv stack: images must be (C, H, W), got shape {tuple(in_shape)}")
@@ -134,24 +104,9 @@ def conv_plan(in_shape: Sequence[int], depth: int = 32, channels: Sequence[int] 
 class ConvEncoder(nn.Module):
     """uint8 images ``(..., C, H, W)`` -> flat embedding ``(..., E)``, ``E = channels[-1] * 4 * 4``.
 
-    Layers: ``Conv2d(bias=False) -> ChannelNorm -> SiLU`` per :func:`conv_plan` entry (bias only with
-    ``norm="none"``). 64x64 RGB with ``depth=32``: ``(3, 64, 64) -> (32, 32, 32) -> (64, 16, 16) ->
-    (128, 8, 8) -> (256, 4, 4)`` -> ``E = 4096``.
-
-    Args:
-        in_shape: ``(C, H, W)`` of the (channel-concatenated) image input.
-        depth: channel multiplier (size preset ``cnn_depth``; reference s=32, m=48, l=64, xl=96).
-        channels, kernel, stride, padding, min_res: the stack, see :func:`conv_plan`.
-        norm: ``"layer"`` (channel LayerNorm, reference) or ``"none"``.
-        act: ``"silu"`` (reference), ``"relu"``, ``"elu"``, ``"gelu"`` or ``"none"``.
-        eps: LayerNorm epsilon (reference 1e-3, as in :class:`reverie.models.networks.NormLinear`).
-
-    Input: uint8 (or float holding ``[0, 255]`` pixel values) ``(..., C, H, W)`` with any leading dims,
-    e.g. ``(T, B)`` or ``(N,)``; scaled by :func:`scale_image`. Output float ``(..., E)``.
-
-    Raises:
-        ValueError: invalid stack (see :func:`conv_plan`), unknown ``norm``/``act``; in ``forward``, an input
-            whose trailing shape is not ``in_shape``.
+    ``Conv2d -> ChannelNorm -> act`` per :func:`conv_plan` entry; ``depth`` is ``cnn_depth`` (reference s=32, m=48,
+    l=64, xl=96), ``norm`` ``"layer"`` or ``"none"``, ``eps`` 1e-3. ValueError: an invalid stack or
+    ``norm``/``act``; in ``forward``, a trailing shape other than ``in_shape``.
     """
 
     def __init__(self, in_shape: Sequence[int] = (3, 64, 64), depth: int = 32, channels: Sequence[int] | None = None,
@@ -177,10 +132,7 @@ class ConvEncoder(nn.Module):
         self.out_dim = math.prod(self.out_shape)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(N, C, H, W)`` pixels -> the last conv activation ``(N, C', h, w)`` (``h = w = 4`` by default).
-
-        Runs in float32 and channels-last memory (see :func:`conv_compute`), also under autocast.
-        """
+        """``(N, C, H, W)`` pixels -> the last conv activation ``(N, C', h, w)``."""
         dtype = self.layers[0].weight.dtype  # float32 (float64 in the float64 tests)
         with conv_compute(x):
             return self.layers(scale_image(x).to(dtype).contiguous(memory_format=torch.channels_last))
@@ -195,22 +147,10 @@ class ConvEncoder(nn.Module):
 
 
 class ConvDecoder(nn.Module):
-    """Features ``(..., F)`` -> predicted images ``(..., C, H, W)`` in the scaled space of :func:`scale_image`.
+    """Features ``(..., F)`` -> predicted images ``(..., C, H, W)`` in :func:`scale_image`'s space.
 
-    ``Linear(F, C' * h * w)`` (bias, no norm; reference decoder ``in`` layer), reshaped to ``(C', h, w)``, then
-    the :func:`conv_plan` of the encoder mirrored with ``ConvTranspose2d`` layers: each ``(bias=False) ->
-    ChannelNorm -> SiLU`` except the last, which outputs the ``C`` image channels with a bias and no norm
-    or activation. 64x64 RGB with ``depth=32``: ``(256, 4, 4) -> (128, 8, 8) -> (64, 16, 16) -> (32, 32, 32)
-    -> (3, 64, 64)``. Wrap the output in :class:`ImageMSE` for the loss.
-
-    Args:
-        feat_dim: ``F`` (``D + S*K`` for the RSSM features).
-        out_shape: ``(C, H, W)`` of the images to predict.
-        depth, channels, kernel, stride, padding, min_res, norm, act, eps: as :class:`ConvEncoder` (give the
-            same values so the decoder mirrors the encoder).
-
-    Raises:
-        ValueError: as :class:`ConvEncoder`.
+    ``Linear(F, C' * h * w)``, then the encoder's :func:`conv_plan` mirrored with ``ConvTranspose2d``, the last
+    layer with a bias and no norm or activation. Arguments and ValueError as :class:`ConvEncoder`.
     """
 
     def __init__(self, feat_dim: int, out_shape: Sequence[int] = (3, 64, 64), depth: int = 32,
@@ -258,20 +198,8 @@ def _check_norm_act(norm: str, act: str) -> None:
 
 
 class ImageMSE(td.Distribution):
-    """Image decoder output: ``log_prob(x) = -sum over (C, H, W) of (pred - scale_image(x))^2``.
-
-    Reference ``image_dist: mse`` (sum of squared errors over pixels, DreamerV3 section 3). Like
-    :class:`reverie.models.distributions.SymlogMSE`, ``log_prob`` takes observations as stored (uint8
-    pixels) and transforms them itself.
-
-    Args:
-        pred: ``(..., C, H, W)`` prediction in the scaled space of :func:`scale_image` (``[-0.5, 0.5]``).
-
-    ``log_prob(x)``: ``x`` uint8 (or float pixel values) ``(..., C, H, W)`` -> ``(...)``.
-    ``mean``: float32 ``(..., C, H, W)`` in pixel units ``(pred + 0.5) * 255`` (not clipped).
-    ``mode``: uint8 ``(..., C, H, W)`` (``mean`` rounded and clipped to ``[0, 255]``), ready to show.
-    ``pred``: the prediction in the scaled space.
-    """
+    """``pred`` ``(..., C, H, W)`` in scaled space: ``log_prob(x) = -sum_(C, H, W) (pred - scale_image(x))^2``
+    ``(...)`` (reference ``image_dist: mse``); ``mean`` float pixels, ``mode`` uint8."""
 
     arg_constraints: dict = {}
 

@@ -2,24 +2,13 @@
 ``Encoder``/``Decoder`` with ``typ: simple``; ``configs.yaml:94,97``: ``depth: 64, mults: [2, 3, 4, 4], kernel: 5,
 act: silu, norm: rms, outer: False, strided: False, bspace: 8``).
 
-Encoder (``rssm.py:226-245``): ``x / 255 - 0.5``, then per stage ``Conv2d(k=5, stride 1, SAME, bias) -> 2x2 max
-pool -> RMSNorm over channels -> SiLU`` with ``depth * mults`` channels, flattened. 64x64 with depth 64:
-``(3, 64, 64) -> (128, 32, 32) -> (192, 16, 16) -> (256, 8, 8) -> (256, 4, 4)``.
+Encoder (``rssm.py:226-245``): per stage ``Conv2d(k=5, SAME) -> 2x2 max pool -> RMSNorm -> SiLU``, flattened.
+Decoder (``rssm.py:308-356``): ``BlockLinear`` of the deterministic state (``bspace`` blocks) plus an MLP of the
+stochastic one, then per stage ``2x nearest upsampling -> Conv2d(k=5) -> RMSNorm -> SiLU`` and a sigmoid output,
+shifted by ``-0.5`` into :func:`reverie.models.conv.scale_image`'s space (the same ``outs.MSE`` error).
 
-Decoder (``rssm.py:308-356``, ``bspace: 8``): the deterministic state goes through a block-diagonal linear layer
-(:class:`reverie.models.block_linear.BlockLinear`, 8 blocks, each block filling ``C/8`` channels of the ``4 x 4``
-map), the stochastic state through ``Linear(2 * units) -> RMSNorm -> SiLU -> Linear``; their sum is normalised and
-activated, then per stage ``2x nearest upsampling -> Conv2d(k=5) -> RMSNorm -> SiLU`` back up, and a last
-upsampling and ``Conv2d(k=5)`` to the image channels with a sigmoid. The loss is the squared error to ``x / 255``
-summed over pixels (``Decoder`` ``outs.MSE``, ``agent.py:181``); here the prediction is shifted by ``-0.5`` to
-reverie's :func:`reverie.models.conv.scale_image` space, which gives the same error
-(:class:`reverie.models.conv.ImageMSE`).
-
-Smaller images use the last stages only: the official stack asserts a final side of 3..16 (``rssm.py:242-243``),
-which 64x64 and 96x96 inputs meet with four stages; here the stack has as many stages as keep the side at least
-``min_res`` (4), e.g. two for 16x16, with the last multipliers (``depth * [4, 4]``), so the first decoder map keeps
-``4 * depth`` channels, which ``bspace`` blocks divide. Both sides must be divisible by ``2 ** stages``.
-Convolutions run in float32 on CPU (:func:`reverie.models.conv.conv_compute`).
+Images smaller than 64x64 use the last stages only, as many as keep the side at least ``min_res`` (the official
+stack asserts a final side of 3..16, ``rssm.py:242-243``).
 """
 
 from __future__ import annotations
@@ -38,12 +27,8 @@ from reverie.models.rmsnorm import ChannelRMSNorm
 
 
 def simple_stages(side: int, stages: int, min_res: int = 4) -> int:
-    """How many stages of the official stack (each halves the side) a ``side`` x ``side`` image gets: at most
-    ``stages``, and no more than keep the final side at least ``min_res``.
-
-    Raises:
-        ValueError: the side is below ``2 * min_res`` (no stage fits) or not divisible by ``2 ** stages``.
-    """
+    """Stages (each halves the side) for ``side``: at most ``stages``, keeping the side at least ``min_res``.
+    ValueError: no stage fits, or ``side`` not divisible by ``2 ** stages``."""
     n = 0
     while n < stages and side // 2 ** (n + 1) >= min_res:
         n += 1
@@ -54,7 +39,7 @@ def simple_stages(side: int, stages: int, min_res: int = 4) -> int:
 
 
 def _conv(cin: int, cout: int, kernel: int, outscale: float = 1.0) -> nn.Conv2d:
-    """``Conv2d(stride 1, SAME)`` with the official fan-in initialisation (``fan_in = cin * k * k``), zero bias."""
+    """``Conv2d(stride 1, SAME)`` with the official fan-in initialisation, zero bias."""
     conv = nn.Conv2d(cin, cout, kernel, padding=kernel // 2)
     trunc_normal_fan_in_(conv.weight, cin * kernel * kernel, outscale)
     nn.init.zeros_(conv.bias)
@@ -62,15 +47,8 @@ def _conv(cin: int, cout: int, kernel: int, outscale: float = 1.0) -> nn.Conv2d:
 
 
 class SimpleConvEncoder(nn.Module):
-    """uint8 images ``(..., C, H, W)`` -> flat embedding ``(..., E)`` (module docstring).
-
-    Args:
-        in_shape: ``(C, H, W)`` (image keys concatenated along channels). depth: channel multiplier (size presets:
-            size1m 4 ... size200m 64). mults: per-stage multipliers ((2, 3, 4, 4)). kernel: 5. min_res: 4.
-
-    Raises:
-        ValueError: an odd ``kernel`` is needed for SAME padding; image sides as :func:`simple_stages`.
-    """
+    """uint8 images ``(..., C, H, W)`` -> flat embedding ``(..., E)``, ``depth * mults`` channels per stage.
+    ValueError: an even ``kernel``; image sides as :func:`simple_stages`."""
 
     def __init__(self, in_shape: Sequence[int] = (3, 64, 64), depth: int = 64, mults: Sequence[int] = (2, 3, 4, 4),
                  kernel: int = 5, min_res: int = 4):
@@ -100,19 +78,11 @@ class SimpleConvEncoder(nn.Module):
 
 
 class SimpleConvDecoder(nn.Module):
-    """Features ``(..., D + S*K)`` -> predicted images ``(..., C, H, W)`` in :func:`scale_image` space (module
-    docstring; wrap in :class:`reverie.models.conv.ImageMSE`).
+    """Features ``(..., D + S*K)`` -> predicted images ``(..., C, H, W)`` in :func:`scale_image` space.
 
-    Args:
-        deter: ``D`` (the features' first ``D`` entries; the rest is the flat one-hot latent ``S*K``).
-        stoch: ``S*K``. out_shape: ``(C, H, W)``. depth, mults, kernel, min_res: as the encoder.
-        units: the stochastic branch's hidden width is ``2 * units`` (official ``sp1``).
-        bspace: blocks of the deterministic branch (8); 0: one ``Linear(D + S*K)`` from the whole feature
-            (official ``space`` branch). outscale: init scale of the output convolution (1.0).
-
-    Raises:
-        ValueError: ``deter`` or ``C' * h * w`` (the first map's size) not divisible by ``bspace``, or its
-            channels ``C'`` not divisible by ``bspace``; image sides as :func:`simple_stages`.
+    ``bspace``: blocks of the deterministic branch (0: one ``Linear(D + S*K)``, official ``space``); the stochastic
+    branch is ``2 * units`` wide. ValueError: ``deter`` or the first map's channels not divisible by ``bspace``;
+    image sides as :func:`simple_stages`.
     """
 
     def __init__(self, deter: int, stoch: int, out_shape: Sequence[int] = (3, 64, 64), depth: int = 64,

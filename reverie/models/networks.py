@@ -1,9 +1,5 @@
-"""Building blocks: linear layers with LayerNorm + SiLU, MLPs and their initialisation.
-
-DreamerV3 (2023 reference, ``act: silu``, ``norm: layer``, ``winit: normal`` fan-average truncated normal,
-``outscale``) uses bias-free linear layers followed by LayerNorm and SiLU. Output layers of the reward and
-critic heads are zero-initialised (``outscale: 0.0``) so their two-hot predictions start at exactly 0.
-"""
+"""Linear layers with LayerNorm + SiLU, MLPs and their initialisation (DreamerV3 2023 reference: ``act: silu``,
+``norm: layer``, ``winit: normal``, ``outscale``)."""
 
 from __future__ import annotations
 
@@ -14,11 +10,8 @@ from torch import nn
 
 
 def trunc_normal_init_(weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-    """Fan-average truncated normal initialisation (reference ``winit: normal``, ``fan: avg``).
-
-    ``std = sqrt(scale / mean(fan_in, fan_out)) / 0.8796`` (the std of a unit normal truncated to [-2, 2]).
-    ``scale == 0`` gives zeros. Works on ``(out, in)`` weights.
-    """
+    """Fan-average truncated normal init (reference ``winit: normal``, ``fan: avg``) of ``(out, in, ...)`` weights:
+    ``std = sqrt(scale / mean(fan_in, fan_out)) / 0.8796``; ``scale == 0`` gives zeros."""
     if scale == 0.0:
         return nn.init.zeros_(weight)
     fan_out, fan_in = weight.shape[0], weight.shape[1] if weight.ndim > 1 else 1
@@ -29,11 +22,9 @@ def trunc_normal_init_(weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor
 
 
 def trunc_normal_fan_in_(weight: torch.Tensor, fan_in: int, outscale: float = 1.0) -> torch.Tensor:
-    """Fan-in truncated normal initialisation of the current official DreamerV3 (``embodied/jax/nets.py``
-    ``Initializer('trunc_normal', 'in')`` and ``Linear._scaled_winit``): a unit normal truncated to ``[-2, 2]``,
-    times ``1.1368 * sqrt(1 / fan_in)`` (so its std is ``sqrt(1 / fan_in)``), times ``outscale`` (a factor on the
-    values, not on the variance; ``0`` gives zeros). ``fan_in`` is passed explicitly because the official fans of
-    block and conv kernels count every input of the layer (``Initializer.compute_fans``). Any weight shape.
+    """Fan-in truncated normal init of the current DreamerV3 (``embodied/jax/nets.py`` ``Initializer('trunc_normal',
+    'in')``, ``Linear._scaled_winit``): std ``sqrt(1 / fan_in)`` times ``outscale`` (0: zeros). ``fan_in`` is explicit
+    because the official fans of block and conv kernels count every input (``Initializer.compute_fans``).
     """
     if outscale == 0.0:
         return nn.init.zeros_(weight)
@@ -43,9 +34,7 @@ def trunc_normal_fan_in_(weight: torch.Tensor, fan_in: int, outscale: float = 1.
 
 
 class NormLinear(nn.Sequential):
-    """``Linear(in_dim, out_dim, bias=False) -> LayerNorm(out_dim) -> SiLU``. Input ``(..., in_dim)`` (with kernels
-    installed, also the RSSM's split features: :func:`reverie.models.kernels.install` makes the linear layer read
-    the one-hot latent by row gathers)."""
+    """``Linear(bias=False) -> LayerNorm -> SiLU``: ``(..., in_dim) -> (..., out_dim)``."""
 
     def __init__(self, in_dim: int, out_dim: int, norm: bool = True, eps: float = 1e-3):
         layers: list[nn.Module] = [nn.Linear(in_dim, out_dim, bias=not norm)]
@@ -59,15 +48,8 @@ class NormLinear(nn.Sequential):
 
 
 class MLP(nn.Module):
-    """``layers`` x :class:`NormLinear` of width ``units``, then an optional linear output layer.
-
-    Args:
-        in_dim: input features; input ``(..., in_dim)`` (with kernels installed also the RSSM's split features,
-            whose one-hot latent the first layer reads by row gathers, :mod:`reverie.models.kernels.onehot_linear`).
-        out_dim: size of the output layer, or ``None`` for no output layer (output ``(..., units)``).
-        units, layers: width and depth of the hidden stack (size presets, ``reverie/configs/size/``).
-        out_scale: init scale of the output layer; ``0.0`` zero-initialises it (reward and critic heads).
-    """
+    """``(..., in_dim)`` -> ``layers`` x :class:`NormLinear` of ``units``, then a linear output unless ``out_dim`` is
+    None; ``out_scale=0.0`` zero-initialises it (reward and critic heads, so two-hot predictions start at 0)."""
 
     def __init__(self, in_dim: int, out_dim: int | None, units: int = 512, layers: int = 2, out_scale: float = 1.0):
         super().__init__()

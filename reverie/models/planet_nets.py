@@ -1,20 +1,7 @@
-"""PlaNet's own networks, as google-research/planet builds them (commit c04226b; Hafner et al. 2019).
-
-- :class:`ConvHaEncoder` / :class:`ConvHaDecoder`: ``planet/networks/conv_ha.py``. Encoder: four ``4x4`` stride-2
-  ``VALID`` convolutions with ReLU, ``32, 64, 128, 256`` channels, 64x64 -> 31 -> 14 -> 6 -> 2, flattened to a
-  1024 embedding (``conv_ha.py:30-35``). Decoder: a dense layer to 1024 without activation, reshaped to
-  ``1x1x1024``, then stride-2 ``VALID`` transposed convolutions with kernels ``5, 5, 6, 6`` and ``128, 64, 32``
-  channels with ReLU and 3 without, 1 -> 5 -> 13 -> 30 -> 64 (``conv_ha.py:44-50``): the mean of the image
-  Gaussian over pixels scaled to ``[-0.5, 0.5]``.
-- :class:`FeedForward`: ``planet/networks/basic.py`` ``feed_forward``: ``num_layers`` dense layers of ``units`` with
-  ``activation``, then a dense output layer; the reward head is ``3 x 300`` ReLU (``scripts/configs.py:109-116``).
-- :class:`BlockGRUCell`: the ``tf.contrib.rnn.GRUBlockCell`` of ``planet/models/rssm.py:55``: the reset gate acts on
-  the state before the candidate's matrix product (``torch.nn.GRUCell`` applies it after), gate biases start at 1.
-- :func:`glorot_uniform_`: TensorFlow 1's default initialisation of ``tf.layers.dense``/``conv2d``/
-  ``conv2d_transpose`` kernels (``glorot_uniform``; biases zero), which every layer of the reference uses.
-
-``reverie.models.world_model.WorldModel(nets="planet")`` builds these; ``nets="dreamer"`` keeps the DreamerV3 stacks
-(``agent.module.planet_dreamer_nets=true``).
+"""PlaNet's own networks, as google-research/planet builds them (commit c04226b; Hafner et al. 2019), for
+``reverie.models.world_model.WorldModel(nets="planet")``: ``planet/networks/conv_ha.py`` (:class:`ConvHaEncoder`,
+:class:`ConvHaDecoder`), ``networks/basic.py`` ``feed_forward`` (:class:`FeedForward`), the ``GRUBlockCell`` of
+``models/rssm.py:55`` (:class:`BlockGRUCell`) and TensorFlow 1's default init (:func:`glorot_uniform_`).
 """
 
 from __future__ import annotations
@@ -31,12 +18,8 @@ CONV_HA_SIZE = 64  # conv_ha.py asserts a 1024 embedding (encoder) and a 64x64x3
 
 
 def glorot_uniform_(weight: torch.Tensor, fan_in: int | None = None, fan_out: int | None = None) -> torch.Tensor:
-    """``U(-b, b)`` with ``b = sqrt(6 / (fan_in + fan_out))`` (TensorFlow's ``glorot_uniform_initializer``).
-
-    Fans default to the weight's own (``(out, in)`` linear or ``(out, in, k, k)`` conv weights, as
-    ``nn.init.xavier_uniform_``); give them where the weight is a part of one reference layer (e.g. the input
-    layer ``Dense(cat(z, a))`` split into a ``z`` and an ``a`` part: ``fan_in = Z + A``).
-    """
+    """``U(-b, b)`` with ``b = sqrt(6 / (fan_in + fan_out))`` (TensorFlow's ``glorot_uniform_initializer``); fans
+    default to the weight's own, give them where the weight is part of one reference layer."""
     if fan_in is None or fan_out is None:
         return nn.init.xavier_uniform_(weight)
     bound = math.sqrt(6.0 / (fan_in + fan_out))
@@ -54,17 +37,8 @@ def tf_init_(module: nn.Module) -> nn.Module:
 
 
 class FeedForward(nn.Module):
-    """``layers`` x ``Linear(units) -> act``, then ``Linear(out_dim)`` (reference ``networks.feed_forward``).
-
-    Args:
-        in_dim: input features ``(..., in_dim)``.
-        out_dim: size of the output layer, or ``None`` for none (output ``(..., units)``).
-        units, layers: reference ``num_units`` 300, ``num_layers`` 3 (``scripts/configs.py:110-111``).
-        act: ``"relu"`` (reference ``activation``) or another key of :data:`reverie.models.conv.ACTIVATIONS`.
-
-    Raises:
-        ValueError: unknown ``act``, or ``layers == 0`` without an output layer.
-    """
+    """``(..., in_dim)`` -> ``layers`` x ``Linear(units) -> act``, then ``Linear(out_dim)`` unless None (reference
+    ``feed_forward``, 3 x 300, ``scripts/configs.py:110-111``). ValueError: unknown ``act``; no layer at all."""
 
     def __init__(self, in_dim: int, out_dim: int | None, units: int = 300, layers: int = 3, act: str = "relu"):
         super().__init__()
@@ -96,19 +70,8 @@ def _check_64(shape: tuple[int, ...], who: str) -> None:
 
 
 class ConvHaEncoder(nn.Module):
-    """uint8 images ``(..., C, 64, 64)`` -> embedding ``(..., 32 * depth)`` (1024 at the reference's ``depth`` 32).
-
-    ``Conv2d(4x4, stride 2, no padding) -> ReLU`` with ``depth * [1, 2, 4, 8]`` channels: ``(C, 64, 64) -> (32, 31,
-    31) -> (64, 14, 14) -> (128, 6, 6) -> (256, 2, 2)``, flattened (reference ``conv_ha.encoder``). Inputs are
-    scaled by :func:`reverie.models.conv.scale_image` (float64 inputs stay float64); the stack runs in float32
-    (float64 for float64 weights), channels-last, without autocast on CPU (:func:`reverie.models.conv.conv_compute`).
-
-    Args:
-        in_shape: ``(C, 64, 64)``, the channel-concatenated image keys. depth: channel multiplier (32).
-
-    Raises:
-        ValueError: ``in_shape`` is not ``(C, 64, 64)``; in ``forward``, an input whose trailing shape differs.
-    """
+    """uint8 images ``(..., C, 64, 64)`` -> embedding ``(..., 32 * depth)``: four ``Conv2d(4x4, stride 2) -> ReLU``,
+    64 -> 31 -> 14 -> 6 -> 2 (``conv_ha.py:30-35``). ValueError: another ``in_shape`` or input shape."""
 
     def __init__(self, in_shape: Sequence[int] = (3, 64, 64), depth: int = 32):
         super().__init__()
@@ -134,19 +97,9 @@ class ConvHaEncoder(nn.Module):
 
 
 class ConvHaDecoder(nn.Module):
-    """Features ``(..., F)`` -> image mean ``(..., C, 64, 64)`` in the scaled space of ``scale_image``.
-
-    ``Linear(F, 32 * depth)`` (no activation), reshaped to ``(32d, 1, 1)``, then ``ConvTranspose2d`` stride 2 without
-    padding: ``5x5 -> 4d``, ``5x5 -> 2d``, ``6x6 -> d`` with ReLU and ``6x6 -> C`` without: ``1 -> 5 -> 13 -> 30 -> 64``
-    (reference ``conv_ha.decoder``, ``depth`` 32: 1024, 128, 64, 32, 3). Wrap the output in
-    :class:`reverie.models.distributions.GaussianImage`.
-
-    Args:
-        feat_dim: ``F`` (``D + Z``). out_shape: ``(C, 64, 64)``. depth: channel multiplier (32).
-
-    Raises:
-        ValueError: ``out_shape`` is not ``(C, 64, 64)``.
-    """
+    """Features ``(..., F)`` -> image mean ``(..., C, 64, 64)`` in ``scale_image``'s space: ``Linear(F, 32 * depth)``,
+    then stride-2 transposed convs, 1 -> 5 -> 13 -> 30 -> 64 (``conv_ha.py:44-50``). ValueError: another
+    ``out_shape``."""
 
     def __init__(self, feat_dim: int, out_shape: Sequence[int] = (3, 64, 64), depth: int = 32):
         super().__init__()
@@ -169,12 +122,10 @@ class ConvHaDecoder(nn.Module):
 
 
 class BlockGRUCell(nn.Module):
-    """GRU cell of ``tf.contrib.rnn.GRUBlockCell`` (PlaNet's RSSM, ``models/rssm.py:55``).
+    """``tf.contrib.rnn.GRUBlockCell`` (PlaNet ``models/rssm.py:55``): ``forward(x (B, I), h (B, D)) -> (B, D)``.
 
-    ``r, u = sigmoid(W_ru [x, h] + b_ru)``, ``c = tanh(W_c [x, r * h] + b_c)``, ``h' = u * h + (1 - u) * c``, with
-    ``b_ru`` initialised to 1 and ``b_c`` to 0 (TensorFlow's ``GRUBlockCell`` docs) and glorot-uniform kernels.
-    ``torch.nn.GRUCell`` differs in applying ``r`` after the product (``tanh(W x + r * (U h + b))``) and in its
-    initialisation. ``forward(x (B, I), h (B, D)) -> (B, D)``.
+    ``r, u = sigmoid(W_ru [x, h] + b_ru)``, ``c = tanh(W_c [x, r * h] + b_c)``, ``h' = u * h + (1 - u) * c``, ``b_ru``
+    starting at 1 (``torch.nn.GRUCell`` applies ``r`` after the product).
     """
 
     def __init__(self, input_size: int, hidden_size: int):

@@ -1,10 +1,6 @@
 """Dense layers and MLPs of the current official DreamerV3 (``embodied/jax/nets.py`` ``Linear`` and ``MLP``;
-``embodied/jax/heads.py`` ``MLPHead``).
-
-Every hidden layer is ``Linear (with bias) -> RMSNorm -> SiLU`` (the official ``MLP``: ``linear{i}``, ``norm{i}``,
-``act``; ``act: silu``, ``norm: rms`` in ``configs.yaml``), where the 2023 code had bias-free layers and LayerNorm.
-Weights are fan-in truncated normals (``winit: trunc_normal_in``), biases zeros, and an output layer's weights are
-scaled by its ``outscale`` (``Linear._scaled_winit``; e.g. policy 0.01, value and reward 0.0).
+``embodied/jax/heads.py`` ``MLPHead``): hidden layers ``Linear -> RMSNorm -> SiLU``, fan-in truncated normal
+weights (``winit: trunc_normal_in``), output weights scaled by ``outscale`` (``Linear._scaled_winit``).
 """
 
 from __future__ import annotations
@@ -19,8 +15,7 @@ from reverie.models.rmsnorm import RMSNorm
 
 
 class Dense(nn.Linear):
-    """``nn.Linear(in_dim, out_dim)`` with the official initialisation: weights
-    :func:`reverie.models.networks.trunc_normal_fan_in_` times ``outscale``, bias zeros. ``(..., in) -> (..., out)``."""
+    """``nn.Linear`` ``(..., in) -> (..., out)`` with fan-in truncated normal weights times ``outscale``, zero bias."""
 
     def __init__(self, in_dim: int, out_dim: int, outscale: float = 1.0, bias: bool = True):
         super().__init__(in_dim, out_dim, bias=bias)
@@ -30,13 +25,8 @@ class Dense(nn.Linear):
 
 
 class SplitDense(nn.Module):
-    """One :class:`Dense` output layer per part, on the same input, concatenated: ``(..., in) -> (..., sum(widths))``.
-
-    The official heads keep one ``Linear`` per output: the continuous policy's ``mean`` and ``stddev``
-    (``embodied/jax/heads.py:146-148``, ``bounded_normal``) and the decoder's ``DictHead``, one ``pred`` per vector key
-    (``dreamerv3/rssm.py:297-305``, ``heads.py:44-60``). AGC (``opt.agc``) clips every tensor by its own norm, so
-    these are separate tensors here too (parameters ``parts.<i>.weight``, ``parts.<i>.bias``).
-    """
+    """One :class:`Dense` per part, concatenated: ``(..., in) -> (..., sum(widths))``. Separate tensors as the
+    official heads (``heads.py:146-148``, ``rssm.py:297-305``), since AGC clips each tensor by its own norm."""
 
     def __init__(self, in_dim: int, widths: Sequence[int], outscale: float = 1.0):
         super().__init__()
@@ -48,28 +38,16 @@ class SplitDense(nn.Module):
 
 
 class NormDense(nn.Sequential):
-    """``Dense(in_dim, out_dim) -> RMSNorm(out_dim) -> SiLU``: one hidden layer. ``(..., in) -> (..., out)``."""
+    """``Dense -> RMSNorm -> SiLU``: one hidden layer ``(..., in) -> (..., out)``."""
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__(Dense(in_dim, out_dim), RMSNorm(out_dim), nn.SiLU())
 
 
 class RMSMLP(nn.Module):
-    """``layers`` x :class:`NormDense` of width ``units``, then an optional :class:`Dense` output layer.
-
-    Args:
-        in_dim: input width; input ``(..., in_dim)``.
-        out_dim: output layer width, or None for none (output ``(..., units)``; the official encoder and
-            ``MLPHead.mlp`` end with a hidden layer).
-        units, layers: width and depth of the hidden stack (official ``units`` per size preset; ``layers`` per
-            module: 3 for encoder, decoder, policy and value, 1 for the reward and continue heads).
-        outscale: init scale of the output layer (official ``outscale``).
-        out_split: widths of separate output layers (:class:`SplitDense`; they sum to ``out_dim``), e.g. the
-            policy's mean and std; None: one :class:`Dense`.
-
-    Raises:
-        ValueError: ``out_split`` does not sum to ``out_dim``.
-    """
+    """``(..., in_dim)`` -> ``layers`` x :class:`NormDense` of ``units``, then a :class:`Dense` (or, with
+    ``out_split``, :class:`SplitDense`) output unless ``out_dim`` is None. ValueError: ``out_split`` does not sum to
+    ``out_dim``."""
 
     def __init__(self, in_dim: int, out_dim: int | None, units: int, layers: int, outscale: float = 1.0,
                  out_split: Sequence[int] | None = None):

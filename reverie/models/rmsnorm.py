@@ -1,10 +1,5 @@
-"""RMS normalisation as the current official DreamerV3 uses it (``embodied/jax/nets.py`` ``Norm``, ``impl: rms``).
-
-``y = x * rsqrt(mean(x^2) + eps) * scale`` over the last dim, computed in float32 and returned in ``x``'s dtype,
-``eps = 1e-4``, a learned ``scale`` (ones at init) and no shift (the official ``rms`` branch reads no shift). The
-official configs pick it for every hidden layer (``norm: rms`` in ``dyn.rssm``, ``enc``, ``dec``, the heads,
-policy and value; ``configs.yaml``), where the 2023 code had LayerNorm.
-"""
+"""RMS normalisation of the current official DreamerV3 (``embodied/jax/nets.py`` ``Norm``, ``impl: rms``):
+``y = x * rsqrt(mean(x^2) + eps) * scale`` over the last dim, no shift."""
 
 from __future__ import annotations
 
@@ -14,9 +9,7 @@ from torch import nn
 
 
 class RMSNorm(nn.RMSNorm):
-    """``torch.nn.RMSNorm`` over the last dim ``(..., D)`` with the official ``eps`` (1e-4), in float32 at least
-    (the official ``Norm`` casts to float32 and back; under autocast the input may be bfloat16). Output: ``x``'s
-    shape and dtype."""
+    """``torch.nn.RMSNorm`` over ``(..., D)``, ``eps`` 1e-4, computed in float32 at least, returned in ``x``'s dtype."""
 
     def __init__(self, dim: int, eps: float = 1e-4):
         super().__init__(dim, eps=eps)
@@ -27,8 +20,7 @@ class RMSNorm(nn.RMSNorm):
 
 
 class ChannelRMSNorm(RMSNorm):
-    """:class:`RMSNorm` over the channels of ``(N, C, H, W)`` at every pixel (the official ``Norm`` on NHWC
-    feature maps normalises the last, channel, axis)."""
+    """:class:`RMSNorm` over the channels of ``(N, C, H, W)`` at every pixel."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (N, C, H, W) <-> (N, H, W, C)

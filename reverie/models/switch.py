@@ -1,7 +1,5 @@
-"""The values of the one kernels switch, ``agent.module.kernels: auto | off``, read by the readable modules without
-importing the kernels: a module built with ``kernels="off"`` stays readable whatever installs kernels later;
-``"auto"`` lets :func:`reverie.models.kernels.install` put its fast paths there (the agents call it once, after
-building every module, with the agent's own setting)."""
+"""The kernels switch ``agent.module.kernels: auto | off``, readable without importing the kernels: a module built
+with ``"off"`` stays readable whatever :func:`reverie.models.kernels.install` does later."""
 
 from __future__ import annotations
 
@@ -9,12 +7,7 @@ KERNELS = ("auto", "off")
 
 
 def resolve(kernels: str | bool) -> bool:
-    """``"auto"`` -> True (use the kernels where they apply), ``"off"`` -> False (the readable path alone); a bool
-    passes through.
-
-    Raises:
-        ValueError: any other value.
-    """
+    """``"auto"`` -> True, ``"off"`` -> False, a bool passes through; ValueError otherwise."""
     if isinstance(kernels, bool):
         return kernels
     if kernels not in KERNELS:

@@ -33,6 +33,23 @@ from reverie.models.switch import resolve
 
 LIKELIHOODS = ("symlog", "gaussian")
 NETS = ("dreamer", "planet")
+HEAD_INPUTS = ("features", "h", "z")  # what a head reads: cat(h, z), h alone or z alone
+HEADS = ("decoder", "reward", "cont")
+
+
+class FeaturePart(nn.Module):
+    """``net`` applied to one part of the features ``cat(deter, flat stoch)`` ``(..., F)``: columns
+    ``[start, stop)`` (STORM's heads: reward and termination from ``h``, the decoder from ``z``,
+    ``world_models.py:390-398``)."""
+
+    def __init__(self, net: nn.Module, start: int, stop: int):
+        super().__init__()
+        self.net, self.start, self.stop = net, start, stop
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        if not torch.is_tensor(feat):  # the one-hot kernel's split features: the dense tensor
+            feat = feat.dense()
+        return self.net(feat[..., self.start:self.stop])
 
 
 def observation_layout(obs_shapes: dict[str, tuple[int, ...]], owner: str = "WorldModel") -> tuple[
@@ -103,12 +120,16 @@ class WorldModel(nn.Module):
         representation: the representation objective (:mod:`reverie.models.representation`): ``"reconstruction"``
             (decoders of this model's ``nets`` and ``likelihood``), ``"r2"`` or ``"infonce"`` (no decoders).
         objectives: the objectives' settings, ``{name: {setting: value}}`` (``agent.module.objectives``).
+        head_inputs: ``{head: part}`` for ``decoder``, ``reward``, ``cont``: ``"features"`` (``cat(h, z)``, the
+            default), ``"h"`` (the deterministic part) or ``"z"`` (the latent) (STORM: decoder ``z``, reward and
+            cont ``h``); a partial head is a :class:`FeaturePart` around the network.
 
     Raises:
         ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``; image keys of different
             sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`); an
             unknown ``likelihood``, ``nets`` or ``kernels``; ``nets="planet"`` with ``likelihood="symlog"``;
-            ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``; an unknown objective or setting.
+            ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``; an unknown objective or setting; an unknown
+            ``head_inputs`` key or part, or a part of a dynamics whose features are not ``cat(h, flat z)``.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
@@ -117,8 +138,12 @@ class WorldModel(nn.Module):
                  cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto", nets: str = "dreamer",
                  head_units: int = 300, head_layers: int = 3, act: str = "relu", mlp_units: int | None = None,
                  mlp_layers: int | None = None, representation: str = "reconstruction",
-                 objectives: dict | None = None):
+                 objectives: dict | None = None, head_inputs: dict[str, str] | None = None):
         super().__init__()
+        head_inputs = {h: "features" for h in HEADS} | dict(head_inputs or {})
+        if set(head_inputs) - set(HEADS) or set(head_inputs.values()) - set(HEAD_INPUTS):
+            raise ValueError(f"WorldModel: head_inputs maps {HEADS} to one of {HEAD_INPUTS}; got "
+                             f"{dict(head_inputs)} (agent.module.head_inputs)")
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
                              f"got {likelihood!r}, {decoder_std}, {image_bits}")
@@ -160,14 +185,20 @@ class WorldModel(nn.Module):
         else:
             self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
         feat = self.dynamics.feat_dim
+        parts = self._feature_parts(head_inputs)
+
+        def head(net: Callable[[int], nn.Module], name: str) -> nn.Module:
+            start, stop = parts[head_inputs[name]]
+            return net(stop - start) if (start, stop) == (0, feat) else FeaturePart(net(stop - start), start, stop)
 
         def reconstruction() -> Reconstruction:  # this model's decoders, built only when the objective needs them
             image_decoder = decoder = None
             if self.image_keys:
-                image_decoder = (ConvHaDecoder(feat, image_shape, depth=cnn_depth) if nets == "planet"
-                                 else ConvDecoder(feat, image_shape, depth=cnn_depth, **(cnn or {})))
+                image_decoder = head(lambda width: ConvHaDecoder(width, image_shape, depth=cnn_depth)
+                                     if nets == "planet" else
+                                     ConvDecoder(width, image_shape, depth=cnn_depth, **(cnn or {})), "decoder")
             if self.vector_keys:
-                decoder = mlp(feat, self._vector_dim, vec_layers, width=vec_units)
+                decoder = head(lambda width: mlp(width, self._vector_dim, vec_layers, width=vec_units), "decoder")
             return Reconstruction(self.obs_shapes, self.image_keys, self.vector_keys, image_decoder, decoder,
                                   likelihood, decoder_std)
 
@@ -176,8 +207,22 @@ class WorldModel(nn.Module):
         self.representation = make_representation(representation, objectives, feat_dim=feat, embed_dim=embed,
                                                   reconstruction=reconstruction, owner="WorldModel")
         self.register_load_state_dict_pre_hook(decoder_keys_moved)
-        self.reward_head = mlp(feat, reward_bins if likelihood == "symlog" else 1, layers, out_scale=0.0)
-        self.cont_head = mlp(feat, 1, layers)
+        self.reward_head = head(lambda width: mlp(width, reward_bins if likelihood == "symlog" else 1, layers,
+                                                  out_scale=0.0), "reward")
+        self.cont_head = head(lambda width: mlp(width, 1, layers), "cont")
+
+    def _feature_parts(self, head_inputs: dict[str, str]) -> dict[str, tuple[int, int]]:
+        """``{part: (start, stop)}`` columns of the features; ``h`` and ``z`` only for a dynamics whose features are
+        its two :attr:`feature_keys` concatenated, the first of width ``deter`` (every RSSM here, the transformer)."""
+        feat = self.dynamics.feat_dim
+        if set(head_inputs.values()) == {"features"}:
+            return {"features": (0, feat)}
+        width = getattr(self.dynamics, "deter", None)
+        if len(getattr(self.dynamics, "feature_keys", ())) != 2 or not isinstance(width, int) or not 0 < width < feat:
+            raise ValueError(f"WorldModel: head_inputs {head_inputs} needs features cat(h, z); "
+                             f"{type(self.dynamics).__name__}'s are not: set every agent.module.head_inputs entry "
+                             f"to 'features'")
+        return {"features": (0, feat), "h": (0, width), "z": (width, feat)}
 
     @property
     def _vector_dim(self) -> int:

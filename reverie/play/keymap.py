@@ -1,19 +1,6 @@
-"""Keyboard -> action for ``reverie play``: one map per action space (docs/play.md has the tables).
-
-The page sends the keys held down when a bound key is pressed (in the order they were pressed, ``KeyboardEvent.key``
-names); :meth:`KeyMap.action` turns them into an action index (Discrete) or an action vector in ``[-1, 1]`` (Box).
-
-- Atari (the env has ``get_action_meanings``, e.g. the minimal set ``NOOP FIRE UP RIGHT LEFT DOWN ...``): arrows
-  are the joystick directions and Space is FIRE; the held keys pick the meaning with exactly those parts
-  (``ArrowUp`` + Space -> ``UPFIRE``), else the one sharing the most of them; ``n`` steps with ``NOOP``.
-- ``Discrete(n)``: digit ``d`` takes action ``d`` (``n <= 10``; then ``a``-``z`` for 10-35). Classic-control
-  convention: with ``n == 2`` ``ArrowLeft``/``ArrowRight`` are 0/1 (CartPole's push left/right); with
-  ``n == 3`` ``ArrowLeft``/``ArrowDown``/``ArrowRight`` are 0/1/2 (MountainCar, Acrobot: left, none, right).
-  The last bound key pressed wins.
-- ``Box(A)`` with ``A <= 6``: dimension ``i`` gets a key pair (minus, plus): 0 ``ArrowLeft``/``ArrowRight``,
-  1 ``ArrowDown``/``ArrowUp``, 2 ``a``/``d``, 3 ``s``/``w``, 4 ``j``/``l``, 5 ``k``/``i``; a held key sets its
-  dimension to -1 or +1 (both: 0), the rest are 0; Space (or ``n``) steps with all zeros. Larger Box spaces have
-  no keys: the policy drives (watch mode).
+"""Keyboard -> action for ``reverie play``, one map per action space (tables: docs/play.md): the held keys
+(``KeyboardEvent.key`` names, in press order) -> an index (Atari joystick meanings; digits and letters; arrows for 2
+or 3 actions) or a ``[-1, 1]`` vector (Box: a key pair per dimension, up to 6; larger Box spaces: the policy drives).
 """
 
 from __future__ import annotations
@@ -42,12 +29,8 @@ def _parts(meaning: str) -> frozenset[str]:
 
 @dataclass
 class KeyMap:
-    """Keys -> actions for one action space (module docstring).
-
-    Attributes:
-        spec: the agent's action space. labels: a name per discrete action (``"2"``, ``"UPFIRE"``, ...) or per
-        Box dimension. keys: every bound key. help: ``[(keys, what they do)]`` rows for the page.
-    """
+    """Keys -> actions for one action space: ``labels`` a name per discrete action (``"UPFIRE"``) or Box dimension,
+    ``keys`` every bound key, ``help`` ``[(keys, what they do)]`` rows for the page."""
 
     spec: ActionSpec
     labels: list[str]
@@ -83,8 +66,8 @@ class KeyMap:
                    + [("Space, n", "all zeros")])
 
     def action(self, keys: list[str]) -> int | np.ndarray | None:
-        """The action for the held ``keys`` (press order): an index (Discrete) or ``(A,)`` float32 (Box); None
-        when no bound key is held."""
+        """The action for the held ``keys`` (press order): an index (Discrete; the last bound key wins) or ``(A,)``
+        float32 (Box); None when no bound key is held."""
         keys = [k for k in keys if k in self.keys]
         if not keys:
             return None

@@ -1,20 +1,10 @@
 """The web server of ``reverie play``: FastAPI routes over one :class:`PlaySession`, served by uvicorn.
 
-Routes (JSON bodies; every ``/api`` answer is :meth:`PlaySession.snapshot`)::
-
-    GET  /                 the page (static/index.html + play.js + play.css, no build step)
-    GET  /api/state        the current snapshot
-    POST /api/step         {"keys": ["ArrowUp", " "]} (held keys, press order) or {"policy": true}
-    POST /api/reset        new real episode, dream restarted
-    POST /api/dream        restart the dream from the current start mode
-    POST /api/mode         {"driver": "person"|"policy", "dream_start": "real"|"initial"}
-
-A step the session refuses (the real episode is over) answers 409; bad input 422 (FastAPI's validation) or 400.
-The session is built and used on one thread of its own, which serves the requests one at a time (the session is
-one env and one model state): a simulator that renders through OpenGL binds its context to the thread that made
-it (dm_control's EGL context: rendering from another thread raises), and FastAPI runs plain routes on a pool of
-worker threads. When the server stops (Ctrl-C, SIGTERM) the session's env is closed on that thread too, which frees
-such a context where it is current.
+Routes (JSON; every ``/api`` answer is :meth:`PlaySession.snapshot`): ``GET /`` the page (static/, no build step),
+``GET /api/state``, ``POST /api/step`` ``{"keys": [...]}`` (held, press order) or ``{"policy": true}``,
+``POST /api/reset``, ``POST /api/dream`` (restart the dream), ``POST /api/mode`` ``{"driver", "dream_start"}``.
+A refused step answers 409, bad input 422 or 400. The session lives on one thread of its own, serving requests in
+turn: an OpenGL simulator (dm_control's EGL) renders, and is freed, only on the thread that made its context.
 """
 
 from __future__ import annotations
@@ -48,21 +38,15 @@ class ModeRequest(BaseModel):
 
 
 def create_app(make_session: Callable[[], PlaySession], title: str = "reverie play") -> FastAPI:
-    """The FastAPI app serving the session ``make_session()`` builds (module docstring).
-
-    ``make_session`` runs on the session's own thread, before this returns.
-
-    Raises:
-        what ``make_session`` raises (e.g. ``ValueError`` for a space the page cannot drive).
-    """
+    """The FastAPI app serving the session ``make_session()`` builds on the session's thread before this returns;
+    raises what ``make_session`` raises (e.g. ``ValueError`` for a space the page cannot drive)."""
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reverie-play")
     session = thread.submit(make_session).result()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        # the server is stopping: close the env on the session's thread, where its GL context is current
-        # (dm_control's own exit handler would free it from the main thread: EGL_BAD_ACCESS, a traceback at exit)
+        # close the env on the session's thread: dm_control's exit handler would free it elsewhere (EGL_BAD_ACCESS)
         await asyncio.wrap_future(thread.submit(session.close))
         thread.shutdown()
 
@@ -125,10 +109,7 @@ def create_app(make_session: Callable[[], PlaySession], title: str = "reverie pl
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port`` 0: a free one), so the address is known before serving.
-
-    Raises:
-        OSError: the port is taken or the host is not an address of this machine.
-    """
+    OSError: the port is taken or the host is not an address of this machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -142,12 +123,9 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def serve(app: FastAPI, sock: socket.socket) -> None:
-    """Serve ``app`` with uvicorn on the bound socket until Ctrl-C or SIGTERM; either ends it quietly (exit 0).
-
-    uvicorn shuts down on both signals and then raises the signal again under the handler that was there before
-    it ran: Python's own for Ctrl-C (KeyboardInterrupt), and for SIGTERM the one set here, which does the same
-    (the system default would end the process with -15 and no message). On the main thread only, where Python
-    allows signal handlers."""
+    """Serve ``app`` with uvicorn on ``sock`` until Ctrl-C or SIGTERM, either ending quietly (exit 0): uvicorn raises
+    the signal again under the previous handler, which for SIGTERM is set here to raise KeyboardInterrupt (the default
+    would exit with -15). Handlers are set on the main thread only."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

@@ -1,22 +1,10 @@
 """The state behind ``reverie play``: a real env and the world model's dream, stepped with the same actions.
 
-Timing (one press = one step of both panes; ``a_t`` from the keys, or the policy in watch mode)::
-
-    real:   obs_t --env.step(a_t)--> obs_{t+1}, true reward r_{t+1}; the posterior filter follows it
-            (post_{t+1} = q(. | post_t, a_t, obs_{t+1}), latents' mode)
-    dream:  s_k --img_step(s_k, a_t)--> s_{k+1} (prior, no observation); shown: decode(s_{k+1}), the predicted
-            reward r(s_{k+1}) and continue probability c(s_{k+1}) (the heads' means)
-
-The dream starts (at reset, on "restart dream" and when its start mode changes) from the real env's current
-posterior (``dream_start="real"``: the model has seen the frames so far) or from the model's initial state
-(``"initial"``: it dreams an episode of its own). The policy (``driver="policy"``) acts on the real env through
-``agent.act`` in policy mode (the actor, or the run's planner), from the filter's state, so the person and the
-policy can take turns. Latents are the mode (deterministic, reproducible) unless ``sample=True``.
-
-Every step also records the latent agreement, the cosine between the dream's features and the real posterior's.
-A world model without decoders (representation ``r2`` or ``infonce``, docs/representation.md; read once, at
-construction) dreams the same way and shows its predicted reward, continue probability and latent agreement
-instead of decoded observations.
+Each action ``a_t`` (keys, or the policy with ``driver="policy"``) steps the real env, which the posterior filter
+follows (``post_{t+1} = q(. | post_t, a_t, obs_{t+1})``), and the dream by ``img_step`` (prior; shown: its decoded
+state, predicted reward and continue probability). The dream starts from the real posterior (``dream_start="real"``)
+or the initial state; latents are the mode unless ``sample=True``. World models without decoders (``r2``,
+``infonce``) show the predictions and the latent agreement (cosine of dream and posterior features). docs/play.md.
 """
 
 from __future__ import annotations
@@ -56,18 +44,9 @@ class StepRefused(RuntimeError):
 
 
 class PlaySession:
-    """A run's real env and its world model's dream, stepped together (module docstring).
-
-    Args:
-        agent: a trained agent with a world model ``agent.wm`` (DreamerV3, PlaNet), e.g. ``load_run(RUN).agent``.
-        env_cfg: the run's env config; the env is built with ``render_mode="rgb_array"`` where it accepts one.
-        spec: the agent's :class:`reverie.types.ActionSpec`.
-        seed: run seed; the env is seeded as the run's first evaluation env (``seed + EVAL_SEED_OFFSET``).
-        sample: sample the dream's latents instead of taking their mode.
-
-    Raises:
-        TypeError: the agent has no world model.
-    """
+    """A run's real env and its world model's dream, stepped together (module docstring). The env is built with
+    ``render_mode="rgb_array"`` where it accepts one and seeded as the run's first evaluation env
+    (``seed + EVAL_SEED_OFFSET``). TypeError: the agent has no world model ``agent.wm``."""
 
     def __init__(self, agent: Any, env_cfg: Any, spec: Any, seed: int, sample: bool = False):
         self.agent, self.spec, self.sample = agent, spec, bool(sample)
@@ -84,13 +63,11 @@ class PlaySession:
         self.driver, self.dream_start = "person", "real"
         self.reset()
 
-    # ------------------------------------------------------------------------------------------------ model
     def _tensor_obs(self, obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return self.wm.tensors({k: np.asarray(obs[k])[None, None] for k in self.wm.obs_shapes})  # (1, 1, ...)
 
     def _filter(self, obs: dict[str, np.ndarray], action: np.ndarray | None) -> dict[str, torch.Tensor]:
-        """The state ``(1, ...)`` after ``obs`` (``action`` None: the episode's first observation): the dynamics'
-        ``truncate`` of the one-step posterior."""
+        """The state ``(1, ...)`` after ``obs`` (``action`` None: the first observation): the truncated posterior."""
         first = action is None
         prev = torch.zeros(1, 1, self.spec.dim, device=self.device) if first else \
             torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, 1, -1)
@@ -100,8 +77,7 @@ class PlaySession:
         return self.wm.dynamics.truncate(post)  # (1, 1, ...) -> (1, ...)
 
     def _decode(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
-        """Decoded observation (none without decoders), predicted reward and continue probability of a state
-        ``(1, ...)``."""
+        """Decoded observation (if decoders), predicted reward and continue probability of a state ``(1, ...)``."""
         feat = self.wm.dynamics.features(state)
         cont = self.wm.cont(feat).mean if hasattr(self.wm, "cont") else None
         obs = {k: v[0] for k, v in decode_mode(self.wm, feat).items()} if self.decoded else {}
@@ -125,7 +101,6 @@ class PlaySession:
             raise ValueError(f"action must have {self.spec.dim} entries, got {vector.shape}")
         return np.clip(vector, -1.0, 1.0)
 
-    # ------------------------------------------------------------------------------------------------ control
     @torch.inference_mode()
     def reset(self) -> None:
         """New real episode (the env's seeded stream), fresh filter, dream restarted, histories cleared."""
@@ -146,11 +121,7 @@ class PlaySession:
         self.dream_out = self._decode(self.dream)
 
     def set_modes(self, driver: str | None = None, dream_start: str | None = None) -> None:
-        """Change who drives and where the dream starts (a new start restarts the dream now).
-
-        Raises:
-            ValueError: an unknown mode.
-        """
+        """Change who drives and where the dream starts (a new start restarts the dream); ValueError: unknown mode."""
         if driver is not None and driver not in DRIVERS:
             raise ValueError(f"driver must be one of {DRIVERS}, got {driver!r}")
         if dream_start is not None and dream_start not in DREAM_STARTS:
@@ -172,12 +143,8 @@ class PlaySession:
 
     @torch.inference_mode()
     def step(self, action: Any) -> None:
-        """Step both panes with ``action`` (index or ``(A,)`` vector in ``[-1, 1]``).
-
-        Raises:
-            StepRefused: the real episode is over (reset first).
-            ValueError: an action outside the space.
-        """
+        """Step both panes with ``action`` (index or ``(A,)`` in ``[-1, 1]``). Raises StepRefused when the real
+        episode is over, ValueError for an action outside the space."""
         if self.done:
             raise StepRefused("the real episode is over: press reset")
         model_action = self._model_action(action)
@@ -206,7 +173,6 @@ class PlaySession:
         there (from another thread, or left to dm_control's exit handler, that fails with ``EGL_BAD_ACCESS``)."""
         self.env.close()
 
-    # ------------------------------------------------------------------------------------------------ view
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, JSON-ready: both panes' step counts, images (data URIs), rewards, the
         modes, the key map and the recent history (plots and the step table)."""

@@ -1,36 +1,13 @@
-"""Ring-buffer replay with one contiguous time stream per env, sampled as time-first windows.
+"""Ring-buffer replay with one contiguous time stream per env, sampled as time-first ``(T, B, ...)`` windows.
 
-Storage: one array per key shaped ``(L, N, ...)`` with ``L = capacity // N`` rows; ``add`` writes row
-``cursor`` for all ``N`` envs at once and the cursor wraps, so column ``n`` is env ``n``'s stream in time
-order (oldest row at ``cursor`` once the buffer has wrapped, at 0 before). ``sample(B, T)`` gathers
-``(T, B)`` rows of ``B`` columns with one fancy-index per key.
-
-Valid windows (time-order positions ``p .. p+T-1`` counted from the oldest stored row):
-
-- after wrapping, ``p >= 1``: the previous row (position ``p - 1``) is still stored, so ``prev_action`` is
-  known, and no window ever joins the newest row to the oldest (which is about to be overwritten);
-- before wrapping, ``p >= 0``: position 0 is the first row ever added, nothing came before it, and its
-  ``prev_action`` is 0.
-
-Windows may cross episode boundaries; ``is_first`` marks every crossing (:mod:`reverie.types`).
-
-Snapshots (:meth:`Replay.save`, :meth:`Replay.load`; a checkpoint's ``ckpt_<step>.replay/``) hold only the filled
-rows, ``(fill, N, ...)`` per key, so they cost what the buffer holds, not its capacity.
-
-Absolute positions: ``added`` counts the rows ever written per column; the row at absolute position ``a`` lives in
-physical row ``a % L`` and is still stored while ``a >= added - fill``. Two features of the current official replay
-(danijar/dreamerv3 e3f0224, ``embodied/core/replay.py``) use them:
-
-- the online queue (``online_window > 0``, official ``replay.online: True``): every ``online_window`` rows each
-  column queues the window that ends at its newest row (official ``replay.py:108-118``), and a training sample
-  (``sample(..., online=True)``) takes queued windows first, uniform ones for the rest of the batch (official
-  ``_sample``, ``replay.py:151-168``); windows overwritten before they are drawn are dropped;
-- the write-back (:meth:`Replay.write`, official ``Replay.update``, ``replay.py:130-149``): values computed on a
-  sampled window (the replay context's posterior latents) are written into the rows it came from, skipping rows
-  overwritten since the sample.
-
-Both the counter and the queue are part of the state and of every snapshot, so a resumed run samples exactly as the
-uninterrupted one.
+Storage: one ``(L, N, ...)`` array per key, ``L = capacity // N``; ``add`` writes row ``cursor`` for all ``N`` envs
+and the cursor wraps, so column ``n`` is env ``n``'s stream (oldest row at ``cursor`` once wrapped, at 0 before).
+A window starts at time-order position ``p >= 1`` once wrapped (row ``p - 1`` gives ``prev_action``; no window joins
+the newest row to the oldest), ``p >= 0`` before. Windows may cross episodes; ``is_first`` marks each crossing.
+``added`` counts rows ever written per column: absolute position ``a`` is row ``a % L``, stored while
+``a >= added - fill``. The online queue (``replay.py:108-118``, ``:151-168``) and the write-back (``Replay.update``,
+``replay.py:130-149``) follow danijar/dreamerv3 e3f0224 ``embodied/core/replay.py``. Snapshots hold the filled rows
+only, the counter and the queue, so a resumed run samples exactly as the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -50,11 +27,8 @@ Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
 REQUIRED_KEYS = ("action", "reward", *FLAG_KEYS)
 STORAGES = ("memory", "memmap")
 MIN_ROWS = 2
-#: the replay context's stored latents (agent=dreamerv3_2025, ``replay_context: 1``): each entry ``name`` of the
-#: dynamics' ``context_spec()`` as the key ``posterior_<name>`` (:func:`latent_key`; the shipped RSSMs:
-#: ``posterior_deter`` ``(D,)``, ``posterior_stoch``), and ``has_posterior``, whether the row has one; optional keys
-#: (zeros, ``has_posterior`` false, when a row is added without them). They are training state, not data: a run's
-#: replay read as a dataset leaves them out (:func:`is_latent_key`).
+#: replay-context latents (``replay_context: 1``): ``posterior_<name>`` per ``context_spec()`` entry and
+#: ``has_posterior``; optional keys, training state rather than data (a dataset read leaves them out).
 LATENT_PREFIX = "posterior_"
 LATENT_FLAG = "has_posterior"
 META_FILE = "replay.json"
@@ -62,14 +36,12 @@ RELEASE_BYTES = 128 << 20  # memmap: unmap touched pages after about this many b
 
 
 def latent_key(name: str) -> str:
-    """The replay key of the replay context's entry ``name`` (a name of the dynamics' ``context_spec()``):
-    ``posterior_<name>``."""
+    """``posterior_<name>``: the replay key of the dynamics' ``context_spec()`` entry ``name``."""
     return LATENT_PREFIX + name
 
 
 def is_latent_key(key: str) -> bool:
-    """Whether a replay key is one of the replay context's stored latents (``posterior_...`` or
-    ``has_posterior``)."""
+    """Whether a replay key is a stored replay-context latent (``posterior_...`` or ``has_posterior``)."""
     return key == LATENT_FLAG or key.startswith(LATENT_PREFIX)
 
 
@@ -78,28 +50,16 @@ def _file_name(key: str) -> str:
 
 
 class Replay:
-    """Time-first replay buffer for ``N`` parallel envs.
+    """Time-first replay buffer for ``N = num_envs`` parallel envs, ``L = capacity // N >= 2`` rows per env.
 
-    Args:
-        capacity: total steps stored over all envs; ``L = capacity // num_envs`` rows per env (at least 2).
-        num_envs: ``N``, the number of parallel env streams (columns).
-        spec: every key stored per row -> ``(shape, dtype)`` of one env's value, e.g.
-            ``{"vector": ((4,), float32), "action": ((A,), float32), "reward": ((), float32),
-            "is_first": ((), bool), ...}``; must contain ``action``, ``reward``, ``is_first``, ``is_last``,
-            ``is_terminal`` (build it with :meth:`spec_for`). Images stay uint8.
-        storage: ``"memory"`` (``np.zeros``) or ``"memmap"`` (``.npy`` files opened with
-            ``np.lib.format.open_memmap`` in ``directory``).
-        directory: where memmap files live (created if missing); required for ``"memmap"``.
-        seed: seeds the sampler's ``np.random.Generator`` (``np.random.default_rng(seed)``); its state is
-            part of :meth:`state_dict`.
-        optional: spec keys a row may lack in :meth:`add` and :meth:`extend`: written as zeros (the replay
-            context's latents, :func:`reverie.replay.buffer.is_latent_key`, of rows nobody filtered yet).
-        online_window: ``W > 0`` turns the online queue on (module docstring): each column queues the window of
-            ``W`` rows ending at its newest row every ``W`` rows; 0: off.
+    ``spec``: key -> ``(shape, dtype)`` of one env's value, with ``action``, ``reward``, ``is_first``, ``is_last``,
+    ``is_terminal`` (:meth:`spec_for`; images stay uint8). ``storage``: ``"memory"`` or ``"memmap"`` (``.npy`` files
+    in ``directory``). ``seed``: the sampler's generator. ``optional``: keys :meth:`add` and :meth:`extend` may lack
+    (zeros; the replay-context latents). ``online_window``: ``W > 0`` queues, every ``W`` rows, each column's window
+    of ``W`` rows ending at its newest row; 0: off.
 
-    Raises:
-        ValueError: too small a capacity, a missing required key, ``prev_action`` in the spec, an unknown
-            storage, memmap without a directory, an optional key not in the spec or a negative ``online_window``.
+    Raises ValueError: too small a capacity, a missing required key, ``prev_action`` in the spec, an unknown storage,
+    memmap without a directory, an optional key not in the spec or a negative ``online_window``.
     """
 
     def __init__(
@@ -166,15 +126,8 @@ class Replay:
 
     @staticmethod
     def spec_for(obs_space, action_dim: int) -> Spec:
-        """Spec for a single env's Dict observation space (``space.spaces`` of ``name -> Box``) and ``A``.
-
-        Returns:
-            obs keys with their shapes/dtypes, plus ``action`` ``(A,)`` float32, ``reward`` ``()`` float32 and
-            ``is_first``/``is_last``/``is_terminal`` ``()`` bool.
-
-        Raises:
-            ValueError: ``obs_space`` is not a Dict space (run the env through ``reverie.envs.make_env``).
-        """
+        """Spec of one env's Dict observation space plus ``action`` ``(A,)`` float32, ``reward`` ``()`` float32 and
+        the ``()`` bool flags. Raises ValueError when ``obs_space`` is not a Dict space."""
         subspaces = getattr(obs_space, "spaces", None)
         if not isinstance(subspaces, Mapping):
             raise ValueError(f"Replay.spec_for needs a Dict observation space (from reverie.envs), got {obs_space!r}")
@@ -187,7 +140,7 @@ class Replay:
 
     @property
     def capacity(self) -> int:
-        """Steps the buffer can hold: ``L * N`` (the requested capacity rounded down to a multiple of ``N``)."""
+        """Steps the buffer can hold: ``L * N``."""
         return self.length * self.num_envs
 
     @property
@@ -205,17 +158,8 @@ class Replay:
         return self.fill * self.num_envs
 
     def add(self, step: Mapping[str, np.ndarray]) -> None:
-        """Write one row for all ``N`` envs at the cursor (the oldest row is overwritten once full).
-
-        Args:
-            step: every spec key -> ``(N, *shape)`` array (optional keys may be missing: zeros); extra keys are
-                ignored.
-
-        Raises:
-            KeyError: a spec key is missing.
-            ValueError: a value has the wrong shape, or a dtype that does not cast ``same_kind`` to the spec's
-                (e.g. float images for a uint8 key).
-        """
+        """Write one row, every spec key -> ``(N, *shape)``, at the cursor (overwriting the oldest once full).
+        Raises KeyError for a missing key, ValueError for a wrong shape or a dtype that does not cast ``same_kind``."""
         step = self._with_optional(step, (self.num_envs,))
         missing = [key for key in self.spec if key not in step]
         if missing:
@@ -244,8 +188,7 @@ class Replay:
         return {**step, **{key: np.zeros((*lead, *self.spec[key][0]), self.spec[key][1]) for key in absent}}
 
     def _advance(self, count: int) -> None:
-        """Bookkeeping after ``count`` rows were written from the cursor on (wrapping): cursor, fill, wrapped, the
-        highest row ever written (zeroed again by a later load) and the pages touched."""
+        """Bookkeeping after ``count`` rows were written from the cursor on (wrapping)."""
         self._high = max(self._high, min(self.cursor + count, self.length))
         self._wrapped = self._wrapped or self.cursor + count >= self.length
         self.cursor = (self.cursor + count) % self.length
@@ -254,16 +197,8 @@ class Replay:
         self._touch(self.row_bytes * count)
 
     def extend(self, steps: Mapping[str, np.ndarray]) -> None:
-        """Write ``K`` rows for all ``N`` envs at once, as ``K`` calls of :meth:`add` would (the cursor wraps over
-        the oldest rows once full); for filling a replay with a dataset (:func:`reverie.data.fill.fill_replay`).
-
-        Args:
-            steps: every spec key -> ``(K, N, *shape)`` array, ``1 <= K <= L``; extra keys are ignored.
-
-        Raises:
-            KeyError: a spec key is missing.
-            ValueError: a wrong shape, a dtype that does not cast ``same_kind``, or ``K`` outside ``1..L``.
-        """
+        """Write ``K`` rows, every spec key -> ``(K, N, *shape)``, ``1 <= K <= L``, as ``K`` calls of :meth:`add`
+        would; the same errors, and ValueError for ``K`` outside ``1..L``."""
         if "reward" in steps:
             steps = self._with_optional(steps, (len(np.asarray(steps["reward"])), self.num_envs))
         missing = [key for key in self.spec if key not in steps]
@@ -286,27 +221,14 @@ class Replay:
 
     def sample(self, batch: int, length: int, online: bool = False, index: bool = False,
                at: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Sample ``batch`` windows of ``length`` consecutive rows, uniformly over valid (column, start) pairs.
+        """Sample ``B = batch`` windows of ``T = length`` rows, uniform over valid (column, start) pairs.
 
-        Cost is ``O(batch * length)`` per key whatever the capacity or fill: one fancy-index per key.
-
-        Args:
-            batch: ``B`` >= 1.
-            length: ``T`` >= 1.
-            online: a training sample: windows of the online queue first (oldest first, each drawn once), uniform
-                ones for the rest (official ``Replay._sample`` with ``mode='train'``); False (reports, evaluation
-                data) leaves the queue alone.
-            index: also return ``replay_column`` ``(B,)`` and ``replay_start`` ``(B,)`` (int64: each window's
-                column and the absolute position of its first row), what :meth:`write` takes.
-            at: ``(columns (B,), starts (B,))``: read these windows (absolute positions of their first rows, as
-                ``replay_start``) instead of drawing them; the generator is not used (tests, tools).
-
-        Returns:
-            Every spec key as ``(T, B, *shape)`` (images uint8), plus ``prev_action`` ``(T, B, A)`` float32:
-            the action of the previous row in the same column, 0 where ``is_first`` (and at the very first row).
-
-        Raises:
-            ValueError: ``batch`` or ``length`` < 1, or fewer stored rows than a window needs.
+        Returns every spec key as ``(T, B, *shape)`` plus ``prev_action`` ``(T, B, A)`` float32 (0 where
+        ``is_first`` and at the very first row). ``online``: queued windows first, oldest first and each once
+        (official ``Replay._sample``, ``mode='train'``); False leaves the queue alone. ``index``: also
+        ``replay_column``, ``replay_start`` ``(B,)`` int64 (column, absolute first row), what :meth:`write` takes.
+        ``at``: ``(columns (B,), starts (B,))`` to read instead of drawing (no generator use).
+        Raises ValueError for ``batch`` or ``length`` < 1, or fewer stored rows than a window needs.
         """
         if batch < 1 or length < 1:
             raise ValueError(f"batch and length must be >= 1, got batch={batch} length={length}")
@@ -344,8 +266,7 @@ class Replay:
         tpos = pos[None, :] + np.arange(length)[:, None]  # (T, B) time-order positions
         rows = (oldest + tpos) % self.length  # (T, B) physical rows
         out = {key: array[rows, cols[None, :]] for key, array in self.arrays.items()}
-        # a read fault maps up to 64 KiB around it (fault-around), and one column's rows are N rows apart: count
-        # 64 KiB per sampled step and key
+        # a read fault maps up to 64 KiB around it (fault-around): count 64 KiB per sampled step and key
         self._touch(batch * length * len(self.arrays) * (64 << 10))
         prev = self.arrays["action"][(rows - 1) % self.length, cols[None, :]]  # (T, B, A)
         keep = ~out["is_first"] & (tpos > 0)  # (T, B); tpos 0 only exists before wrapping
@@ -355,24 +276,10 @@ class Replay:
         return out
 
     def write(self, column: np.ndarray, start: np.ndarray, values: Mapping[str, np.ndarray]) -> int:
-        """Write ``values`` into the rows of sampled windows (official ``Replay.update``, ``replay.py:130-149``).
-
-        Args:
-            column: ``(B,)`` each window's column (``replay_column`` of :meth:`sample` with ``index=True``).
-            start: ``(B,)`` the absolute position of the first row of ``values`` in each window (``replay_start``,
-                plus the rows of the window that ``values`` skips).
-            values: spec keys -> ``(T, B, *shape)``.
-
-        Rows overwritten since the sample (absolute position ``< added - fill``) are skipped, as the official
-        update skips removed chunks.
-
-        Returns:
-            The number of rows written (``<= T * B``).
-
-        Raises:
-            KeyError: a key is not in the spec.
-            ValueError: a value's shape is not ``(T, B, *shape)``.
-        """
+        """Write ``values`` (key -> ``(T, B, *shape)``) into sampled windows' rows (official ``Replay.update``,
+        ``replay.py:130-149``): ``column`` ``(B,)``, ``start`` ``(B,)`` the absolute position of ``values``' first row.
+        Skips rows overwritten since the sample; returns the rows written (``<= T * B``). Raises KeyError for a key
+        not in the spec, ValueError for a shape other than ``(T, B, *shape)``."""
         column, start = np.asarray(column, np.int64), np.asarray(start, np.int64)
         unknown = [key for key in values if key not in self.spec]
         if unknown:
@@ -393,12 +300,7 @@ class Replay:
         return int(keep.sum())
 
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly: cursor, fill, RNG state, and the data.
-
-        For ``"memory"`` the arrays themselves (not copies, all ``L`` rows); for ``"memmap"`` the files are
-        flushed and only their paths recorded (``"files"``). Only rows ``[0, fill)`` hold data: before the
-        buffer wraps, ``cursor == fill``; after, ``fill == L``.
-        """
+        """Counters, RNG state and the data: ``"arrays"`` (memory, not copies) or flushed ``"files"`` (memmap)."""
         state = {
             "cursor": self.cursor,
             "fill": self.fill,
@@ -432,9 +334,8 @@ class Replay:
         return self.storage == "memmap" and os.path.abspath(self.arrays[key].filename) == os.path.abspath(path)
 
     def _restore(self, sources: Mapping[str, str | np.ndarray], state: Mapping) -> None:
-        """Copy rows ``[0, fill)`` of each source (an array, or a ``.npy`` file holding at least ``fill`` rows) into
-        this buffer, zero the rows this buffer wrote past ``fill``, and take the state's counters and RNG. A
-        memmap file that is this buffer's own is left as it is."""
+        """Copy rows ``[0, fill)`` of each source (array or ``.npy`` path; our own memmap file is left alone), zero
+        the rows this buffer wrote past ``fill``, take the state's counters and RNG."""
         fill = int(state["fill"])
         own = all(isinstance(src, str) and self._is_own_file(key, src) for key, src in sources.items())
         for key, source in sources.items():
@@ -463,27 +364,14 @@ class Replay:
         self._high = self.length if own else fill
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Restore a :meth:`state_dict` into this buffer (arrays copied in; memmap files read unless they are ours).
-
-        Raises:
-            ValueError: the state's ``num_envs``, rows per env or spec differ from this buffer's.
-        """
+        """Restore a :meth:`state_dict`; ValueError when its ``num_envs``, rows per env or spec differ."""
         self._check_layout(state)
         self._restore(state["files"] if "files" in state else state["arrays"], state)
 
     def save(self, directory: str | os.PathLike) -> dict:
-        """Write one ``<key>.npy`` per key plus ``replay.json`` (cursor, fill, RNG state, layout, file sizes).
-
-        Only the filled rows are written: ``(fill, N, ...)`` per key, in storage order (before the buffer wraps
-        that is rows ``[0, fill)``; after, all ``L`` rows with the cursor recorded), so a snapshot costs what the
-        buffer holds, not its capacity. Nothing is copied through RAM: a memory buffer's rows are written by
-        ``np.save`` from a view; a memmap buffer's rows are copied file to file (``copy_file_range``). Saving a
-        memmap buffer into its own directory only flushes (its files keep all ``L`` rows). Every file is
-        fsync'ed before this returns.
-
-        Returns:
-            The metadata written to ``replay.json`` (``"sizes"``: bytes of each ``.npy`` file).
-        """
+        """Write the filled rows, ``(fill, N, ...)`` per key in storage order, as ``<key>.npy`` plus ``replay.json``
+        (counters, RNG, layout, ``"sizes"``), all fsync'ed; returns that metadata. Into its own directory a memmap
+        buffer only flushes."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         state = self.state_dict()
@@ -506,16 +394,8 @@ class Replay:
 
     @staticmethod
     def verify(directory: str | os.PathLike) -> dict:
-        """Check that ``directory`` holds a complete :meth:`save` (``replay.json`` and every file at its size).
-
-        Returns:
-            The metadata of ``replay.json``.
-
-        Raises:
-            FileNotFoundError: ``replay.json`` or a ``.npy`` file is missing.
-            ValueError: ``replay.json`` is unreadable, or a file's size differs from the recorded one
-                (a partial write).
-        """
+        """Return ``replay.json`` of a complete :meth:`save` in ``directory``. Raises FileNotFoundError for a missing
+        file, ValueError for an unreadable ``replay.json`` or a file size other than recorded (a partial write)."""
         directory = os.fspath(directory)
         meta_path = os.path.join(directory, META_FILE)
         if not os.path.exists(meta_path):
@@ -536,16 +416,9 @@ class Replay:
         return meta
 
     def load(self, directory: str | os.PathLike) -> None:
-        """Load what :meth:`save` wrote into this buffer (built with the same capacity, num_envs and spec).
-
-        The saved rows are copied into rows ``[0, fill)`` (memmap: file to file, no RAM copy); rows this buffer
-        had written past them are zeroed, so the buffer equals the one saved and samples exactly as it did.
-        Loading the same directory twice gives the same buffer.
-
-        Raises:
-            FileNotFoundError: ``directory`` has no complete save (see :meth:`verify`).
-            ValueError: the saved layout differs from this buffer's, or a file is truncated.
-        """
+        """Load a :meth:`save` into this same-layout buffer; rows written past the saved ones are zeroed, so it
+        samples exactly as the saved one. Raises FileNotFoundError (no complete save), ValueError (other layout,
+        truncated file)."""
         directory = os.fspath(directory)
         meta = self.verify(directory)
         self._check_layout(meta)
@@ -558,9 +431,8 @@ class Replay:
                 self.release_memory()
 
     def release_memory(self) -> None:
-        """Memmap only: unmap the pages this process has touched (``madvise(MADV_DONTNEED)``; the data stays in
-        the files and the page cache), so resident memory stays flat as the buffer fills. :meth:`add` and
-        :meth:`sample` call it after about ``RELEASE_BYTES`` (128 MiB) of pages touched; a no-op for memory."""
+        """Memmap: unmap touched pages (``madvise(MADV_DONTNEED)``) so resident memory stays flat; called after
+        ``RELEASE_BYTES`` touched. A no-op for memory storage."""
         self._touched = 0
         if self.storage != "memmap":
             return

@@ -1,9 +1,5 @@
-"""Update schedules for the training loop: DreamerV3's train ratio or PlaNet's episode cycle.
-
-Both have the interface of :class:`reverie.replay.ratio.Ratio` that ``reverie.train`` uses: calling the
-schedule with the env steps just collected (and the episodes that just finished) returns the number of
-updates owed now; ``state_dict``/``load_state_dict`` make it part of a checkpoint.
-"""
+"""Update schedules: DreamerV3's train ratio or PlaNet's episode cycle, both called with the env steps (and
+episodes) just collected and returning the updates owed now; both checkpointed by ``state_dict``."""
 
 from __future__ import annotations
 
@@ -24,21 +20,9 @@ class StepRatio(Ratio):
 
 
 class EpisodeCycle:
-    """PlaNet's data-collection cycle (Hafner et al. 2019, algorithm 1): ``train_steps`` updates once the seed
-    episodes are in, then ``train_steps`` updates after every ``collect_every`` finished episodes.
-
-    The seed episodes of random actions are the training loop's prefill (``train.prefill`` env steps; the
-    PlaNet presets set it to 5 episode lengths): the loop calls the schedule only after the prefill, and the
-    first call owes one cycle (training on the seed data before the first planned episode). With ``N``
-    parallel envs, episodes finishing on the same step all count.
-
-    Args:
-        train_steps: updates per cycle (PlaNet: 100).
-        collect_every: finished episodes per cycle (PlaNet: 1).
-
-    Raises:
-        ValueError: ``train_steps < 0`` or ``collect_every < 1``.
-    """
+    """PlaNet's collection cycle (Hafner et al. 2019, algorithm 1): ``train_steps`` (100) updates at the first call,
+    after the prefill's seed episodes, then after every ``collect_every`` (1) finished episodes. Raises ValueError
+    for ``train_steps < 0`` or ``collect_every < 1``."""
 
     def __init__(self, train_steps: int = 100, collect_every: int = 1):
         if train_steps < 0 or collect_every < 1:
@@ -50,15 +34,8 @@ class EpisodeCycle:
         self.cycles = 0  # cycles paid out (each owes train_steps updates)
 
     def __call__(self, env_steps_added: int, episodes_finished: int = 0) -> int:
-        """Record new env steps and finished episodes; return the updates owed now.
-
-        After any sequence of calls the updates returned in total equal ``train_steps * cycles`` with
-        ``cycles = 1 + floor(episodes / collect_every)``, where ``episodes`` counts episodes finished after the
-        first call (those reported with the first call belong to the seed data).
-
-        Raises:
-            ValueError: a negative count.
-        """
+        """Return the updates owed now: in total ``train_steps * (1 + episodes // collect_every)``, counting the
+        episodes after the first call. Raises ValueError for a negative count."""
         if env_steps_added < 0 or episodes_finished < 0:
             raise ValueError(f"EpisodeCycle: counts must be >= 0, got {env_steps_added} and {episodes_finished}")
         first = self.cycles == 0
@@ -83,15 +60,8 @@ class EpisodeCycle:
 
 
 def make_schedule(agent_cfg: Mapping[str, Any]) -> StepRatio | EpisodeCycle:
-    """The update schedule an agent config asks for.
-
-    ``agent.schedule: episodes`` (PlaNet) -> :class:`EpisodeCycle` from ``train_steps`` and ``collect_every``;
-    anything else (absent, ``ratio``) -> :class:`StepRatio` from ``train_ratio``,
-    ``batch_size``, ``batch_length`` (DreamerV3).
-
-    Raises:
-        ValueError: an unknown ``schedule``, or the schedules' own errors.
-    """
+    """:class:`EpisodeCycle` for ``agent.schedule: episodes``, else :class:`StepRatio`; ValueError for an unknown
+    ``schedule``."""
     kind = agent_cfg.get("schedule", "ratio") or "ratio"
     if kind == "episodes":
         return EpisodeCycle(int(agent_cfg["train_steps"]), int(agent_cfg.get("collect_every", 1)))

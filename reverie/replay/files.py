@@ -1,9 +1,5 @@
-"""The replay's snapshot files: the first ``rows`` rows of an ``(L, N, ...)`` array as one ``.npy`` file.
-
-A snapshot holds only the rows the replay has filled (issue 20), so a checkpoint costs what the replay holds,
-not its capacity. Memmap arrays are copied file to file from their data offset (``os.copy_file_range``, else
-chunked reads), never through Python memory; memory arrays are written by ``np.save`` straight from a view.
-"""
+"""The replay's snapshot files: the first ``rows`` rows of an ``(L, N, ...)`` array as one ``.npy`` file, memmaps
+copied file to file, never through Python memory."""
 
 from __future__ import annotations
 
@@ -29,11 +25,8 @@ def bytes_per_row(array: np.ndarray) -> int:
 
 
 def write_rows(array: np.ndarray, path: str, rows: int) -> None:
-    """Write ``array[:rows]`` (C-contiguous, ``(L, ...)``) as the ``.npy`` file ``path`` (via ``path.part``).
-
-    An ``np.memmap`` is copied from its file (header written here, data bytes by :func:`copy_range`); any other
-    array is written by ``np.save`` from the view ``array[:rows]`` (no copy).
-    """
+    """Write ``array[:rows]`` of a C-contiguous ``(L, ...)`` array as the ``.npy`` file ``path`` (via ``path.part``):
+    a memmap by :func:`copy_range`, another array by ``np.save`` from a view."""
     tmp = f"{path}.part"
     if isinstance(array, np.memmap) and rows > 0:
         header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False,
@@ -50,7 +43,7 @@ def write_rows(array: np.ndarray, path: str, rows: int) -> None:
 
 
 def npy_rows(path: str) -> tuple[int, int]:
-    """``(rows, data offset in bytes)`` of a C-ordered ``.npy`` file, read from its header."""
+    """``(rows, data offset in bytes)`` of a C-ordered ``.npy`` file; ValueError for another format."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
@@ -63,8 +56,8 @@ def npy_rows(path: str) -> tuple[int, int]:
 
 
 def copy_range(src: str, src_offset: int, dst: str, dst_offset: int, nbytes: int) -> None:
-    """Copy ``nbytes`` from ``src`` at ``src_offset`` into ``dst`` at ``dst_offset`` (``dst`` exists), in the
-    kernel where it can (``os.copy_file_range``), else by chunked reads; ``dst`` grows as needed."""
+    """Copy ``nbytes`` from ``src`` at ``src_offset`` into existing ``dst`` at ``dst_offset``
+    (``os.copy_file_range``, else chunked reads); ValueError when ``src`` ends early."""
     with open(src, "rb") as fsrc, open(dst, "r+b") as fdst:
         done = 0
         try:

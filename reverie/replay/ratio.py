@@ -7,21 +7,9 @@ from fractions import Fraction
 
 
 class Ratio:
-    """Turns env steps into update counts at a fixed train ratio (DreamerV3's definition).
-
-    ``train_ratio`` is replayed steps per env step; one update replays ``batch_size * batch_length`` steps,
-    so ``updates_per_step = train_ratio / (batch_size * batch_length)``. After any sequence of calls,
-    the updates returned in total equal ``floor(total_env_steps * updates_per_step)`` exactly (computed in
-    exact rational arithmetic, so no float drift over long runs).
-
-    Args:
-        train_ratio: replayed steps per env step, >= 0 (0 means never update).
-        batch_size: ``B`` >= 1.
-        batch_length: ``T`` >= 1.
-
-    Raises:
-        ValueError: a negative ratio or a batch size/length < 1.
-    """
+    """DreamerV3's train ratio (replayed steps per env step; 0: never update): in total
+    ``floor(env_steps * train_ratio / (B * T))`` updates, in exact rationals. ValueError for a negative ratio or
+    ``B``, ``T`` < 1."""
 
     def __init__(self, train_ratio: float, batch_size: int, batch_length: int):
         if train_ratio < 0:
@@ -38,11 +26,7 @@ class Ratio:
         return float(self._per_step)
 
     def __call__(self, env_steps_added: int) -> int:
-        """Record ``env_steps_added`` (>= 0) new env steps and return how many updates to run now.
-
-        Raises:
-            ValueError: ``env_steps_added`` < 0.
-        """
+        """Record new env steps and return the updates to run now; ValueError when negative."""
         if env_steps_added < 0:
             raise ValueError(f"env_steps_added must be >= 0, got {env_steps_added}")
         self.env_steps += int(env_steps_added)

@@ -1,2 +1,1 @@
-"""How the computation runs: precision, ``torch.compile``, CPU memory, and data-parallel processes (set up,
-collectives, launch, signals)."""
+"""How the computation runs: precision, ``torch.compile``, CPU memory, threads and data-parallel processes."""

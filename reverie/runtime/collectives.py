@@ -1,10 +1,4 @@
-"""Collectives of data-parallel learning: what the ranks exchange during a run (no-ops in one process).
-
-The agents call :func:`average_gradients` after each backward pass (through ``WorldModelAgent._step``),
-:func:`all_finite` before each optimiser step and :func:`all_gather_cat` for the return percentiles; the loop calls
-:func:`broadcast_module` once, :func:`broadcast_int` for the updates owed and :func:`agree` for stopping; the
-checkpoints of ranks > 0 hold :func:`param_digest`. See :mod:`reverie.runtime.process_group` for the setup.
-"""
+"""Collectives of data-parallel learning: what the ranks exchange during a run (no-ops in one process)."""
 
 from __future__ import annotations
 
@@ -27,17 +21,9 @@ def broadcast_module(module: nn.Module, src: int = 0) -> None:
 
 
 def average_gradients(params: Iterable[torch.Tensor], info: DistInfo | None = None) -> None:
-    """Replace each parameter's ``.grad`` by its mean over ranks (in place; no-op for a single process).
-
-    All gradients go into one flat buffer and one all-reduce (per dtype), so the cost is one collective per call
-    however many tensors a module has. A parameter whose ``.grad`` is None on every rank stays None (as in a
-    single process, the optimiser then skips it); None on some ranks only counts as zeros there. Call it between
-    ``loss.backward()`` and ``clip_grad_norm_``, with the same ``params`` in the same order on every rank.
-
-    Args:
-        params: the parameters one optimiser steps (e.g. ``agent.wm.parameters()``).
-        info: from :func:`init_process_group`; None reads the default process group.
-    """
+    """Replace each ``.grad`` by its mean over ranks with one flat all-reduce per dtype (no-op alone). Call it
+    between backward and clipping with the same ``params`` in the same order on every rank; a ``.grad`` None on
+    every rank stays None, on some ranks counts as zeros."""
     if info is not None and not info.distributed:
         return
     if not (dist.is_available() and dist.is_initialized()):
@@ -69,12 +55,8 @@ def average_gradients(params: Iterable[torch.Tensor], info: DistInfo | None = No
 
 
 def all_gather_cat(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
-    """Concatenate ``tensor`` from every rank along ``dim`` (rank order); ``tensor`` itself for one process.
-
-    For statistics that must see the whole global batch rather than a mean of per-rank values, e.g. the 5th/95th
-    return percentiles of DreamerV3's return normaliser. Every rank's ``tensor`` must have the same shape (equal
-    per-rank batches). Gradients flow only into this rank's own part, not into the copies from other ranks.
-    """
+    """Every rank's same-shaped ``tensor`` concatenated along ``dim`` (e.g. for return percentiles); gradients
+    flow into this rank's part only."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return tensor
     parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
@@ -89,13 +71,8 @@ def _comm_device(info: DistInfo) -> torch.device:
 
 
 def all_finite(loss: torch.Tensor) -> bool:
-    """True when ``loss`` (a scalar) is finite on every rank; True without any communication for one process
-    (the caller checks its own loss there).
-
-    DreamerV3 skips an optimiser step whose loss or gradient is non-finite; the averaged gradient norm is the same
-    on every rank, but the losses are not, so the decision is shared, or one rank would step while another skips
-    and the replicas would part.
-    """
+    """True when the scalar ``loss`` is finite on every rank (True alone): a shared skip decision keeps the replicas
+    equal."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return True
     flag = torch.isfinite(loss.detach().float()).to(torch.int32).reshape(1)
@@ -104,12 +81,7 @@ def all_finite(loss: torch.Tensor) -> bool:
 
 
 def agree(flags: Mapping[str, bool], info: DistInfo) -> dict[str, bool]:
-    """Each flag set when it is set on any rank (one small all-reduce; ``flags`` itself for one process).
-
-    The training loop calls it once per env step so that every rank stops (interrupt, ``stop_return`` reached on
-    rank 0's evaluation) after the same env step, and their checkpoints match. Same keys in the same order on
-    every rank.
-    """
+    """Each flag set when set on any rank (same keys in the same order everywhere): all ranks stop together."""
     if not info.distributed:
         return dict(flags)
     values = torch.tensor([int(bool(v)) for v in flags.values()], dtype=torch.int32, device=_comm_device(info))
@@ -118,8 +90,7 @@ def agree(flags: Mapping[str, bool], info: DistInfo) -> dict[str, bool]:
 
 
 def broadcast_int(value: int, info: DistInfo, src: int = 0) -> int:
-    """Rank ``src``'s ``value`` on every rank (``value`` itself for one process). The loop uses it for the number
-    of updates owed, so an update schedule that counts episodes (PlaNet) runs the same updates on every rank."""
+    """Rank ``src``'s ``value`` on every rank (the updates owed, so every rank runs the same updates)."""
     if not info.distributed:
         return int(value)
     tensor = torch.tensor([int(value)], dtype=torch.int64, device=_comm_device(info))
@@ -128,11 +99,8 @@ def broadcast_int(value: int, info: DistInfo, src: int = 0) -> int:
 
 
 def param_digest(module: nn.Module) -> str:
-    """SHA-256 of ``module``'s parameters and buffers (names, dtypes, shapes, bytes), in registration order.
-
-    Equal on two ranks exactly when their replicas are bit-identical; stored in the checkpoints of ranks > 0 and
-    checked against rank 0's agent on resume.
-    """
+    """SHA-256 of ``module``'s parameters and buffers (names, dtypes, shapes, bytes): equal when the replicas are
+    bit-identical; checked on resume."""
     h = hashlib.sha256()
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         t = tensor.detach().cpu().contiguous()

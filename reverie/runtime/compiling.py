@@ -1,18 +1,8 @@
 """``torch.compile`` with a clean eager fallback, for the agents' ``compile`` option.
 
-An agent passes the callables worth compiling (the RSSM cell, its MLP heads) to :func:`compile_callables`. Each
-one is replaced, on its own instance (parameters, ``state_dict`` keys and checkpoints are untouched), by a
-:class:`EagerFallback` that calls the compiled version and, if compiling fails at the first call (no C++
-compiler for inductor, an op it cannot lower, ...), warns once and runs the eager original from then on.
-
-Process-wide settings changed by :func:`compile_callables`:
-
-- ``torch._dynamo.config.recompile_limit`` is raised to :data:`RECOMPILE_LIMIT`: instances of one module class
-  share their forward's code object, hence one dynamo cache, and past the limit dynamo silently runs eager;
-- ``torch._inductor.config.fallback_random = True``: inductor normally generates its own random numbers, so a
-  compiled run would sample other latents and actions than an eager run with the same seed; with it, compiled
-  code draws from torch's own generator as eager code does, and seeded runs agree with the option on or off,
-  within float tolerance.
+:func:`compile_callables` replaces each callable on its own instance (``state_dict`` keys untouched) by an
+:class:`EagerFallback`. Process-wide it raises dynamo's ``recompile_limit`` and sets inductor's
+``fallback_random = True`` so compiled code draws torch's random numbers: seeded runs agree with compile on or off.
 """
 
 from __future__ import annotations
@@ -28,11 +18,7 @@ RECOMPILE_LIMIT = 64  # dynamo cache entries per code object (see compile_callab
 
 @lru_cache(maxsize=None)
 def compile_unavailable(device_type: str = "cpu") -> str | None:
-    """Why ``torch.compile`` cannot run on ``device_type`` here, or None when it can.
-
-    Compiles and runs a two-op probe function once per process (a few seconds the first time; inductor caches
-    the kernel on disk). On CPU inductor needs a C++ compiler; on CUDA, Triton.
-    """
+    """Why ``torch.compile`` cannot run on ``device_type`` here (a probe, once per process), or None when it can."""
     if not hasattr(torch, "compile"):
         return f"torch {torch.__version__} has no torch.compile"
     try:
@@ -47,10 +33,7 @@ def compile_unavailable(device_type: str = "cpu") -> str | None:
 
 
 class EagerFallback:
-    """Calls ``compiled``; if its first call raises, warns and uses ``eager`` from then on.
-
-    A failure after a successful first call is re-raised (it is an error of the inputs, not of the compiler).
-    """
+    """Calls ``compiled``; if its first call raises, warns and uses ``eager`` from then on (later errors raise)."""
 
     def __init__(self, eager: Callable, compiled: Callable, name: str):
         self.eager, self.compiled, self.name = eager, compiled, name
@@ -74,17 +57,8 @@ class EagerFallback:
 
 
 def compile_callables(targets: dict[str, tuple[Any, str]], device_type: str = "cpu") -> bool:
-    """Replace ``getattr(owner, attr)`` by a compiled :class:`EagerFallback` for each ``name: (owner, attr)``.
-
-    Args:
-        targets: e.g. ``{"dynamics cell": (dynamics, "_cell"), "critic": (critic, "forward")}``; the attribute is
-            set on the instance, so the class and other instances stay eager.
-        device_type: where the compiled code runs (``"cpu"``, ``"cuda"``), for the availability probe.
-
-    Returns:
-        True if compiled; False (with a ``RuntimeWarning`` naming the reason) if ``torch.compile`` cannot run
-        here, in which case nothing is changed.
-    """
+    """Set ``owner.attr`` to a compiled :class:`EagerFallback` for each ``name: (owner, attr)`` of ``targets``.
+    Returns False, with a ``RuntimeWarning`` and nothing changed, where ``torch.compile`` cannot run."""
     reason = compile_unavailable(device_type)
     if reason is not None:
         warnings.warn(f"compile=True: torch.compile cannot run on {device_type} here ({reason}); running eager. "
@@ -94,9 +68,7 @@ def compile_callables(targets: dict[str, tuple[Any, str]], device_type: str = "c
     import torch._inductor.config as inductor_config
 
     inductor_config.fallback_random = True  # compiled code draws the same random numbers as eager code
-    # Instances of one class share their forward's code object, and dynamo keeps one cache per code object: every
-    # instance x shape x grad mode is one entry (8 MLPs x 3-4 call sites here), past the default limit of 8, after
-    # which it silently runs eager.
+    # instances of a class share one dynamo cache (8 MLPs x 3-4 call sites), past the default 8 it runs eager
     limit = max(RECOMPILE_LIMIT, int(getattr(dynamo_config, "recompile_limit", 0)))
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo_config, name):

@@ -1,20 +1,8 @@
 """Keep freed tensor memory in the process on CPU (glibc ``mallopt``), so big tensors stop page-faulting.
 
-PyTorch's CPU allocator is the C library's ``malloc``. glibc serves every block of at least ``M_MMAP_THRESHOLD``
-bytes (128 KiB at start, raised adaptively up to 32 MiB) with a fresh ``mmap`` and gives it back on ``free``, and
-returns free memory at the top of the heap to the kernel above ``M_TRIM_THRESHOLD``. A DreamerV3 update allocates
-and frees tensors of a few MiB thousands of times (``(N, S, K)`` latents, ``(H, N, 255)`` bins), so each of them
-arrives as untouched pages: 10,000-20,000 minor page faults per update at size xs, each a kernel entry and a page
-of zeroing, and the elementwise kernels that first touch such a tensor run several times slower than on reused
-memory (docs/changelog.md, round 2).
-
-:func:`keep_freed_memory` sets ``M_MMAP_THRESHOLD`` to 32 MiB (glibc's maximum; blocks below it come from the
-heap and are reused after ``free``) and ``M_TRIM_THRESHOLD`` to 1 GiB (up to that much freed heap memory stays
-mapped): the settings of the environment variables ``MALLOC_MMAP_THRESHOLD_=33554432
-MALLOC_TRIM_THRESHOLD_=1073741824``, applied from inside the process. Cost: the process keeps up to 1 GiB of freed
-heap instead of returning it (blocks of 32 MiB and more, e.g. replay arrays, are unaffected). ``reverie train``
-applies it on CPU (config ``cpu_keep_freed_memory``, default true); the benchmarks under ``bench/`` do the same,
-so they time what training runs.
+glibc ``mmap``s every block above ``M_MMAP_THRESHOLD`` afresh, so the few-MiB tensors of an update arrive as
+untouched pages (docs/changelog.md, round 2). :func:`keep_freed_memory` sets it to 32 MiB and ``M_TRIM_THRESHOLD`` to
+1 GiB (as ``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824``), keeping up to 1 GiB of freed heap.
 """
 
 from __future__ import annotations
@@ -32,10 +20,7 @@ _applied: bool | None = None
 
 
 def keep_freed_memory() -> bool:
-    """Apply the two ``mallopt`` settings once per process; True where they took effect (glibc on Linux).
-
-    Elsewhere (macOS, Windows, musl) nothing changes and False is returned; nothing raises.
-    """
+    """Apply the two ``mallopt`` settings once per process; True where they took effect (glibc on Linux)."""
     global _applied
     if _applied is not None:
         return _applied

@@ -12,17 +12,9 @@ import torch.distributed as dist
 from reverie.runtime.signals import SignalFlag
 
 def torchrun_command(nproc: int, args: list[str], module: str = "reverie", shutdown_timeout_s: int = 600) -> list[str]:
-    """The command line that starts ``nproc`` processes of ``python -m <module> <args>`` on this machine:
-    ``python -m torch.distributed.run --standalone --nproc-per-node <nproc> ... -m reverie train ...`` (what the
-    ``torchrun`` script runs, with this interpreter, so no ``torchrun`` on PATH is needed).
-
-    ``shutdown_timeout_s``: how long torchrun lets the ranks write their final checkpoint after it forwards a
-    SIGINT/SIGTERM, before it kills them (torchrun's own default is 30 s).
-
-    Raises:
-        ValueError: ``nproc < 1``.
-        RuntimeError: ``torch.distributed.run`` (torchrun) is not importable.
-    """
+    """``python -m torch.distributed.run --standalone ... -m <module> <args>`` for ``nproc`` local processes (no
+    ``torchrun`` on PATH needed); ``shutdown_timeout_s`` lets the ranks checkpoint after a signal (torchrun: 30 s).
+    Raises ValueError for ``nproc < 1``, RuntimeError when ``torch.distributed.run`` is not importable."""
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
     if not dist.is_available() or importlib.util.find_spec("torch.distributed.run") is None:
@@ -33,15 +25,9 @@ def torchrun_command(nproc: int, args: list[str], module: str = "reverie", shutd
 
 
 def launch(nproc: int, args: list[str]) -> int:
-    """Run ``reverie <args>`` in ``nproc`` processes through torchrun and wait; returns torchrun's exit status.
-
-    torchrun runs in its own session, so a Ctrl-C in the terminal reaches it once, forwarded by this process
-    (SIGINT and SIGTERM are forwarded); it passes the signal on to the ranks, which stop after the same env step
-    and checkpoint (see :class:`SignalFlag`). Returns 130 after a forwarded SIGINT/SIGTERM.
-
-    Raises:
-        RuntimeError: torchrun is unavailable (see :func:`torchrun_command`).
-    """
+    """Run ``reverie <args>`` in ``nproc`` processes through torchrun and return its exit status (130 after a
+    forwarded SIGINT/SIGTERM). torchrun gets its own session so a Ctrl-C reaches it once, through this process.
+    Raises RuntimeError when torchrun is unavailable."""
     proc = subprocess.Popen(torchrun_command(nproc, args), start_new_session=True)
     forwarded = []
 

@@ -1,10 +1,7 @@
 """Mixed precision: which autocast dtype a device gets (reference ``precision``: 16-bit compute, float32 params).
 
-The DreamerV3 reference computes in 16 bits (``precision: float16``/``bfloat16``) with float32 parameters and
-float32 distributions; reverie does the same with ``torch.autocast``. ``"auto"`` picks bfloat16 where the
-hardware runs it natively (CUDA with bf16 support; x86 CPUs with AVX512-BF16 or AMX), else float32, because
-emulated bf16 on an older CPU is slower than float32. ``"float64"`` computes (and keeps the parameters) in
-float64: for exactness tests and debugging, not for training speed.
+``"auto"``: bfloat16 where native (CUDA with bf16; x86 with AVX512-BF16 or AMX), else float32 (emulated bf16 is
+slower). ``"float64"``: parameters and compute in float64, for exactness tests.
 """
 
 from __future__ import annotations
@@ -30,11 +27,7 @@ def _cpu_has_native_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """``"auto"``/``"float32"``/``"bfloat16"``/``"float64"`` -> the compute dtype for ``device``.
-
-    Raises:
-        ValueError: unknown ``precision``.
-    """
+    """One of :data:`PRECISIONS` -> the compute dtype for ``device``; ValueError for another."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision in ("float32", "float64"):

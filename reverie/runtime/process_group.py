@@ -1,24 +1,9 @@
 """Data-parallel learning, the process group: one process per device, launched by ``torchrun``.
 
-Each rank collects with its own envs into its own replay (its shard of the data, seeded by :func:`rank_seed`),
-samples its own batch ``(T, B, ...)`` and runs the agent's update; after each backward pass the gradients are
-averaged over ranks (:func:`reverie.runtime.collectives.average_gradients`) before clipping and the optimiser step.
-Since every loss is a mean over equal-sized batches, the averaged gradient equals the single-process gradient on
-the concatenated batch ``(T, nproc * B, ...)``, so every rank takes the same optimiser step and the replicas stay
-identical (they start identical through :func:`reverie.runtime.collectives.broadcast_module`). Rank 0 alone logs,
-evaluates and writes the run's checkpoint (:attr:`DistInfo.is_main`). Backend: gloo on CPU, nccl on CUDA.
-
-Why not ``torch.nn.parallel.DistributedDataParallel``: DreamerV3 updates three modules with three optimisers from
-three backward passes per update, restricted with ``backward(inputs=...)``, one of them through the world model
-into the actor (continuous actions). DDP's reducer expects one forward through its wrapper and one backward
-reaching every parameter (or ``find_unused_parameters`` on every step); explicit averaging after each backward does
-the same collective work (one flat all-reduce per optimiser) without those constraints.
-
-Wiring (docs/speed.md, "Data-parallel training"): ``reverie train ... trainer.nproc=N`` checks the config
-(:func:`trainer_settings`), creates the run directory and runs torchrun (:mod:`reverie.runtime.launch`); each
-rank's ``reverie.train.train`` calls :func:`init_process_group`, seeds with :func:`rank_seed`, keeps its replay
-shard in :func:`rank_path` and its checkpoints in :func:`reverie.state.ranks.checkpoint_dir`, shares the loop's
-decisions (:mod:`reverie.runtime.collectives`) and leaves with :func:`destroy_process_group`.
+Each rank collects into its own replay shard and samples its own batch ``(T, B, ...)``; gradients are averaged
+after each backward (:func:`reverie.runtime.collectives.average_gradients`), which equals one process on
+``(T, nproc * B, ...)``, so the replicas stay identical. Rank 0 alone logs, evaluates and checkpoints. Backend: gloo
+on CPU, nccl on CUDA. Wiring and why not ``DistributedDataParallel``: docs/speed.md, "Data-parallel training".
 """
 
 from __future__ import annotations
@@ -47,7 +32,7 @@ class DistInfo:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0: the one process that logs, evaluates and writes checkpoints."""
+        """Rank 0: logs, evaluates and checkpoints."""
         return self.rank == 0
 
     @property
@@ -61,8 +46,7 @@ def default_backend(device: str | torch.device) -> str:
 
 
 def launched_by_torchrun(env: dict[str, str] | None = None) -> bool:
-    """True when ``torchrun`` (or an equivalent launcher) set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the
-    rendezvous address in the environment."""
+    """True when the environment holds every one of :data:`TORCHRUN_VARS`."""
     env = os.environ if env is None else env
     return all(k in env for k in TORCHRUN_VARS)
 
@@ -70,25 +54,9 @@ def launched_by_torchrun(env: dict[str, str] | None = None) -> bool:
 def init_process_group(device: str = "cpu", backend: str | None = None, init_method: str | None = None,
                        rank: int | None = None, world_size: int | None = None,
                        timeout_s: float | None = None) -> DistInfo:
-    """Join the process group of this run and return this process's :class:`DistInfo`.
-
-    Without ``torchrun`` variables and without explicit ``rank``/``world_size`` it returns the single-process
-    info (rank 0 of 1, no process group), so callers need no special case. Under ``torchrun`` a CUDA ``device``
-    becomes ``cuda:<LOCAL_RANK>`` (one GPU per process).
-
-    Args:
-        device: the run's device (``cfg.device``): ``"cpu"``, ``"cuda"``, ``"cuda:0"``.
-        backend: ``"gloo"`` or ``"nccl"``; None picks :func:`default_backend`.
-        init_method: rendezvous URL (``"env://"`` under torchrun; ``"file:///tmp/x"`` or ``"tcp://host:port"``
-            for processes started otherwise, e.g. by tests).
-        rank, world_size: given with ``init_method`` when not launched by torchrun.
-        timeout_s: how long a collective waits for the other ranks before failing (None: torch's default, 30
-            minutes for gloo). Rank 0 evaluates while the others wait, so this bounds an evaluation's length.
-
-    Raises:
-        ValueError: ``nccl`` asked for a CPU device, or only one of ``rank``/``world_size`` given.
-        RuntimeError: a CUDA device under torchrun with fewer visible GPUs than ``LOCAL_RANK + 1``.
-    """
+    """Join the run's process group (a no-op outside torchrun without ``rank``/``world_size``) and return this
+    process's :class:`DistInfo`. ``timeout_s`` bounds a collective's wait, so rank 0's evaluation (None: torch's).
+    Raises ValueError for ``nccl`` on CPU or only one of ``rank``/``world_size``, RuntimeError for too few GPUs."""
     if (rank is None) != (world_size is None):
         raise ValueError("init_process_group: give both rank and world_size, or neither (torchrun sets them)")
     if rank is None and not launched_by_torchrun():
@@ -120,8 +88,7 @@ def destroy_process_group() -> None:
 
 
 def rank_seed(seed: int, rank: int) -> int:
-    """Seed of rank ``rank``'s envs and replay sampling: ``seed + 10_000 * rank`` (rank 0 keeps the run seed, so a
-    one-process run is unchanged; ranks never share env or sampling streams for runs with nearby seeds)."""
+    """``seed + 10_000 * rank``: rank 0 keeps the run seed; nearby run seeds never share a rank's streams."""
     return int(seed) + 10_000 * int(rank)
 
 
@@ -130,17 +97,8 @@ def rank_path(path: str | Path, info: DistInfo) -> Path:
     return Path(path) / f"rank{info.rank}" if info.distributed else Path(path)
 
 def trainer_settings(trainer: Mapping[str, Any] | None, device: str) -> tuple[int, str | None]:
-    """Validate the ``trainer`` config block and return ``(nproc, backend)``.
-
-    Args:
-        trainer: ``cfg.trainer`` (``nproc``, ``backend``; None or a missing key: one process, default backend).
-        device: ``cfg.device``.
-
-    Raises:
-        ValueError: ``nproc`` not an integer >= 1; ``backend`` not null/gloo/nccl; ``nccl`` on a non-CUDA device;
-            several processes on one CUDA device count larger than the visible GPUs; torch without distributed
-            support, or without gloo on CPU.
-    """
+    """Validate ``cfg.trainer`` and return ``(nproc, backend)``. Raises ValueError for a bad ``nproc`` or
+    ``backend``, ``nccl`` off CUDA, more processes than GPUs, or a torch without distributed (or gloo) support."""
     trainer = dict(trainer or {})
     raw = trainer.get("nproc", 1)
     if isinstance(raw, bool) or not isinstance(raw, int) and not (isinstance(raw, str) and raw.strip().isdigit()):

@@ -7,12 +7,8 @@ import threading
 from typing import Any
 
 class SignalFlag:
-    """While active, SIGINT and SIGTERM set :attr:`raised` instead of raising ``KeyboardInterrupt``.
-
-    With several ranks an exception in the middle of an update would leave the others waiting in a collective;
-    a flag that the loop shares through :func:`agree` once per env step stops every rank after the same step.
-    Main thread only (Python's rule for signal handlers); elsewhere it installs nothing.
-    """
+    """While active (main thread only), SIGINT and SIGTERM set :attr:`raised` instead of raising: an exception
+    mid-update would leave other ranks waiting in a collective."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -1,10 +1,5 @@
-"""How many intra-op threads a run gets: ``threads=N``, or chosen from what the machine can give it now.
-
-torch's default is one thread per core. On a 2-core machine with the other core busy, two threads make every
-parallel region wait for the slower core, and an update can take tens of times longer than on one thread
-(docs/speed.md, "Threads"). :func:`choose_threads` counts the cores this process may run on (its affinity mask)
-and how many of them were idle over a short probe (``/proc/stat``), and takes the idle ones, at least one.
-"""
+"""How many intra-op threads a run gets: ``threads=N``, or the cores idle now (torch's one per core can be tens of
+times slower on a busy machine: docs/speed.md, "Threads")."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ def allowed_cores() -> list[int]:
 
 
 def cpu_times(path: str | Path = "/proc/stat") -> dict[int, tuple[int, int]]:
-    """``{cpu id: (idle ticks, total ticks)}`` from a ``/proc/stat`` text (idle counts ``idle`` and ``iowait``);
-    empty where the file cannot be read (not Linux)."""
+    """``{cpu id: (idle + iowait ticks, total ticks)}`` from ``/proc/stat``; empty where it cannot be read."""
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:
@@ -39,8 +33,7 @@ def cpu_times(path: str | Path = "/proc/stat") -> dict[int, tuple[int, int]]:
 
 
 def idle_cores(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cores: list[int]) -> float:
-    """How many of ``cores`` were idle between two :func:`cpu_times` readings: the sum over the cores of
-    ``d idle / d total`` (a core with no ticks in between counts as idle)."""
+    """Sum of ``d idle / d total`` over ``cores`` between two :func:`cpu_times` readings (no ticks: idle)."""
     total = 0.0
     for cpu in cores:
         if cpu not in before or cpu not in after:
@@ -52,18 +45,8 @@ def idle_cores(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, i
 
 
 def choose_threads(requested: int | None, processes: int = 1, probe_s: float = PROBE_S) -> tuple[int, str]:
-    """The intra-op thread count for this process and the reason, for the start-up line.
-
-    Args:
-        requested: ``threads`` from the config; a number is used as given.
-        processes: processes sharing the machine's cores (data-parallel ranks on one host).
-        probe_s: seconds to watch ``/proc/stat`` (this process sleeps meanwhile, so it does not count itself).
-
-    Returns:
-        ``(threads, reason)``: ``requested`` when given, else ``OMP_NUM_THREADS`` when set, else the idle cores
-        of the affinity mask rounded to the nearest whole core and shared among ``processes``, at least 1; where
-        the probe cannot read ``/proc/stat``, the cores of the mask (torch's own default).
-    """
+    """``(threads, reason)``: ``requested``, else ``OMP_NUM_THREADS``, else the affinity mask's cores idle over
+    ``probe_s`` (rounded, shared among ``processes``, at least 1; all of them without ``/proc/stat``)."""
     if requested:
         return int(requested), f"threads={int(requested)}"
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:

@@ -1,19 +1,5 @@
-"""Scores: official score files and reverie runs in one table, protocols, normalised aggregates.
-
-Typical use (what ``reverie compare`` does)::
-
-    from reverie.scores import read_official, read_runs, reference_path, get_protocol, run_scores, task_scores
-    ref = read_official(reference_path("atari100k", "dreamerv3"), method="dreamerv3")
-    ours = read_runs(["runs/"], suite="atari100k", method="reverie")
-    scores = run_scores(pd.concat([ref, ours]), get_protocol("atari100k"))  # one row per run
-    task_scores(scores)                                                     # one row per task and method
-
-Modules: ``readers`` (files -> tidy table, how a score file's points are read), ``references`` (which file a
-``--reference`` means), ``suites`` (a run's scoring suite from its env metadata), ``baselines`` (human/random,
-normalisation), ``protocols`` (which episodes score a run), ``aggregate`` (rliable aggregates, bootstrap CIs,
-two-set comparison), ``report`` (the Markdown tables), ``plots``, ``output`` (the output folder), ``cli``,
-``fetch`` (``reverie scores fetch``: the official files at pinned commits, checksummed).
-"""
+"""Scores: official score files and reverie runs in one table, protocols, normalised aggregates (``reverie compare``;
+its use from Python: ``docs/compare.md``, "In Python")."""
 
 from reverie.scores.aggregate import aggregates, compare_sets, mean_interval, permutation_test, score_matrix
 from reverie.scores.baselines import ATARI100K_RANDOM_HUMAN, load_baselines, normalise

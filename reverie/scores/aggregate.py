@@ -1,24 +1,9 @@
-"""Aggregates of normalised scores with uncertainty (rliable), and a two-set comparison.
+"""Aggregates of normalised scores with uncertainty (rliable), and a two-set comparison (``docs/compare.md``).
 
-Score matrices are ``(R, K)``: ``R`` runs (seeds) by ``K`` tasks, one normalised score per run and task
-(:func:`reverie.scores.protocols.run_scores`). Metrics follow Agarwal et al. 2021 ("Deep RL at the edge of the
-statistical precipice"), computed by ``rliable.metrics``:
-
-* ``mean`` / ``median``: of the per-task means over runs;
-* ``iqm``: interquartile mean, the 25%-trimmed mean of all ``R x K`` scores;
-* ``optimality_gap``: ``1 - mean(min(score, 1))`` (lower is better).
-
-Confidence intervals are percentile intervals of the stratified bootstrap (runs resampled within each task),
-``rliable.library.get_interval_estimates``. rliable draws its indices from NumPy's global generator, so each
-call here seeds it and restores the previous state afterwards.
-
-A two-set comparison (e.g. two hyperparameter settings, several seeds each, same tasks) reports
-``IQM(a) - IQM(b)`` with a bootstrap CI (each set resampled independently within tasks), a permutation test
-p-value (labels shuffled within each task; exact enumeration when the number of relabellings is small), and
-Welch's t-test p-value on the per-run mean score over tasks.
-
-One task's mean over seeds (the per-task table, the learning curves) gets a percentile bootstrap CI over its seeds
-(:func:`mean_interval`, ``scipy.stats.bootstrap``): the stratified bootstrap above with a single task.
+Score matrices are ``(R, K)``: ``R`` runs (seeds) by ``K`` tasks (:func:`reverie.scores.protocols.run_scores`).
+Metrics and stratified bootstrap CIs follow Agarwal et al. 2021 ("Deep RL at the edge of the statistical
+precipice"), computed by ``rliable``; rliable draws from NumPy's global generator, so each call here seeds it and
+restores the previous state afterwards.
 """
 
 from __future__ import annotations
@@ -40,17 +25,11 @@ METRICS = ("mean", "median", "iqm", "optimality_gap")
 
 def mean_interval(values: np.ndarray, reps: int = 2000, confidence: float = 0.95,
                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap CI of the mean over runs (``scipy.stats.bootstrap``, runs resampled with replacement).
+    """Percentile bootstrap CI ``(lo, hi)`` of the mean over runs (``scipy.stats.bootstrap``).
 
-    Args:
-        values: ``(R,)`` one value per run, or ``(R, M)``: one CI per column (e.g. per frame bin of a curve).
-        reps: bootstrap replications.
-        confidence: CI coverage.
-        seed: the same seed gives the same interval.
-
-    Returns:
-        ``(lo, hi)``, each ``()`` or ``(M,)``. NaN entries are ignored; a column with fewer than 2 finite values
-        gets NaN (no interval from one run); equal values give a zero-width interval.
+    ``values`` is ``(R,)`` or ``(R, M)`` (one CI per column, e.g. per frame bin); ``lo``/``hi`` are ``()`` or
+    ``(M,)``. NaN entries are ignored; a column with fewer than 2 finite values gets NaN, equal values a zero-width
+    interval. The same ``seed`` gives the same interval.
     """
     values = np.asarray(values, dtype=np.float64)
     flat = values.ndim == 1
@@ -75,23 +54,12 @@ def mean_interval(values: np.ndarray, reps: int = 2000, confidence: float = 0.95
 
 def score_matrix(scores: pd.DataFrame, method: str, tasks: list[str] | None = None,
                  column: str = "score") -> tuple[np.ndarray, list[str]]:
-    """``(R, K)`` matrix of ``method``'s per-run scores over ``tasks`` (default: all its tasks, sorted).
+    """``(matrix (R, K), tasks kept)`` of ``method``'s per-run ``column`` (``score`` or ``return``) over ``tasks``.
 
-    Tasks where fewer runs have a score than the most-covered task get their missing entries filled with the
-    mean of that task's runs (keeps the task mean; the bootstrap needs a full matrix). Tasks with no score at
-    all are dropped with a warning.
-
-    Args:
-        scores: per-run table from ``run_scores`` (``method, task, <column>``).
-        method: which method's rows.
-        tasks: task order; default sorted tasks of ``method``.
-        column: ``score`` (normalised) or ``return`` (raw).
-
-    Returns:
-        ``(matrix (R, K), tasks kept)``.
-
-    Raises:
-        ValueError: no rows for ``method``, or no task with a score.
+    ``scores`` is the per-run table of ``run_scores``; ``tasks`` defaults to the method's tasks, sorted. A task with
+    fewer runs than the best-covered one gets its missing entries filled with its mean (keeps the task mean; the
+    bootstrap needs a full matrix); a task with no score is dropped with a warning. Raises ValueError when
+    ``method`` has no rows or no task has a score.
     """
     rows = scores[scores["method"] == method]
     if rows.empty:
@@ -134,16 +102,9 @@ def seeded_numpy(seed: int) -> Iterator[None]:
 
 def aggregates(matrices: dict[str, np.ndarray], reps: int = 2000, confidence: float = 0.95,
                seed: int = 0) -> pd.DataFrame:
-    """Mean, median, IQM and optimality gap with stratified bootstrap CIs for each method.
+    """Mean, median, IQM and optimality gap with stratified bootstrap CIs for each ``{method: (R, K) matrix}``.
 
-    Args:
-        matrices: ``{method: (R, K) normalised scores}``.
-        reps: bootstrap replications.
-        confidence: CI coverage.
-        seed: bootstrap seed (the same seed gives the same intervals).
-
-    Returns:
-        Columns ``method, metric, value, lo, hi, runs, tasks``; one row per method and metric.
+    Returns columns ``method, metric, value, lo, hi, runs, tasks``, one row per method and metric.
     """
     rows = []
     for method, matrix in matrices.items():
@@ -160,16 +121,11 @@ def aggregates(matrices: dict[str, np.ndarray], reps: int = 2000, confidence: fl
 
 def compare_sets(a: np.ndarray, b: np.ndarray, reps: int = 2000, permutations: int = 10000,
                  confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
-    """Compare two sets of runs on the same ``K`` tasks: ``a (Ra, K)`` against ``b (Rb, K)``.
+    """Compare two sets of runs on the same ``K`` tasks, ``a (Ra, K)`` against ``b (Rb, K)``.
 
-    Returns:
-        ``iqm_a, iqm_b, diff (= iqm_a - iqm_b), lo, hi`` (bootstrap CI of ``diff``), ``p_permutation``
-        (two-sided, ``|diff|``), ``permutations`` (count used), ``exact`` (1.0 when all relabellings were
-        enumerated), ``p_welch`` and ``t_welch`` (Welch's t-test on per-run means over tasks), ``mean_a, mean_b``,
-        ``runs_a, runs_b`` (runs per set: with one run on a side there is no interval and no test).
-
-    Raises:
-        ValueError: different numbers of tasks, or a set with no runs.
+    Returns ``iqm_a, iqm_b, diff, lo, hi`` (bootstrap CI of ``diff = iqm_a - iqm_b``), ``p_permutation``,
+    ``permutations``, ``exact`` (1.0 when enumerated), ``p_welch``, ``t_welch`` (Welch's t-test on per-run means
+    over tasks), ``mean_a, mean_b, runs_a, runs_b``. Raises ValueError for different task counts or an empty set.
     """
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
@@ -199,14 +155,10 @@ def compare_sets(a: np.ndarray, b: np.ndarray, reps: int = 2000, permutations: i
 
 def permutation_test(a: np.ndarray, b: np.ndarray, permutations: int = 10000,
                      seed: int = 0) -> tuple[float, int, bool]:
-    """Two-sided permutation test of ``IQM(a) - IQM(b)`` with labels shuffled within each task (column).
+    """Two-sided permutation test of ``IQM(a) - IQM(b)``, labels shuffled within each task: ``(p, used, exact)``.
 
-    When the number of distinct relabellings ``prod_k C(Ra + Rb, Ra)`` is at most ``permutations`` all are
-    enumerated and ``p = #{|d| >= |d_obs|} / total`` (the observed labelling is one of them); otherwise
-    ``permutations`` random relabellings give ``p = (1 + #{|d| >= |d_obs|}) / (1 + permutations)``.
-
-    Returns:
-        ``(p, relabellings used, exact)``.
+    At most ``permutations`` distinct relabellings are all enumerated (``p = #{|d| >= |d_obs|} / total``), else
+    that many random ones give ``p = (1 + #{|d| >= |d_obs|}) / (1 + permutations)``.
     """
     ra, k = a.shape
     pooled = np.concatenate([a, b], axis=0)  # (Ra + Rb, K)

@@ -1,16 +1,9 @@
-"""Human/random baselines and score normalisation.
+"""Human/random baselines and score normalisation: Atari ``(return - random) / (human - random)``, DMC
+``return / 1000``, other suites the raw return.
 
-Normalisers per suite:
-
-* Atari (``atari100k``, ``atari57``): human-normalised score ``(return - random) / (human - random)``, so 0 is a
-  uniformly random policy and 1 the human reference.
-* DMC (``dmc_proprio``, ``dmc_vision``): ``return / 1000`` (every DMC task's return lies in [0, 1000]).
-* anything else (``generic``): the raw return.
-
-The Atari random/human pairs below are the 26 Atari100k games of the standard table (Mnih et al. 2015 /
-Badia et al. 2020), as shipped in danijar/dreamerv3 ``scores/baselines.yaml`` (group ``atari57_gamer``, each
-entry ``[random, human]``) and identically in the Atari100k ``RANDOM.json``/``HUMAN.json``. For the other
-Atari57 games pass that file (:func:`load_baselines`).
+The Atari pairs are the 26 Atari100k games of the standard table (Mnih et al. 2015 / Badia et al. 2020), from
+danijar/dreamerv3 ``scores/baselines.yaml`` (group ``atari57_gamer``; identical to Atari100k's
+``RANDOM.json``/``HUMAN.json``); other Atari57 games need that file (:func:`load_baselines`).
 """
 
 from __future__ import annotations
@@ -41,12 +34,7 @@ DMC_MAX_RETURN = 1000.0
 
 def load_baselines(path: str | Path, group: str = "atari57_gamer") -> dict[str, tuple[float, float]]:
     """``{task: (random, human)}`` from a ``baselines.yaml`` (danijar/dreamerv3 format: group -> task -> [lo, hi]).
-
-    Raises:
-        FileNotFoundError: ``path`` missing.
-        KeyError: the file has no ``group`` (the message lists the groups it has).
-        ValueError: an entry is not a pair of numbers.
-    """
+    Raises FileNotFoundError (no file), KeyError (no ``group``) and ValueError (an entry not a pair)."""
     import yaml
 
     path = Path(path)
@@ -70,17 +58,8 @@ def normaliser(suite: str) -> str:
 
 def normalise(returns: np.ndarray | pd.Series | float, task: str, suite: str,
               baselines: dict[str, tuple[float, float]] | None = None) -> np.ndarray:
-    """Normalised score of raw ``returns`` on ``task``; shape is kept.
-
-    Args:
-        returns: raw episode returns (or per-run means of them), any shape.
-        task: task in the official spelling (``atari_pong``).
-        suite: names the normaliser (:data:`NORMALISERS`).
-        baselines: ``{task: (random, human)}`` for ``human``; default :data:`ATARI100K_RANDOM_HUMAN`.
-
-    Raises:
-        KeyError: ``human`` normalisation of a task without a baseline (the message says how to add one).
-    """
+    """Normalised score of raw ``returns`` (any shape, kept) on ``task`` (official spelling) by ``suite``'s
+    normaliser; ``baselines`` defaults to :data:`ATARI100K_RANDOM_HUMAN`. KeyError for a task without a baseline."""
     values = np.asarray(returns, dtype=np.float64)
     kind = normaliser(suite)
     if kind == "dmc":

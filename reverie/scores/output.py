@@ -1,12 +1,8 @@
 """Where ``reverie compare`` writes, without ever overwriting an earlier comparison by accident.
 
-* No ``--out``: a new folder ``compare/<date>_<time>_<label>/`` under the current directory (``label`` is the
-  suite and the set names, e.g. ``dmc_proprio_reverie``), with ``_2``, ``_3``, ... appended when that name is
-  taken, as ``reverie train`` names ``runs/<date>_<time>_<exp>_<agent>_<env>/``. The repository's ``.gitignore``
-  ignores ``compare/``.
-* ``--out DIR``: DIR when it does not exist or is empty; a DIR that holds files is refused before any score is read
-  (nothing is written), unless ``--overwrite`` is given, which replaces the files compare writes (:data:`OUTPUT_FILES`)
-  and leaves any other file in DIR alone.
+Without ``--out``: a new ``compare/<date>_<time>_<label>/`` (``_2``, ... when taken; ``compare/`` is git-ignored).
+``--out DIR``: refused before any score is read when DIR holds files, unless ``--overwrite``, which replaces only
+:data:`OUTPUT_FILES`.
 """
 
 from __future__ import annotations
@@ -34,12 +30,8 @@ def default_dir(label: str, root: Path = DEFAULT_ROOT, now: dt.datetime | None =
 
 
 def choose_dir(out: str | Path | None, label: str, overwrite: bool) -> Path:
-    """The output folder for ``--out out`` (None: :func:`default_dir`); checks only, creates nothing.
-
-    Raises:
-        FileExistsError: ``out`` is a file, or a folder holding files and ``overwrite`` is False.
-        ValueError: ``overwrite`` without ``out`` (a new default folder needs no overwriting).
-    """
+    """The output folder for ``--out out`` (None: :func:`default_dir`); checks only, creates nothing. Raises
+    FileExistsError (``out`` a file, or holding files without ``overwrite``) and ValueError (``overwrite`` alone)."""
     if out is None:
         if overwrite:
             raise ValueError("--overwrite needs --out DIR: without --out every call writes a new folder under "

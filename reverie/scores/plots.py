@@ -1,12 +1,6 @@
-"""Figures (PNG + SVG, matplotlib Agg backend) and Markdown tables of score comparisons.
-
-* :func:`plot_curves`: one panel per task, return against environment **frames**; each method is its seeds' mean
-  (line) and the 95% bootstrap CI of that mean (band; or the min-max range) after binning every run on the same
-  frame grid; the protocol window is shaded.
-* :func:`plot_intervals`: aggregate metrics (mean, median, IQM, optimality gap) with their CIs, one panel per
-  metric, one row per method.
-* :func:`plot_difference`: the IQM difference of a two-set comparison with its CI.
-* :func:`markdown_table`: a plain Markdown table from rows of strings.
+"""Figures (PNG + SVG, matplotlib Agg backend) and Markdown tables of score comparisons: learning curves per task
+(:func:`plot_curves`), aggregate metrics with CIs (:func:`plot_intervals`), a two-set IQM difference
+(:func:`plot_difference`) and :func:`markdown_table`.
 """
 
 from __future__ import annotations
@@ -36,16 +30,8 @@ def save(fig: plt.Figure, stem: Path) -> list[Path]:
 
 
 def binned_means(frames: np.ndarray, returns: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Mean of ``returns`` whose ``frames`` fall in each bin ``(edges[i], edges[i+1]]``; NaN for empty bins.
-
-    Args:
-        frames: ``(E,)`` frames at episode end (or bin labels).
-        returns: ``(E,)``.
-        edges: ``(M + 1,)`` increasing bin edges in frames.
-
-    Returns:
-        ``(M,)`` bin means.
-    """
+    """``(M,)`` mean of ``returns`` ``(E,)`` whose ``frames`` ``(E,)`` fall in each bin ``(edges[i], edges[i+1]]``
+    of ``edges`` ``(M + 1,)``; NaN for empty bins."""
     index = np.searchsorted(edges, frames, side="left") - 1  # bin i holds edges[i] < x <= edges[i+1]
     index[frames <= edges[0]] = 0
     valid = (index >= 0) & (index < len(edges) - 1)
@@ -59,24 +45,13 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
                 tasks: list[str] | None = None, bins: int = 40, cols: int = 4, ylabel: str = "episode return",
                 fill: str = "last", band: str = "ci", xmax: float | None = None, reps: int = 2000,
                 seed: int = 0) -> list[Path]:
-    """Learning curves per task on the frame axis: each method's mean over runs and a band around it.
+    """Learning curves per task on the frame axis: each method's mean over runs and a band; returns both paths.
 
-    Args:
-        table: tidy score table (``readers.COLUMNS``) holding every method to draw (ours and the reference).
-        stem: output path without suffix; ``.png`` and ``.svg`` are written.
-        window: protocol window ``(lo, hi)`` in frames, shaded.
-        tasks: panels to draw (default: all tasks in ``table``).
-        bins: frame bins from 0 to ``xmax``; a bin is never narrower than the coarsest grid in the data
-            (:func:`curve_edges`), so every run has a value in every bin it covers.
-        fill: ``last`` carries a run's last bin value over its empty bins (episodes longer than a bin), ``nan``
-            leaves gaps.
-        band: ``ci``: the percentile bootstrap 95% CI of the mean over runs, per bin
-            (:func:`reverie.scores.aggregate.mean_interval`, none with one run); ``range``: min to max over runs.
-        xmax: right end of the frame axis (default: the task's largest frame count); data beyond it are not drawn.
-        reps, seed: bootstrap replications and seed of the ``ci`` band.
-
-    Returns:
-        The two written paths.
+    ``table`` holds every method to draw (``readers.COLUMNS``); ``window`` (frames) is shaded; ``bins`` frame bins
+    from 0 to ``xmax`` (default: the task's largest frame count) are never narrower than the data's coarsest grid
+    (:func:`curve_edges`). ``fill="last"`` carries a run's last value over its empty bins, ``"nan"`` leaves gaps;
+    ``band="ci"`` is the percentile bootstrap 95% CI of the mean per bin (``reps``, ``seed``; none with one run,
+    :func:`reverie.scores.aggregate.mean_interval`), ``"range"`` min to max over runs.
     """
     from reverie.scores.aggregate import mean_interval
 
@@ -134,12 +109,9 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
 
 
 def curve_edges(table: pd.DataFrame, bins: int = 40, xmax: float | None = None) -> np.ndarray:
-    """Bin edges ``(M + 1,)`` from 0 to ``xmax`` (default: the largest ``frames + bin_width``) for one task's rows.
-
-    The width is ``xmax / bins``, widened to the coarsest grid in ``table``: the largest ``bin_width`` and the
-    largest median gap between one run's distinct frame counts (e.g. evaluations every 10k frames), so a run on a
-    coarse grid does not leave every other bin empty.
-    """
+    """Bin edges ``(M + 1,)`` from 0 to ``xmax`` (default: the largest ``frames + bin_width``) for one task's rows:
+    width ``xmax / bins``, widened to the largest ``bin_width`` or median gap of one run's frames, so a run on a
+    coarse grid does not leave every other bin empty."""
     if xmax is None:
         xmax = float((table["frames"] + table["bin_width"]).max())
     gaps = [float(np.median(np.diff(np.unique(r["frames"].to_numpy(np.float64)))))

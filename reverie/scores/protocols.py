@@ -1,23 +1,9 @@
-"""Scoring protocols: which episodes of a run make its score, on the frame axis.
+"""Scoring protocols: which episodes of a run make its score, on the frame axis (the table in ``docs/compare.md``).
 
-A protocol picks a window ``[lo, hi]`` of environment **frames** (never agent steps) and scores a run as the
-mean return of the episodes that *ended* in it; a task's score is then the mean over seeds.
-
-* ``atari100k``: episodes ending in ``[390_000, 400_000]`` frames (the last 10k frames of the 100k-agent-step,
-  400k-frame budget), per seed, then the mean over seeds.
-* ``atari57``: ``[196M, 200M]`` frames (the last 2% of the 200M-frame budget; our choice, not the paper's).
-* ``dmc_proprio``: ``[90_000, 110_000]`` frames, the 100k-frame point (50k agent steps at action repeat 2) that
-  runs on a CPU reach; the official runs go on to 500k frames (``--window 490000 500000`` for their end).
-* ``dmc_vision``: the last 10k frames of the DreamerV3 runs' 1M-frame budget (action repeat 2).
-
-DMC runs of reverie are scored by their evaluation episodes (``mode="eval"`` rows of ``scores.jsonl``, one row per
-episode of each evaluation, at the frames of that evaluation): the CLI's default ``--mode`` for ``dmc_*``.
-* ``generic`` (any other env, e.g. CartPole): the final window ``[(1 - f) * budget, budget]`` with ``f = 0.1``
-  and ``budget`` given, or the largest frame count every run reached.
-
-Binned rows (``bin_width > 0``, bins ``[x, x + w)``) count when the bin overlaps the window by a positive length,
-and a run's score is then the mean of its bin means (the files do not keep episode counts). Points (evaluations
-and episodes, ``bin_width == 0``) count when ``lo <= x <= hi``.
+A protocol picks a window ``[lo, hi]`` of environment **frames** (never agent steps) and scores a run as the mean
+return of its rows in it; a task's score is the mean over seeds. Points (episodes and evaluations,
+``bin_width == 0``) count when ``lo <= x <= hi``; bins ``[x, x + w)`` when they overlap the window by a positive
+length, a run's score then being the mean of its bin means (the files keep no episode counts).
 """
 
 from __future__ import annotations
@@ -35,14 +21,8 @@ RUN_KEYS = ["suite", "task", "method", "run", "seed"]
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """Where on the frame axis a run is scored.
-
-    Attributes:
-        name: suite name.
-        window: ``(lo, hi)`` frames, inclusive; None means the final window of ``budget``.
-        budget: frames; for ``window=None`` (None: the largest frame count that every run reached).
-        final_fraction: width of the final window as a fraction of ``budget``.
-    """
+    """Where on the frame axis a run is scored: ``window`` ``(lo, hi)`` frames, inclusive, or (None) the final
+    ``final_fraction`` of ``budget`` frames (None: the largest frame count every run reached)."""
 
     name: str
     window: tuple[float, float] | None = None
@@ -50,11 +30,8 @@ class Protocol:
     final_fraction: float = 0.1
 
     def resolve(self, table: pd.DataFrame) -> tuple[float, float]:
-        """The ``(lo, hi)`` frame window for ``table`` (the tidy table of the runs to score).
-
-        Raises:
-            ValueError: empty table with no fixed window, or a window with ``lo > hi``.
-        """
+        """The ``(lo, hi)`` frame window for ``table`` (the tidy table of the runs to score); ValueError for an
+        empty table without a fixed window or a window with ``lo > hi``."""
         if self.window is not None:
             lo, hi = map(float, self.window)
         else:
@@ -82,11 +59,8 @@ PROTOCOLS = {
 
 def get_protocol(suite: str, window: tuple[float, float] | None = None, budget: float | None = None,
                  final_fraction: float | None = None) -> Protocol:
-    """The protocol of ``suite``, with an optional window (frames), budget (frames) or final fraction override.
-
-    Raises:
-        ValueError: unknown suite (the message lists the known ones).
-    """
+    """The protocol of ``suite`` with an optional window, budget (frames) or final fraction override; ValueError
+    for an unknown suite."""
     if suite not in PROTOCOLS:
         raise ValueError(f"unknown suite {suite!r}; known suites: {', '.join(PROTOCOLS)} (use `generic` for "
                          f"any other environment)")
@@ -115,15 +89,9 @@ def run_scores(table: pd.DataFrame, protocol: Protocol,
                baselines: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """One score per run: the mean return of its rows in the protocol window, and its normalised score.
 
-    Args:
-        table: tidy score table (``readers.COLUMNS``).
-        protocol: the scoring protocol; its window is resolved on ``table``.
-        baselines: ``{task: (random, human)}`` for Atari normalisation (default: the built-in Atari100k table).
-
-    Returns:
-        Columns ``suite, task, method, run, seed, return, score, episodes, lo, hi``; a run with nothing in the
-        window keeps a row with ``return`` and ``score`` NaN and ``episodes`` 0; a task without a random/human
-        baseline (human-normalised suites) keeps its ``return`` and gets ``score`` NaN, with a warning.
+    ``baselines`` is ``{task: (random, human)}`` (default: the built-in Atari100k table). Returns columns ``suite,
+    task, method, run, seed, return, score, episodes, lo, hi``; a run with nothing in the window keeps a row with NaN
+    ``return``/``score`` and ``episodes`` 0; a task without a baseline gets ``score`` NaN, with a warning.
     """
     lo, hi = protocol.resolve(table)
     inside = table[in_window(table, lo, hi)]

@@ -1,29 +1,10 @@
-"""Score files -> one tidy pandas table.
+"""Score files -> one tidy pandas table (:data:`COLUMNS`), one row per episode, evaluation point or bin.
 
-Three sources, one table (:data:`COLUMNS`), one row per episode, evaluation point or bin of episodes:
-
-* **Official score files, current format** (``<suite>-<method>.json.gz``, danijar/dreamerv3 ``scores/``, for
-  DreamerV3 and the other methods shipped there: ``ppo_fixhp``, ``drqv2``, ...): a JSON list of runs
-  ``{"task", "method", "seed": int, "xs": [...], "ys": [...]}``. ``xs`` are environment frames (agent steps x
-  action repeat) and ``ys`` returns.
-* **Official score files, 2023 format** (``<suite>_<method>.json.gz``, the 2023 ``scores/data/``): the same keys
-  with string seeds (``"0"``); ``NaN`` where a bin is empty.
-* **reverie runs**: ``<run_dir>/scores.jsonl`` (``{"step", "frames", "return", "length", "mode"}`` per
-  episode) with ``<run_dir>/config.yaml`` (``env.id``/``env.task``, ``env.action_repeat``, ``seed``).
-
-A score file's ``(x, y)`` pairs are read one of three ways (:data:`READINGS`, :func:`choose_reading`):
-
-* ``episodes``: ``xs`` not on one regular grid: each pair is one finished episode (return ``y`` at ``x`` frames);
-* ``bins``: ``xs`` on a regular grid of step ``w`` (DreamerV3's ``atari100k`` 2023, ``dmc_proprio``, ``atari57``):
-  ``y`` is the mean return of the episodes that ended in ``[x, x + w)``; the row keeps ``bin_width = w``. With
-  that reading the 2023 atari100k file reproduces the 2023 paper's per-game table exactly (``docs/compare.md``);
-* ``points``: ``xs`` on a grid, each pair an evaluation at ``x`` frames (e.g. DrQ-v2, CURL and SAC on DMC vision:
-  x = 0, 20k, 40k, ...); the row is a point (``bin_width = 0``) like an episode.
-
-``auto`` (the default) picks ``episodes`` off a grid, ``points`` on a grid that has a score at x = 0 (an
-evaluation of the untrained agent: no episode has ended by frame 0, and DreamerV3's binned files have no score
-there), else ``bins``. Frames and agent steps are separate columns and are never converted into each other
-except through the run's (or suite's) action repeat.
+Sources: official score files (danijar/dreamerv3 ``scores/``: current ``<suite>-<method>.json.gz`` and 2023
+``<suite>_<method>.json.gz``), a JSON list of runs ``{"task", "method", "seed", "xs", "ys"}`` with ``xs`` in
+environment frames; and reverie runs (``<run_dir>/scores.jsonl`` with ``config.yaml``). A file's ``(x, y)`` pairs
+are read as episodes, bins or points (:func:`choose_reading`; the table in ``docs/compare.md``). Frames and agent
+steps convert into each other only through the run's (or suite's) action repeat.
 """
 
 from __future__ import annotations
@@ -64,13 +45,8 @@ class ScoreFormatError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Reading:
-    """How a score file's ``(x, y)`` pairs were read.
-
-    Attributes:
-        kind: ``episodes``, ``bins`` or ``points``.
-        step: the grid step in frames (0 off a grid).
-        why: ``auto``'s reason, or ``--reading`` when the user chose.
-    """
+    """How a score file's ``(x, y)`` pairs were read: ``kind`` (``episodes``, ``bins`` or ``points``), the grid
+    ``step`` in frames (0 off a grid) and ``why`` (``auto``'s reason, or ``--reading``)."""
 
     kind: str
     step: float
@@ -85,9 +61,7 @@ class Reading:
         return f"{what} ({self.why})"
 
 
-# ---------------------------------------------------------------------------------------------------------
-# official score files
-# ---------------------------------------------------------------------------------------------------------
+# --- official score files ---
 
 def read_official(path: str | Path, suite: str | None = None, method: str | None = None,
                   reading: str = "auto") -> pd.DataFrame:
@@ -97,23 +71,12 @@ def read_official(path: str | Path, suite: str | None = None, method: str | None
 
 def read_score_file(path: str | Path, suite: str | None = None, method: str | None = None,
                     reading: str = "auto") -> tuple[pd.DataFrame, Reading]:
-    """Read a score file in the official format (either release) into the tidy table (:data:`COLUMNS`).
+    """Read an official score file (either release, ``.json`` or ``.json.gz``) into ``(table, reading)``.
 
-    Args:
-        path: ``<suite>-<method>.json.gz`` (current) or ``<suite>_<method>.json.gz`` (2023); plain ``.json`` too.
-        suite: suite name; by default taken from the file name (``dmcproprio`` -> ``dmc_proprio``).
-        method: label for the table's ``method`` (e.g. ``dreamerv3-2023``); default each run's own ``method``.
-        reading: ``auto``, ``bins`` or ``points`` (:func:`choose_reading`).
-
-    Returns:
-        ``(table, reading)``: the table has ``mode="train"`` and ``bin_width`` > 0 when read as bins; empty bins
-        and missing points (``NaN``/``null`` returns) are dropped.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ScoreFormatError: not a JSON list of runs with ``task``/``method``/``seed``/``xs``/``ys`` of equal length,
-            or ``reading="bins"`` for a file whose ``xs`` are not on a regular grid.
-        ValueError: an unknown ``reading``.
+    ``suite`` defaults to the file name's, ``method`` to each run's own; rows have ``mode="train"`` and
+    ``NaN``/``null`` returns are dropped. Raises FileNotFoundError (no file), ValueError (unknown ``reading``) and
+    ScoreFormatError (not a JSON list of runs with ``task``/``method``/``seed`` and equal-length ``xs``/``ys``, or
+    ``reading="bins"`` for ``xs`` off a regular grid).
     """
     path = Path(path)
     if not path.is_file():
@@ -146,12 +109,9 @@ def read_score_file(path: str | Path, suite: str | None = None, method: str | No
 
 
 def choose_reading(runs: list[dict], reading: str = "auto", path: str | Path = "score file") -> Reading:
-    """How to read ``runs`` (the file's JSON list): see the module docstring for the three readings.
-
-    Raises:
-        ValueError: ``reading`` is not one of :data:`READINGS`.
-        ScoreFormatError: ``reading="bins"`` and the ``xs`` are not on one regular grid.
-    """
+    """How to read ``runs`` (the file's JSON list): ``episodes`` off a regular grid; on one, ``reading``, or for
+    ``auto`` ``points`` when some run has a score at x = 0 (an evaluation before training) and ``bins`` otherwise.
+    Raises ValueError (``reading`` not in :data:`READINGS`) and ScoreFormatError (``bins`` off a grid)."""
     if reading not in READINGS:
         raise ValueError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
     step = grid_step(runs)
@@ -221,11 +181,8 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def canonical_task(name: str, suite: str) -> str:
-    """One spelling per task, the official files' one: ``ALE/MsPacman-v5`` or ``MsPacman`` -> ``atari_ms_pacman``.
-
-    Atari suites get the ``atari_`` prefix and snake case, DMC suites ``dmc_``; any other suite keeps the name
-    (``CartPole-v1``).
-    """
+    """One spelling per task, the official files': ``ALE/MsPacman-v5`` or ``MsPacman`` -> ``atari_ms_pacman``
+    under an Atari suite (``dmc_`` under DMC); other suites keep the name."""
     prefix = "atari_" if suite.startswith("atari") else "dmc_" if suite.startswith("dmc") else None
     if prefix is None:
         return name
@@ -236,16 +193,11 @@ def canonical_task(name: str, suite: str) -> str:
     return TASK_ALIASES.get(base, base)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# reverie runs
-# ---------------------------------------------------------------------------------------------------------
+# --- reverie runs ---
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
-    """Run directories (folders holding ``scores.jsonl``) in ``paths``: each a run or a folder of runs, any depth.
-
-    Raises:
-        FileNotFoundError: a path does not exist, or holds no ``scores.jsonl`` at all.
-    """
+    """Run directories (folders holding ``scores.jsonl``) in ``paths``, each a run or a folder of runs at any depth.
+    Raises FileNotFoundError when a path does not exist or holds no ``scores.jsonl``."""
     runs: list[Path] = []
     for p in map(Path, paths):
         if not p.exists():
@@ -263,21 +215,12 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 
 def read_run(run_dir: str | Path, suite: str = "generic", method: str = "reverie",
              mode: str | None = "train") -> pd.DataFrame:
-    """Read one reverie run (``scores.jsonl`` + ``config.yaml``) into the tidy table.
+    """Read one reverie run (``scores.jsonl`` + ``config.yaml``) into the tidy table, ``suite``/``method`` as labels.
 
-    ``frames`` come from each record's ``frames`` (env steps x action repeat, written by the logger) and
-    ``agent_steps`` from its ``step``; a record without ``frames`` gets ``step x env.action_repeat``. The task is
-    ``env.task`` if the config has one, else ``env.id``, in the suite's spelling (:func:`canonical_task`).
-
-    Args:
-        run_dir: the run directory.
-        suite: suite the run belongs to (names the task spelling and the table's ``suite``).
-        method: label of this set of runs in the table (e.g. ``reverie``, ``baseline``).
-        mode: keep only ``train`` or ``eval`` episodes; None keeps both.
-
-    Raises:
-        FileNotFoundError: no ``scores.jsonl``/``config.yaml``.
-        ScoreFormatError: a line is not a JSON object with ``step`` and ``return``.
+    ``frames`` come from each record's ``frames`` (else ``step x env.action_repeat``), ``agent_steps`` from its
+    ``step``; the task is ``env.task`` or ``env.id`` in the suite's spelling. ``mode`` keeps ``train`` or ``eval``
+    episodes (None: both). Raises FileNotFoundError (no ``scores.jsonl``/``config.yaml``) and ScoreFormatError (a
+    line is not a JSON object with ``step`` and ``return``).
     """
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)
@@ -313,11 +256,7 @@ def read_run(run_dir: str | Path, suite: str = "generic", method: str = "reverie
 
 
 def read_run_config(run_dir: Path) -> dict:
-    """The run's ``config.yaml`` as a plain dict.
-
-    Raises:
-        FileNotFoundError: the run directory lacks ``scores.jsonl`` or ``config.yaml``.
-    """
+    """The run's ``config.yaml`` as a plain dict; FileNotFoundError without ``scores.jsonl`` or ``config.yaml``."""
     for name in ("scores.jsonl", "config.yaml"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir} has no {name}; a reverie run directory holds config.yaml and "

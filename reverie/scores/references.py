@@ -1,21 +1,10 @@
-"""Where the official score files are, and which file a ``--reference`` name or path means.
+"""Where the official score files are, and which file a ``--reference`` name or path means (``docs/compare.md``).
 
-A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or a ``reference_scores/`` folder in or
-next to the current directory) holds
-score files in the danijar/dreamerv3 ``scores/`` format, directly or one sub-folder deep::
-
-    reference_scores/dreamerv3/dmc_proprio-dreamerv3.json.gz        current names: <suite>-<method>.json.gz
-    reference_scores/dreamerv3-2023/dmcproprio_dreamerv3.json.gz    2023 names:    <suite without _>_<method>.json.gz
-    reference_scores/dreamerv3/dmc_vision-drqv2.json.gz             any other method's file, downloaded by a user
-
-``--reference`` takes, per score set:
-
-* ``dreamerv3`` / ``dreamerv3-2023``: the DreamerV3 file of the current / 2023 release (:data:`BUILTIN`), labelled
-  with that name (both files call their method ``dreamerv3``);
-* any other name (``ppo_fixhp``, ``drqv2``): the one file ``<suite>-<name>.json.gz`` or ``<suite2023>_<name>.json.gz``
-  in the folder or a sub-folder (the current spelling when both are there, as after ``reverie scores fetch``),
-  labelled with its own ``method`` field;
-* a path to a ``.json``/``.json.gz`` file: that file, labelled with its own ``method`` field.
+A reference folder (``--reference-dir``, ``$REVERIE_REFERENCE_SCORES`` or ``reference_scores/`` here or next to
+here) holds danijar/dreamerv3 ``scores/`` files, directly or one sub-folder deep: ``dreamerv3/<suite>-<method>.json.gz``
+(current names), ``dreamerv3-2023/<suite without _>_<method>.json.gz`` (2023 names), other methods' files. A
+reference is a :data:`BUILTIN` name (labelled with it), another method's name (its one file, the current spelling
+winning) or a file path; those two are labelled with the file's own ``method``.
 """
 
 from __future__ import annotations
@@ -36,8 +25,8 @@ FETCH_COMMAND = "reverie scores fetch"
 
 
 def missing_folder_note(reference_dir: str | Path | None) -> str | None:
-    """The sentence every compare message carries when no reference folder is found (``reference_dir`` None and
-    none of :func:`default_reference_dir`'s places exists), naming the command that fetches one; else None."""
+    """The sentence every compare message carries when no reference folder is found, naming the fetch command;
+    else None."""
     if reference_dir is not None or default_reference_dir() is not None:
         return None
     return (f"no reference score folder found (--reference-dir, ${REFERENCE_DIR_ENV}, or reference_scores/ here or "
@@ -46,11 +35,8 @@ def missing_folder_note(reference_dir: str | Path | None) -> str | None:
 
 
 def default_reference_dir() -> Path | None:
-    """Where the official score files live when no ``--reference-dir`` is given.
-
-    Order: ``$REVERIE_REFERENCE_SCORES``, then ``reference_scores/`` in the current directory, then next to it
-    (``../reference_scores``). Returns None when none exists.
-    """
+    """``$REVERIE_REFERENCE_SCORES``, else ``reference_scores/`` in the current directory or its parent; None when
+    none exists."""
     candidates = []
     if os.environ.get(REFERENCE_DIR_ENV):
         candidates.append(Path(os.environ[REFERENCE_DIR_ENV]))
@@ -90,12 +76,8 @@ def available(suite: str, reference_dir: str | Path | None = None) -> list[str]:
 
 def reference_path(suite: str, reference: str = "dreamerv3", reference_dir: str | Path | None = None) -> Path:
     """Path of the score file that ``reference`` (a built-in name, another method's name, or a path) means on ``suite``.
-
-    Raises:
-        FileNotFoundError: no reference folder, no such file, or a path that does not exist (the message lists the
-            score files the folder has for ``suite``).
-        ValueError: a name that matches several files (the message lists them: pass one as a path).
-    """
+    Raises FileNotFoundError (no folder, no such file; lists the folder's files for ``suite``) and ValueError (a name
+    matching several files)."""
     if is_path(reference):
         path = Path(reference)
         if not path.is_file():

@@ -1,15 +1,7 @@
-"""Which scoring suite a reverie run belongs to, from the env settings it was trained with.
+"""Which scoring suite a reverie run belongs to, from its ``env_metadata.json`` (or its ``config.yaml``'s ``env``).
 
-Training writes ``<run_dir>/env_metadata.json`` (:func:`reverie.envs.factory.env_metadata`: the env family
-``suite`` = ``gym``/``atari``/``dmc`` and its protocol settings). The scoring suite follows from it:
-
-* ``dmc`` with ``image`` among its ``observations`` -> ``dmc_vision``; ``dmc`` without -> ``dmc_proprio``;
-* ``atari`` with ``sticky_action_probability`` 0 -> ``atari100k`` (``env=atari100k``: no sticky actions, 30 no-ops);
-  ``atari`` with sticky actions -> ``atari57`` (``env=atari``: the Machado et al. 2018 protocol of the long runs);
-* ``gym`` (anything else) -> ``generic``.
-
-A run without ``env_metadata.json`` (written before it existed) gets the same answer from its ``config.yaml``'s
-``env`` section.
+``dmc`` -> ``dmc_vision`` with ``image`` observations, else ``dmc_proprio``; ``atari`` -> ``atari100k`` without
+sticky actions (``env=atari100k``), ``atari57`` with them (``env=atari``, Machado et al. 2018); else ``generic``.
 """
 
 from __future__ import annotations
@@ -33,11 +25,7 @@ def score_suite(metadata: Mapping[str, Any]) -> str:
 
 def run_metadata(run_dir: str | Path) -> tuple[dict[str, Any], str]:
     """``(metadata, source)`` of a run: ``env_metadata.json``, else computed from ``config.yaml``'s ``env``.
-
-    Raises:
-        FileNotFoundError: neither file exists.
-        ValueError: an unreadable ``env_metadata.json``, or a config whose env the factory rejects.
-    """
+    Raises FileNotFoundError (neither file) and ValueError (unreadable JSON, or an env the factory rejects)."""
     run_dir = Path(run_dir)
     path = run_dir / "env_metadata.json"
     if path.is_file():
@@ -60,11 +48,8 @@ def run_metadata(run_dir: str | Path) -> tuple[dict[str, Any], str]:
 
 
 def infer_suite(run_dirs: list[Path]) -> tuple[str, str]:
-    """``(suite, source)``: the one scoring suite of all ``run_dirs``; ``source`` names the files it came from.
-
-    Raises:
-        ValueError: the runs belong to different suites (the message lists which run is which).
-    """
+    """``(suite, source)``: the one scoring suite of all ``run_dirs`` and the files it came from; ValueError when
+    they belong to different suites."""
     found: dict[str, list[Path]] = {}
     sources = set()
     for run in run_dirs:

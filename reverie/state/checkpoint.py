@@ -1,17 +1,9 @@
-"""Crash-safe checkpoints: everything a run needs to continue exactly (issue 6).
+"""Crash-safe checkpoints: everything a run needs to continue exactly (issue 6; docs/resume.md).
 
-Layout under ``<run_dir>/checkpoints/``::
-
-    ckpt_<env_step>.pt        one torch.save payload: agent state, counters, RNG states, config, ... (small)
-    ckpt_<env_step>.replay/   the replay at that step: one <key>.npy per key + replay.json (Replay.save)
-    best.pt                   the agent's weights at the best evaluation so far (save_best; weights only)
-
-Writes are atomic: the replay snapshot goes to ``.replay.tmp/`` and is renamed, then the payload goes to
-``.pt.tmp``, is fsync'ed and renamed; the ``.pt`` file is the commit marker, so a run killed mid-write leaves
-the previous checkpoint intact. The newest ``keep`` READABLE checkpoints are kept (with their replay snapshots):
-an unreadable one never takes the place of a readable one, it is removed when pruned (issue 20).
-Loading a run directory tries the newest checkpoint first and falls back, with a warning (once per file and
-process), to the previous one when a file is truncated or unreadable or its replay snapshot is incomplete.
+Layout under ``<run_dir>/checkpoints/``: ``ckpt_<env_step>.pt`` (one torch.save payload: agent state, counters, RNG
+states, config, ...), ``ckpt_<env_step>.replay/`` (the replay snapshot, :meth:`reverie.replay.Replay.save`) and
+``best.pt`` (weights at the best evaluation). Writes are atomic, the ``.pt`` rename being the commit marker; the
+newest ``keep`` readable checkpoints are kept (issue 20) and loading falls back from an unreadable one.
 """
 
 from __future__ import annotations
@@ -46,19 +38,9 @@ def save_checkpoint(directory: str | Path, step: int, payload: dict[str, Any], k
                     replay: Any = None) -> Path:
     """Write ``payload`` (and ``replay``'s snapshot) as checkpoint ``step``, atomically; keep the newest ``keep``.
 
-    Args:
-        directory: the run's ``checkpoints/`` folder (created if missing).
-        step: env step, used in the file name (``ckpt_<step:010d>.pt``); saving a step again replaces it.
-        payload: picklable state (tensors, numpy arrays, plain Python).
-        keep: checkpoints kept (>= 1; older ones and their replay snapshots are deleted).
-        replay: an object with ``save(directory) -> dict`` (:class:`reverie.replay.Replay`), or None. Its
-            metadata is stored in the payload as ``"replay_meta"``.
-
-    Returns:
-        The path of the ``.pt`` file written.
-
-    Raises:
-        ValueError: ``keep`` < 1.
+    ``directory`` is the run's ``checkpoints/`` (created if missing); the file is ``ckpt_<step:010d>.pt`` (saving a
+    step again replaces it); ``replay`` has ``save(directory) -> dict``, stored as ``payload["replay_meta"]``.
+    Returns the ``.pt`` path. Raises ValueError when ``keep`` < 1.
     """
     if keep < 1:
         raise ValueError(f"keep must be >= 1 (checkpoints kept), got {keep}: set train.checkpoint_keep >= 1")
@@ -102,9 +84,8 @@ def _atomic_save(payload: dict[str, Any], path: Path) -> None:
 
 
 def save_best(directory: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` (the agent's weights, config, step and return of its evaluation) as ``best.pt`` in
-    ``directory``, atomically. It is not a resumable checkpoint (no optimiser, replay or RNG state) and is never
-    pruned; :func:`reverie.state.saved_run.load_run` loads it with ``checkpoint="best"``."""
+    """Write ``payload`` (weights, config, step and evaluation return) as ``best.pt`` in ``directory``, atomically.
+    Not resumable (no optimiser, replay or RNG state) and never pruned; ``load_run(checkpoint="best")`` reads it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / BEST_FILE
@@ -180,12 +161,8 @@ def _candidates(path: str | Path) -> list[Path]:
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """Resolve a run directory, its ``checkpoints/`` folder or a checkpoint file to the newest checkpoint file
-    (without checking that it is readable; :func:`load_checkpoint` does).
-
-    Raises:
-        FileNotFoundError: nothing that looks like a checkpoint there.
-    """
+    """The newest checkpoint file of a run directory, its ``checkpoints/`` folder or a checkpoint file (not checked
+    for readability); FileNotFoundError when there is none."""
     return _candidates(path)[0]
 
 
@@ -204,17 +181,10 @@ class _Known(Exception):
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load the newest readable checkpoint under ``path`` (see :func:`find_checkpoint`).
 
-    A checkpoint that cannot be read (truncated or corrupt ``.pt``, missing or partial replay snapshot) is
-    skipped with a ``UserWarning`` naming it and the reason (once per file and process), and the previous one is
-    tried.
-
-    Returns:
-        The payload, plus ``"checkpoint_path"`` (the ``.pt`` used) and, when it has a replay snapshot,
-        ``"replay_dir"`` (its folder, for :meth:`reverie.replay.Replay.load`).
-
-    Raises:
-        FileNotFoundError: no checkpoint under ``path``.
-        RuntimeError: checkpoints exist but none is readable (the reasons are listed).
+    An unreadable one (truncated or corrupt ``.pt``, missing or partial replay snapshot) is skipped with a
+    ``UserWarning`` (once per file and process) and the previous one tried. Returns the payload plus
+    ``"checkpoint_path"`` and, with a replay snapshot, ``"replay_dir"``. Raises FileNotFoundError (no checkpoint)
+    and RuntimeError (none readable; the reasons are listed).
     """
     errors = []
     for candidate in _candidates(path):

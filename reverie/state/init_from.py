@@ -1,16 +1,10 @@
 """``reverie train init_from=RUN``: start a new run from another run's agent (docs/offline.md).
 
-The model settings come from RUN by default, as ``--resume`` takes a run's: its agent (``agent=<name>`` unless the
-command chooses one) and its whole resolved ``agent.module`` block (networks, sizes, learning rates), with the
-command's own ``agent.module.*`` and ``size`` overrides on top (:func:`take_model_settings`); the keys of
-:data:`RUNTIME_KEYS` (device, precision, compile, kernels) stay the command's. When RUN's agent still
-does not fit, the error names the model settings that differ from RUN's.
-
-What is taken: the world model (parameters and its optimiser's moments) always; actor, critic, slow critic and
-return normaliser too when RUN trained them (a ``reverie train`` run, or a ``reverie pretrain`` run with
-``pretrain.behavior=true``), else they start fresh as in any new run. With ``init.keep_data`` the new run's replay
-is first filled with RUN's replay (for a pretrain run: the logged dataset). Counters, clocks, RNG states and the
-env start fresh: this is a new run, not a resume.
+The agent and its resolved ``agent.module`` come from RUN, with the command's model overrides on top
+(:func:`take_model_settings`) and :data:`RUNTIME_KEYS` the command's. Taken: the world model (with its optimiser
+moments) always; actor, critic, slow critic and return normaliser when RUN trained them
+(:func:`trained_behavior`); RUN's replay with ``init.keep_data``. Counters, clocks, RNG states and the env start
+fresh: a new run, not a resume.
 """
 
 from __future__ import annotations
@@ -34,11 +28,7 @@ class InitError(ValueError):
 
 
 def load_init(path: str | Path) -> dict[str, Any]:
-    """The newest readable checkpoint payload of the run (or checkpoint file) ``path``.
-
-    Raises:
-        InitError: nothing there, or no checkpoint readable.
-    """
+    """The newest readable checkpoint payload of the run (or checkpoint file) ``path``; InitError when none."""
     try:
         return load_checkpoint(path)
     except (FileNotFoundError, RuntimeError) as err:
@@ -54,13 +44,9 @@ def trained_behavior(payload: dict[str, Any]) -> bool:
 
 def apply_init(agent: Any, payload: dict[str, Any], obs_shapes: dict, spec: Any,
                config: dict[str, Any] | None = None) -> list[str]:
-    """Load ``payload``'s agent into ``agent`` (see the module docstring); returns what was loaded. ``config``
-    (this run's resolved config) lets a misfit name the model settings that differ from the payload's.
-
-    Raises:
-        InitError: other observation shapes or action space than this run's env, or an agent state that does not
-            fit this agent (another agent, size or architecture).
-    """
+    """Load ``payload``'s agent into ``agent``; returns what was loaded. ``config`` (this run's, resolved) lets a
+    misfit name the model settings that differ. Raises InitError for other observation shapes or action space, or
+    an agent state that does not fit (another agent, size or architecture)."""
     where = f"init_from={Path(payload['checkpoint_path']).parent.parent}"
     theirs = {k: tuple(v) for k, v in payload["obs_shapes"].items()}
     if theirs != {k: tuple(v) for k, v in obs_shapes.items()} or payload["action_spec"] != spec:
@@ -92,11 +78,7 @@ def init_source(args: list[str]) -> str | None:
 
 def source_config(path: str | Path) -> dict[str, Any]:
     """The resolved ``config.yaml`` of the run that ``path`` (a run directory, its ``checkpoints/`` or a checkpoint
-    file) belongs to.
-
-    Raises:
-        InitError: no ``config.yaml`` there (not a run written by ``reverie train``/``pretrain``).
-    """
+    file) belongs to; InitError when there is none."""
     from omegaconf import OmegaConf
 
     path = Path(path)
@@ -111,11 +93,7 @@ def source_config(path: str | Path) -> dict[str, Any]:
 
 
 def with_source_agent(args: list[str], source: dict[str, Any]) -> list[str]:
-    """``args`` with ``agent=<the source run's agent>`` first when ``args`` choose no agent.
-
-    Raises:
-        InitError: ``args`` choose another agent than the source run's.
-    """
+    """``args`` with ``agent=<the source run's agent>`` first when they choose none; InitError for another agent."""
     name = source["agent"]["name"]
     chosen = [a.split("=", 1)[1] for a in args if a.startswith("agent=")]
     if chosen and chosen[-1] != name:
@@ -132,12 +110,9 @@ def is_model_override(override: str) -> bool:
 
 def take_model_settings(cfg: Any, source: dict[str, Any], args: list[str],
                         compose: Callable[[list[str]], Any]) -> list[str]:
-    """Set ``cfg.agent.module`` (a composed, resolved ``DictConfig``) to the source run's module with the model
-    changes of ``args`` on top: the keys where ``cfg`` differs from ``compose(args without model overrides)``.
-
-    Returns:
-        The user's changes on top of the source's module, ``agent.module.<key>`` each (empty: the source's as is).
-    """
+    """Set ``cfg.agent.module`` (composed, resolved) to the source run's module with the model changes of ``args``
+    on top (the keys where ``cfg`` differs from ``compose(args without model overrides)``); returns those keys as
+    ``agent.module.<key>`` (empty: the source's as is)."""
     from omegaconf import OmegaConf
 
     from reverie.state.resume import flatten

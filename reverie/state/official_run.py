@@ -1,12 +1,9 @@
 """``reverie import-official``: an official DreamerV3 checkpoint as a reverie run folder.
 
-The official code's parameters (:func:`reverie.agents.official.read_official_checkpoint`: the 2025 code's
-``ckpt/<stamp>/agent.pkl``, the 2023 code's ``checkpoint.ckpt``) go into the reverie agent that the given config
-builds (``agent=dreamerv3_2025`` for the 2025 code, ``agent=dreamerv3`` for 2023, with the official run's sizes
-and env) through the parameter map (:func:`reverie.agents.official.load_official`), and are written as the run
-folder's ``checkpoints/best.pt`` (and ``ckpt_0000000000.pt``, with fresh optimiser states) with its
-``config.yaml``: ``reverie eval``, ``reverie play``, ``reverie imagine`` and ``reverie train init_from=RUN`` then
-read it as any run's weights.
+The official parameters (:func:`reverie.agents.official.read_official_checkpoint`: 2025 ``ckpt/<stamp>/agent.pkl``,
+2023 ``checkpoint.ckpt``) go through :func:`reverie.agents.official.load_official` into the agent the config builds
+(``agent=dreamerv3_2025`` or ``dreamerv3``, with the official run's sizes and env) and are written as
+``checkpoints/best.pt`` and ``ckpt_0000000000.pt`` with ``config.yaml``, readable as any run's weights.
 """
 
 from __future__ import annotations
@@ -24,14 +21,9 @@ AGENTS = {"2025": "dreamerv3_2025", "2023": "dreamerv3"}
 
 
 def import_official(checkpoint: str | Path, overrides: list[str], root: str | Path = "runs") -> Path:
-    """Write the run folder of an official checkpoint; returns it (``runs/<date>_<time>_<name>_official`` or the
-    config's ``run_dir``).
-
-    Raises:
-        ConfigError: the checkpoint is missing or unreadable, the config's agent is not the checkpoint's version's,
-            the env or agent cannot be built, or the parameters do not fit the agent (the first name or shape that
-            does not, with what to set). Nothing is written then.
-    """
+    """Write the run folder of an official checkpoint and return it; raises ConfigError (nothing written) for a
+    missing or unreadable checkpoint, an agent not of the checkpoint's version, an env or agent that cannot be
+    built, or parameters that do not fit (naming the first misfit and what to set)."""
     try:
         version, params = read_official_checkpoint(checkpoint)
     except (FileNotFoundError, ValueError, OSError) as err:
@@ -54,16 +46,14 @@ def import_official(checkpoint: str | Path, overrides: list[str], root: str | Pa
                "eval_return": float("nan"), "eval_episodes": 0,
                "official": {"version": version, "checkpoint": str(Path(checkpoint).expanduser().resolve())}}
     save_best(run_dir / "checkpoints", payload)
-    # the same weights with fresh optimiser states as checkpoint 0, which `reverie train init_from=RUN` reads (an
-    # imported run has no loop state: it is a starting point, not a run to resume)
+    # checkpoint 0 (fresh optimiser states) is what `reverie train init_from=RUN` reads; nothing to resume
     save_checkpoint(run_dir / "checkpoints", 0, payload | {"agent": agent.state_dict()}, keep=1)
     return run_dir
 
 
 def official_layout(cfg, params: dict) -> dict | None:
-    """The vector layout for reverie's DMC ``vector`` (the official DMC envs give dm_control's entries as separate
-    keys): dm_control's proprio keys and the official checkpoint's widths; None for other envs (the same keys on
-    both sides)."""
+    """The vector layout for reverie's DMC ``vector`` (the official envs keep dm_control's entries as separate keys):
+    dm_control's proprio keys with the checkpoint's widths; None for other envs."""
     if cfg.env.get("suite") != "dmc" or not cfg.env.get("proprio", False) or cfg.env.get("proprio_split", False):
         return None  # not DMC, or its entries as separate keys as the official envs
     from reverie.envs import make_env

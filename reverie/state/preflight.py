@@ -1,20 +1,9 @@
 """Start-up check that a run fits: replay bytes (uint8 images) and model memory against RAM and disk (issue 6).
 
-The estimate, in bytes:
-
-- replay = ``capacity`` x bytes per step (every replay key at its stored dtype; a 64x64x3 uint8 image is
-  12,288 bytes), held in RAM for ``replay.storage=memory`` and on disk for ``memmap``;
-- model = parameters and buffers x 4 (the values, their gradients and Adam's two moments); activations are
-  not counted, so this is a lower bound;
-- checkpoints on disk = ``train.checkpoint_keep`` x (replay snapshot + saved model + envs), plus the live memmap
-  files. A snapshot holds the filled rows only (issue 20), at most ``min(capacity, train.steps)`` steps
-  (:func:`held_steps`), so a short run with a large capacity is not refused for disk it will never use. The saved
-  model is what ``agent.state_dict()`` holds (:func:`saved_model_bytes`: values and Adam's two moments, no
-  gradients); the envs are the bytes the caller measured by pickling the stepper's state at start-up
-  (``env_bytes``: the simulators' compact state, issue 27) plus the observation rows a checkpoint keeps.
-
-A run whose RAM estimate exceeds the available memory (``MemAvailable``), or whose disk estimate exceeds the
-free space where the replay and checkpoints go, is refused with the numbers and the fix.
+Estimates replay (``capacity`` x bytes per step, in RAM for ``replay.storage=memory``, on disk for ``memmap``),
+model (parameters and buffers x 4; activations not counted, so a lower bound) and checkpoints
+(``train.checkpoint_keep`` x (held replay rows, issue 20, + saved model + envs, issue 27)); a run that exceeds
+``MemAvailable`` or the free disk is refused with the numbers and the fix (docs/resume.md, "Preflight").
 """
 
 from __future__ import annotations
@@ -50,9 +39,8 @@ def model_bytes(agent: Any) -> int:
 
 
 def saved_model_bytes(agent: Any) -> int:
-    """Bytes ``agent.state_dict()`` holds once it has trained: every parameter and buffer once, plus two optimiser
-    moments (Adam's, LaProp's) for every trainable parameter (``requires_grad``). The slow critic's copies count once.
-    """
+    """Bytes ``agent.state_dict()`` holds once trained: parameters and buffers once, plus two optimiser moments
+    (Adam's, LaProp's) per trainable parameter; the slow critic's copies count once."""
     params = getattr(agent, "parameters", None)
     if params is None:
         return 0
@@ -101,26 +89,12 @@ def preflight(spec: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int, ag
               num_envs: int = 1, bound: str = STEPS_BOUND, env_bytes: int = 0) -> dict[str, int]:
     """Estimate the run's memory and disk needs and refuse a run that cannot fit.
 
-    Args:
-        spec: the replay spec (``Replay.spec_for``). capacity: replay steps over all envs.
-        agent: the built agent (its parameters are counted). storage: ``"memory"`` or ``"memmap"``.
-        replay_dir: where memmap files go. checkpoint_dir: where checkpoints go. keep: checkpoints kept.
-        ram, disk: available bytes (measured when None; tests pass numbers).
-        steps, num_envs: ``train.steps`` and ``N``: a checkpoint holds the filled replay rows only, at most
-            :func:`held_steps` (None: the whole capacity). bound: where those steps come from, in the messages
-            (:func:`describe`).
-        env_bytes: what a checkpoint holds besides the replay and the agent: the envs' state, the observation
-            rows, random states, config (the caller measures it, e.g. ``Session._checkpoint_extra_bytes``).
-
-    Returns:
-        ``{"replay_bytes"`` (the capacity), ``"held_bytes"`` (the most the replay holds in this run),
-        ``"model_bytes"`` (RAM: x 4), ``"saved_model_bytes"`` (:func:`saved_model_bytes`), ``"env_bytes"``,
-        ``"checkpoint_bytes"`` (one checkpoint at its largest: held replay + saved model + env_bytes),
-        ``"ram_needed", "ram_available", "disk_needed", "disk_free"}``.
-
-    Raises:
-        PreflightError: RAM or disk too small; the message has the numbers and suggests ``replay.storage=memmap``
-            or a smaller ``replay.capacity`` / ``train.checkpoint_keep``.
+    ``spec`` is ``Replay.spec_for``'s, ``capacity`` replay steps over all envs, ``storage`` ``"memory"`` or
+    ``"memmap"``; ``ram``/``disk`` are measured when None. A checkpoint holds at most :func:`held_steps` of ``steps``
+    (``bound`` names that limit in messages) plus ``env_bytes`` (envs' state, observation rows, random states,
+    config; measured by the caller). Returns the byte counts (``replay_bytes``, ``held_bytes``, ``model_bytes``,
+    ``saved_model_bytes``, ``checkpoint_bytes``, ``ram_needed``, ``disk_free``, ...). Raises PreflightError when RAM
+    or disk is too small, suggesting ``replay.storage=memmap`` or a smaller ``replay.capacity``/``checkpoint_keep``.
     """
     per_step = step_bytes(spec)
     replay = int(capacity) * per_step

@@ -12,23 +12,17 @@ from reverie.state.checkpoint import list_checkpoints, load_checkpoint
 from reverie.runtime.process_group import DistInfo
 
 def checkpoint_dir(run_dir: str | Path, info: DistInfo) -> Path:
-    """Where this rank's checkpoints go: ``run_dir/checkpoints`` for rank 0 (the run's checkpoint, with the agent,
-    what ``reverie eval`` and ``load_run`` read), ``run_dir/rank<r>/checkpoints`` for the other ranks (their
-    replay, RNG, env and loop state; the agent is rank 0's)."""
+    """Where this rank's checkpoints go: ``run_dir/checkpoints`` for rank 0 (with the agent: what ``reverie eval``
+    reads), ``run_dir/rank<r>/checkpoints`` for the others (replay, RNG, env and loop state only)."""
     run_dir = Path(run_dir)
     return run_dir / "checkpoints" if info.is_main else run_dir / f"rank{info.rank}" / "checkpoints"
 
 
 def load_rank_checkpoint(run_dir: str | Path, info: DistInfo) -> dict[str, Any] | None:
-    """This rank's checkpoint to resume from, or None for a fresh run; every rank resumes the same env step.
+    """This rank's checkpoint to resume from, or None for a fresh run; every rank resumes rank 0's env step.
 
-    Rank 0 takes its newest readable checkpoint (:func:`reverie.state.checkpoint.load_checkpoint`) and tells the others
-    its env step; rank ``r`` loads its own checkpoint of that step and rank 0's agent of that step (the replicas
-    are identical; the digest stored by rank ``r`` is checked against it with :func:`check_digest`).
-
-    Raises:
-        RuntimeError: rank 0 has a checkpoint at a step for which rank ``r`` has none (its files were removed or
-            the run was started with fewer processes); the message names the file and the fix.
+    Rank ``r`` loads its own checkpoint of that step with rank 0's agent (identical replicas, checked with
+    :func:`check_digest`). Raises RuntimeError when rank ``r`` has no checkpoint of that step.
     """
     run_dir = Path(run_dir)
     if not info.distributed:
@@ -50,11 +44,7 @@ def load_rank_checkpoint(run_dir: str | Path, info: DistInfo) -> dict[str, Any] 
 
 
 def check_digest(module: nn.Module, expected: str | None, info: DistInfo) -> None:
-    """Raise unless ``module``'s :func:`param_digest` equals ``expected`` (None: nothing to check).
-
-    Raises:
-        RuntimeError: the replica this rank saved differs from rank 0's agent of the same step.
-    """
+    """Raise RuntimeError unless ``module``'s :func:`param_digest` equals ``expected`` (None: nothing to check)."""
     if expected is not None and param_digest(module) != expected:
         raise RuntimeError(f"rank {info.rank}: its saved agent digest differs from rank 0's checkpoint of the same "
                            f"step; the replicas had diverged before that checkpoint, so it cannot be resumed exactly")

@@ -1,9 +1,7 @@
 """Resuming a run: where to resume from, which config changes are safe, and the run directory's bookkeeping.
 
-A run directory with a checkpoint is resumed by ``reverie train run_dir=D [overrides]`` or
-``reverie train --resume D [overrides]``. The saved (resolved) config is the base; a key the overrides change
-is applied when it is in :data:`SAFE_KEYS` (it only changes how long the run goes on, or when and how it
-logs, evaluates and checkpoints), and any other change is rejected with :class:`ResumeError`; never ignored.
+``reverie train --resume D [overrides]`` (or ``run_dir=D``) resumes from the saved resolved config; a changed key
+is applied when it is in :data:`SAFE_KEYS` and rejected with :class:`ResumeError` otherwise, never ignored.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-#: Keys (or key prefixes) that may change on resume. Everything else (agent, size, env, replay, seed, device)
-#: shapes the state being resumed, so changing it would not continue the same run.
+#: Keys (or prefixes) that may change on resume; the rest (agent, size, env, replay, seed, device) shapes the state.
 SAFE_KEYS = (
     "train.steps", "train.log_every", "train.eval_every", "train.eval_episodes", "train.eval_mode",
     "train.checkpoint_every", "train.checkpoint_keep", "train.video", "train.progress", "train.stop_return",
@@ -59,25 +56,15 @@ def is_safe(key: str) -> bool:
 
 
 def config_changes(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Keys whose value differs between the saved and the new resolved config: ``{key: (saved, new)}``.
-
-    Keys only in ``new`` (settings added to reverie after the run started) are not changes: the new default
-    applies. Keys only in ``saved`` (settings since removed) are ignored.
-    """
+    """``{key: (saved, new)}`` for keys whose value differs between two resolved configs; keys on one side only
+    (settings added or removed since the run started) are not changes."""
     a, b = flatten(saved), flatten(new)
     return {key: (a[key], b[key]) for key in sorted(a.keys() & b.keys()) if a[key] != b[key]}
 
 
 def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Accept the safe changes between ``saved`` and ``new``; reject the rest.
-
-    Returns:
-        The applied changes ``{key: (saved, new)}`` (``run_dir`` excluded).
-
-    Raises:
-        ResumeError: a change to a key outside :data:`SAFE_KEYS`; the message lists each key with both values,
-            the safe keys, and how to start a new run instead.
-    """
+    """Accept the safe changes between ``saved`` and ``new`` and return them (``run_dir`` excluded); raise
+    ResumeError listing any change to a key outside :data:`SAFE_KEYS`, the safe keys and how to start anew."""
     changes = {k: v for k, v in config_changes(saved, new).items() if k != "run_dir"}
     unsafe = {k: v for k, v in changes.items() if not is_safe(k)}
     if unsafe:
@@ -108,11 +95,7 @@ RESUME_KEYS = ("agent", "replay_meta", "ratio", "counters", "clocks", "rng", "st
 
 
 def check_resumable(payload: Mapping[str, Any], path: str | Path) -> None:
-    """Refuse a checkpoint that lacks what an exact resume needs (written by an older reverie, or by hand).
-
-    Raises:
-        ResumeError: naming the missing parts; such a checkpoint still loads for acting (``load_run``).
-    """
+    """Raise ResumeError when a checkpoint lacks what an exact resume needs (it still loads for ``load_run``)."""
     missing = [key for key in RESUME_KEYS if key not in payload]
     if missing:
         raise ResumeError(f"checkpoint {path} cannot be resumed: it lacks {missing} (written before reverie saved "
@@ -122,16 +105,12 @@ def check_resumable(payload: Mapping[str, Any], path: str | Path) -> None:
 
 def resume_point(cfg: Any, run_dir: str | Path, info: Any,
                  length: tuple[str, str] = ("train", "steps")) -> tuple[dict | None, dict | None]:
-    """What ``reverie train`` (or ``reverie pretrain``) continues in ``run_dir``: ``(saved, done)``.
+    """What ``reverie train`` (or ``pretrain``) continues in ``run_dir``: ``(saved, done)``.
 
-    ``saved``: this rank's newest readable checkpoint payload (:func:`reverie.state.ranks.load_rank_checkpoint`),
-    checked to hold full run state and a config that differs from ``cfg`` (the resolved config) only in
-    :data:`SAFE_KEYS` (the applied changes are printed); None for a fresh run. ``done``: the summary of a finished
-    run whose length (the config key ``length``: ``train.steps``, or ``pretrain.updates``) is not raised (then
-    nothing is trained), else None; a raised length removes the completion marker.
-
-    Raises:
-        ResumeError: the checkpoint lacks run state, or ``cfg`` changes a key that is not safe to change.
+    ``saved`` is this rank's newest readable checkpoint payload, checked for full run state and safe config changes
+    (printed), or None for a fresh run; ``done`` is the summary of a finished run whose ``length`` key
+    (``train.steps``, ``pretrain.updates``) is not raised, else None (a raised length removes the completion
+    marker). Raises ResumeError from :func:`check_resumable` and :func:`check_resume_config`.
     """
     from omegaconf import OmegaConf
 
@@ -178,11 +157,10 @@ def finished(run_dir: str | Path, cfg: Any, saved_config: Mapping[str, Any],
 
 def early_stop(done: Mapping[str, Any], train: Mapping[str, Any], saved_train: Mapping[str, Any],
                lengthened: bool = False) -> str | None:
-    """Why a run that stopped before ``train.steps`` (its ``summary.json``: ``done``) still stops under the new
-    ``train`` settings, with how to continue it; None when they let it go on: a larger (or null)
-    ``train.max_minutes`` than the wall time it has spent, a higher (or null) ``train.stop_return`` than the
-    return it stopped at, or a larger ``train.stop_evals`` or ``train.stop_confirm``. The cause is the summary's
-    ``stopped_by``; summaries from before that key are judged by their numbers. A run stopped for another reason goes on when ``lengthened`` (``train.steps`` raised)."""
+    """Why a run that stopped before ``train.steps`` (``done``, its summary) still stops under the new ``train``
+    settings, with how to continue it; None when a larger ``max_minutes``, a higher ``stop_return`` (or null), a
+    larger ``stop_evals``/``stop_confirm`` or, for another cause, ``lengthened`` lets it go on. The cause is the
+    summary's ``stopped_by`` (older summaries: judged by their numbers)."""
     budget, saved_budget = train.get("max_minutes"), saved_train.get("max_minutes")
     target, saved_target = train.get("stop_return"), saved_train.get("stop_return")
     cause = done.get("stopped_by")
@@ -232,12 +210,8 @@ def merge_overrides(old: list[str], new: list[str]) -> list[str]:
 
 
 def truncate_jsonl(path: str | Path, step: int) -> int:
-    """Drop the rows of a ``metrics.jsonl``/``scores.jsonl`` written after env step ``step`` (data the resumed
-    run collects again); an unreadable last line (a write cut by a kill) goes too.
-
-    Returns:
-        The number of rows removed.
-    """
+    """Drop the rows of a ``metrics.jsonl``/``scores.jsonl`` after env step ``step`` and an unreadable last line
+    (a write cut by a kill); returns how many were removed."""
     path = Path(path)
     if not path.is_file():
         return 0
@@ -276,14 +250,10 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
 
 def resume_command(run_dir: str | Path, environ: Mapping[str, str] | None = None,
                    argv0: str | None = None, command: str = "train") -> str:
-    """The shell command that resumes ``run_dir``, runnable as printed from the current directory (``command``:
-    ``train``, or ``pretrain`` for an offline run, whose resume is ``reverie pretrain --resume <run_dir>``).
+    """The shell command that resumes ``run_dir`` as ``reverie <command> --resume <run_dir>``, runnable from here.
 
-    Started by ``make train`` (the Makefile sets ``REVERIE_MAKE_TRAIN=1``):
-    ``make train ARGS="--resume <run_dir>"``. Otherwise
-    ``reverie train --resume <run_dir>``, with the launcher this process was started by: ``reverie`` when that
-    is the one on ``PATH``, else its path (``.venv/bin/reverie``); ``python -m reverie`` (the interpreter's path
-    when ``python`` on ``PATH`` is another one) for ``python -m reverie``.
+    Under ``make train`` (``REVERIE_MAKE_TRAIN=1``) it is ``make train ARGS="--resume <run_dir>"``; otherwise the
+    launcher is ``reverie``, its path when another one is on ``PATH``, or ``python -m reverie``.
     """
     environ = os.environ if environ is None else environ
     argv0 = sys.argv[0] if argv0 is None else argv0

@@ -14,15 +14,8 @@ from reverie.envs import to_env_action
 
 
 class LoadedRun:
-    """A trained agent with the resolved config it was trained with.
-
-    Attributes:
-        agent: the agent (Agent protocol), in eval mode.
-        config: the resolved run config (plain dict).
-        obs_shapes, action_spec: what the agent expects and emits.
-        counters: ``{"env_steps", "updates"}`` at the checkpoint (plus ``"eval_return"`` for ``best.pt``).
-        directory: the run directory; checkpoint: the checkpoint file loaded; checkpoint_kind: why that one.
-    """
+    """A trained agent (eval mode) with its resolved run ``config`` (plain dict), ``obs_shapes``, ``action_spec``
+    and ``counters`` (``{"env_steps", "updates"}``, plus ``"eval_return"`` for ``best.pt``)."""
 
     def __init__(self, agent: Any, config: dict, obs_shapes: dict, action_spec: Any, counters: dict):
         self.agent, self.config, self.obs_shapes, self.action_spec = agent, config, obs_shapes, action_spec
@@ -48,16 +41,10 @@ class LoadedRun:
     def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "eval") -> tuple[np.ndarray, Any]:
         """Policy step returning actions ready for envs built by :func:`reverie.make_env`/``make_vector_env``.
 
-        Args:
-            obs: one env's observation dict (e.g. ``{"vector": (F,)}``) or a batch of ``N`` (``(N, F)``), as
-                returned by ``reset``/``step``. ``is_first`` is optional: without it, the episode starts when
-                ``state`` is None.
-            state: None at the start of an episode, then the state this method returned.
-            mode: ``"eval"`` (policy mode) or ``"sample"``.
-
-        Returns:
-            ``(action, state)``: an ``int`` (Discrete) or ``(A,)`` float32 in ``[-1, 1]`` (Box) for one env;
-            ``(N,)`` int64 or ``(N, A)`` for a batch.
+        ``obs`` is one env's observation dict (e.g. ``{"vector": (F,)}``) or a batch of ``N`` (``(N, F)``);
+        without ``is_first`` the episode starts when ``state`` is None. ``mode`` is ``"eval"`` or ``"sample"``.
+        Returns ``(action, state)``: an ``int`` (Discrete) or ``(A,)`` float32 in ``[-1, 1]`` (Box) for one env,
+        ``(N,)`` int64 or ``(N, A)`` for a batch.
         """
         key = next(iter(self.obs_shapes))
         single = np.asarray(obs[key]).ndim == len(self.obs_shapes[key])
@@ -84,13 +71,8 @@ WANDB_PREFIX = "wandb:"
 def resolve_run(reference: str | Path, cache: str | Path | None = None) -> Path:
     """A run directory, a checkpoint file or a wandb artifact reference -> a local path for :func:`load_run`.
 
-    Args:
-        reference: a path, or ``wandb:<entity>/<project>/<name>:<alias>`` (the artifact that ``Logger`` logs
-            at the end of a run with the wandb backend, e.g. ``wandb:me/reverie/abc123-checkpoint:latest``).
-        cache: where an artifact is downloaded (default: wandb's own artifact cache).
-
-    Raises:
-        RunError: a path that does not exist; a wandb reference without the wandb package installed.
+    A wandb reference is ``wandb:<entity>/<project>/<name>:<alias>`` (what ``Logger`` logs with the wandb backend),
+    downloaded to ``cache`` (default: wandb's cache). Raises RunError for a missing path or wandb not installed.
     """
     text = str(reference)
     if text.startswith(WANDB_PREFIX):
@@ -120,14 +102,9 @@ def run_directory(path: str | Path) -> Path:
 def select_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path, str]:
     """The checkpoint file :func:`load_run` reads, and what it is in words.
 
-    Args:
-        path: a run directory, its ``checkpoints/`` folder or a checkpoint file (a file is used as it is).
-        checkpoint: ``"best"`` (``checkpoints/best.pt``: the weights of the run's best evaluation; the newest
-            checkpoint when the run has none yet), ``"last"`` (the newest ``ckpt_<step>.pt``) or a file path
-            (as given, else relative to the run's ``checkpoints/``).
-
-    Raises:
-        FileNotFoundError: nothing that looks like a checkpoint there; a path that does not exist.
+    ``path`` is a run directory, its ``checkpoints/`` folder or a file (used as it is); ``checkpoint`` is ``"best"``
+    (``best.pt``, else the newest checkpoint), ``"last"`` (the newest ``ckpt_<step>.pt``) or a file path (as given,
+    else under ``checkpoints/``). Raises FileNotFoundError when there is no such checkpoint.
     """
     path = Path(path)
     if path.is_file():
@@ -148,28 +125,13 @@ def select_checkpoint(path: str | Path, checkpoint: str = "best") -> tuple[Path,
 
 def load_run(path: str | Path, device: str = "cpu", checkpoint: str = "best", planner: str | None = None,
              plan: dict | None = None) -> LoadedRun:
-    """Rebuild the agent of a run directory or of a checkpoint file.
+    """Rebuild the agent of a run directory, checkpoint file or wandb reference (:func:`resolve_run`) on ``device``.
 
-    Args:
-        path: run directory, its ``checkpoints/`` folder, a checkpoint file, or a wandb artifact reference
-            (see :func:`resolve_run`).
-        device: torch device for the agent.
-        checkpoint: which checkpoint of a run directory (:func:`select_checkpoint`): ``"best"`` (default:
-            ``checkpoints/best.pt``, the weights of the run's best evaluation, else the newest checkpoint),
-            ``"last"`` (the newest ``ckpt_<step>.pt``) or a file path.
-        planner: DreamerV3 runs: how the agent acts, ``"actor"``, ``"cem"`` or ``"mppi"``
-            (:mod:`reverie.agents.dreamer_planning`); None keeps the run's own ``agent.module.planner``.
-        plan: planner settings that replace the run's own (``agent.module.plan``), e.g. ``{"candidates": 500}``.
-
-    Returns:
-        :class:`LoadedRun` with ``directory`` (the run directory), ``checkpoint`` (the file loaded) and
-        ``checkpoint_kind`` (why that file: ``"best: ..."``, ``"last"``, ...).
-
-    Raises:
-        RunError: the path does not exist; no checkpoint under it (with what the directory holds); the
-            checkpoint is truncated, not a checkpoint, lacks entries or does not fit the agent it describes
-            (with the older checkpoints to try instead); ``planner``/``plan`` for a run that is not DreamerV3, an
-            unknown planner or setting, a setting out of range, or ``plan`` while the actor acts (:func:`set_planner`).
+    ``checkpoint`` as in :func:`select_checkpoint`; ``planner`` (``"actor"``, ``"cem"``, ``"mppi"``) and ``plan``
+    (e.g. ``{"candidates": 500}``) replace a DreamerV3 run's own ``agent.module.planner``/``plan``. Returns a
+    :class:`LoadedRun` with ``directory``, ``checkpoint`` and ``checkpoint_kind`` set. Raises RunError for a
+    missing path or checkpoint, a corrupt or incomplete checkpoint or one that does not fit its agent (naming older
+    checkpoints to try), and the planner errors of :func:`set_planner`.
     """
     from reverie.agents.build import build_agent
 
@@ -229,10 +191,8 @@ def describe_checkpoint(run: LoadedRun) -> str:
 def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
     """Set ``agent_cfg.module.planner`` (unless None) and update ``agent_cfg.module.plan`` with ``plan``.
 
-    Raises:
-        RunError: the agent is not DreamerV3 (PlaNet always plans: its CEM settings are ``agent.module.horizon``,
-            ``candidates``, ...), an unknown planner, an unknown setting or one out of range
-            (:func:`reverie.agents.dreamer_planning.check_plan`), or settings for a run that acts with its actor.
+    Raises RunError: not DreamerV3, an unknown planner, an unknown or out-of-range setting
+    (:func:`reverie.agents.dreamer_planning.check_plan`), or settings for a run that acts with its actor.
     """
     from reverie.agents.dreamer_planning import PLANNERS, check_plan
 
@@ -260,9 +220,8 @@ def set_planner(agent_cfg: Any, planner: str | None, plan: dict | None) -> None:
 
 
 def version_mismatches(run: LoadedRun) -> list[str]:
-    """Simulator packages whose installed version differs from the one the run recorded in
-    ``env_metadata.json`` (e.g. ``"ale-py: run 0.11.0, installed 0.12.1"``); empty when they match or the run
-    recorded none. A different simulator version can change the dynamics, so returns may not be comparable."""
+    """Simulator packages whose installed version differs from the run's ``env_metadata.json`` (e.g.
+    ``"ale-py: run 0.11.0, installed 0.12.1"``); empty when they match or none was recorded."""
     import json
 
     from reverie.envs.factory import env_metadata

@@ -1,15 +1,7 @@
 """``reverie sweep``: hyperparameter sweeps over many seeds on Ray Tune, on one machine or a Ray cluster.
 
-Typical use (what ``reverie sweep FILE`` does)::
-
-    from reverie.sweep import load_spec, run_sweep
-    spec = load_spec("examples/sweeps/cartpole_train_ratio.yaml")
-    summary = run_sweep(spec, "sweeps/cartpole_train_ratio")            # local Ray; address="auto" for a cluster
-    print(summary["best"]["command"])
-
-Modules: ``spec`` (sweep file parsing and validation), ``space`` (configurations, ids, Ray Tune domains),
-``trial`` (one trial = one ``reverie train`` run directory, run as a subprocess), ``runner`` (Ray Tune),
-``progress`` (status lines), ``summary`` (tables, comparisons, plots), ``cli``.
+Modules: ``spec`` (sweep files), ``space`` (configurations, ids, Tune domains), ``trial`` (one ``reverie train``
+subprocess), ``runner`` (Ray Tune), ``progress``, ``summary`` (tables, comparisons, plots), ``cli``; docs/sweep.md.
 """
 
 from reverie.sweep.space import config_id, configurations

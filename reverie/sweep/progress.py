@@ -1,11 +1,7 @@
 """Sweep progress: one plain line whenever a trial starts, finishes, fails or is retried.
 
-Example::
-
-    [sweep] 3/6 done, 2 running, 0 failed, 0 retried | best so far model_lr-0.0003_1a2b3c seed 1: eval_return 187.3
-
-Plain lines (not a live display) because a sweep usually runs for a long time in a log file or a detached terminal,
-and Ray Tune workers print around it. It is a Ray Tune ``Callback``: it runs in the driver only.
+Plain lines, not a live display: sweeps run long in log files, with Ray workers printing around them. A Ray Tune
+``Callback``, so it runs in the driver only.
 """
 
 from __future__ import annotations
@@ -21,14 +17,9 @@ from reverie.sweep.space import config_id
 
 
 class SweepProgress(Callback):
-    """Counts trials done / running / failed and the best finished trial so far.
-
-    Args:
-        total: Tune trials in the sweep (configurations x seeds; Optuna: configurations).
-        metric: the trial metric (higher is better).
-        done_before: trials finished by an earlier run that Tune will not see (Optuna restarts).
-        stream: where the lines go (default stdout).
-    """
+    """Counts trials done / running / failed and the best finished trial so far (``metric``: higher is better).
+    ``total``: Tune trials (configurations x seeds; Optuna: configurations); ``done_before``: trials an earlier run
+    finished that Tune will not see; ``stream``: default stdout."""
 
     def __init__(self, total: int, metric: str, done_before: int = 0, stream: Any = None):
         self.total, self.metric = total, metric

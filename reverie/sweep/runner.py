@@ -1,14 +1,4 @@
-"""Run a sweep on Ray Tune: local embedded Ray by default, a Ray cluster with ``address``.
-
-``run_sweep(spec, sweep_dir)``:
-
-1. validates every configuration against reverie's config (unknown key, bad value) before Ray starts;
-2. writes ``<sweep>/sweep.yaml`` (refusing a directory that holds a different sweep, so nothing is mixed);
-3. runs the trials with Ray Tune (one Tune trial per configuration and seed; Optuna: per configuration),
-   ``resources`` per trial, ``retries`` for failed trials, ASHA if asked; trials whose directory holds
-   ``summary.json`` return at once, so rerunning the same command after an interruption skips finished work;
-4. writes the summary, comparison and plots (:mod:`reverie.sweep.summary`).
-"""
+"""Run a sweep on Ray Tune: local embedded Ray by default, a Ray cluster with ``address`` (docs/sweep.md)."""
 
 from __future__ import annotations
 
@@ -33,14 +23,8 @@ SPEC_COPY = "sweep.yaml"
 
 
 def check_configs(spec: SweepSpec, configs: list[dict[str, Any]]) -> int:
-    """Compose reverie's config for every configuration (base + swept values) so a typo fails before Ray starts.
-
-    Returns:
-        ``train.steps`` of the first configuration (the ASHA budget).
-
-    Raises:
-        SweepSpecError: a configuration does not compose (the message names the key and the fix).
-    """
+    """Compose reverie's config for every configuration so a typo fails before Ray starts (SweepSpecError);
+    returns ``train.steps`` of the first configuration (the ASHA budget)."""
     from reverie.configs.compose import ConfigError, load_config
     from reverie.sweep.space import overrides
 
@@ -56,11 +40,8 @@ def check_configs(spec: SweepSpec, configs: list[dict[str, Any]]) -> int:
 
 
 def prepare_dir(spec: SweepSpec, sweep_dir: Path) -> None:
-    """Create ``sweep_dir`` with a copy of the sweep file, or check that it already holds this same sweep.
-
-    Raises:
-        SweepSpecError: the directory holds a different sweep (its ``sweep.yaml`` differs).
-    """
+    """Create ``sweep_dir`` with a copy of the sweep file, or check that it holds this same sweep (else
+    SweepSpecError)."""
     copy = sweep_dir / SPEC_COPY
     if copy.is_file():
         previous = yaml.safe_load(copy.read_text(encoding="utf-8"))
@@ -73,11 +54,8 @@ def prepare_dir(spec: SweepSpec, sweep_dir: Path) -> None:
 
 
 def trial_setup(spec: SweepSpec, sweep_dir: Path, cluster: bool) -> dict[str, Any]:
-    """Settings every trial needs (passed to :func:`reverie.sweep.trial.run_trial` with ``tune.with_parameters``).
-
-    ``python_path`` makes trials import the same ``reverie`` as this driver (a source checkout, not an older
-    installed copy); on a cluster the workers use their own installed reverie instead.
-    """
+    """Settings for :func:`reverie.sweep.trial.run_trial`; ``python_path`` makes local trials import this driver's
+    ``reverie`` (on a cluster, the workers' installed one)."""
     return {"sweep_dir": str(sweep_dir.resolve()), "base": list(spec.base), "seeds": list(spec.seeds),
             "threads": max(1, int(spec.cpus)), "cwd": os.getcwd(), "metric": spec.metric,
             "python_path": None if cluster else str(Path(reverie.__file__).resolve().parents[1])}
@@ -85,20 +63,11 @@ def trial_setup(spec: SweepSpec, sweep_dir: Path, cluster: bool) -> dict[str, An
 
 def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None, num_cpus: int | None = None,
               num_gpus: int | None = None, verbose: bool = False) -> dict[str, Any]:
-    """Run (or continue) the sweep in ``sweep_dir`` and write its summary.
+    """Run (or continue) the sweep in ``sweep_dir`` and write its summary; finished trials are skipped.
 
-    Args:
-        spec: the validated sweep file.
-        sweep_dir: where ``trials/``, ``summary.md`` and the plots go (shared storage on a multi-node cluster).
-        address: Ray cluster address (``ray://host:10001`` or ``host:6379``, ``auto``); None starts a local Ray.
-        num_cpus, num_gpus: resources of the local Ray (default: all of this machine's); ignored with ``address``.
-        verbose: show Ray Tune's own status tables as well.
-
-    Returns:
-        The summary dict of :func:`reverie.sweep.summary.write_summary` plus ``"failed"`` (trial names).
-
-    Raises:
-        SweepSpecError: an invalid configuration or a directory holding another sweep.
+    ``address``: a Ray cluster (``ray://host:10001``, ``host:6379``, ``auto``), or None for a local Ray with
+    ``num_cpus``/``num_gpus`` (default: all). Returns :func:`reverie.sweep.summary.write_summary`'s dict plus
+    ``"failed"`` (trial names). Raises SweepSpecError for an invalid configuration or a directory of another sweep.
     """
     import ray
     from ray import tune
@@ -213,8 +182,8 @@ def _asha(spec: SweepSpec, steps: int, sweep_dir: Path):
 
 @contextlib.contextmanager
 def _sigterm_as_sigint():
-    """While Tune runs, SIGTERM (``kill PID``, a batch scheduler) stops the sweep like Ctrl-C: Tune stops the trials,
-    whose training saves a checkpoint, and the summary is still written. Main thread only."""
+    """While Tune runs, SIGTERM stops the sweep like Ctrl-C (trials checkpoint, the summary is written). Main thread
+    only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,11 +1,8 @@
 """Search space -> configurations (grid and random draws) and -> Ray Tune domains (Optuna).
 
-Grid and random searches are expanded here, not by Ray Tune's variant generator, for two reasons: every seed of a
-configuration must get the *same* drawn values (Ray redraws random values for each grid variant, so a seed grid
-would give each seed different values), and a configuration must keep its id when an interrupted sweep is run
-again, so that finished trials are found and skipped. Draws use ``numpy.random.default_rng(search.seed)`` in file
-order, so the same sweep file always gives the same configurations. Ray Tune then runs the resulting trial list
-(``tune.grid_search`` over trials). Optuna searches get Ray Tune domains (:func:`tune_domains`).
+Grid and random searches are expanded here, not by Ray Tune's variant generator, which would redraw random values
+for every seed; draws use ``numpy.random.default_rng(search.seed)`` in file order, so a configuration keeps its id
+when an interrupted sweep runs again and its finished trials are skipped.
 """
 
 from __future__ import annotations
@@ -23,17 +20,8 @@ from reverie.sweep.spec import Param, SweepSpec, _format_value
 
 
 def configurations(spec: SweepSpec) -> list[dict[str, Any]]:
-    """The configurations of a grid or random search, in a fixed order.
-
-    Grid parameters are crossed (``itertools.product`` in file order); a random search crosses each of
-    ``spec.samples`` draws of the random parameters with every grid point (the draw is shared by the grid points).
-
-    Returns:
-        ``[{key: value}, ...]``, one mapping per configuration.
-
-    Raises:
-        ValueError: called for an Optuna search (its configurations come from the searcher).
-    """
+    """``[{key: value}, ...]``: grid parameters crossed in file order, each of ``spec.samples`` random draws crossed
+    with every grid point. Raises ValueError for an Optuna search (the searcher makes its configurations)."""
     if spec.algorithm == "optuna":
         raise ValueError("optuna searches get their configurations from the searcher, not from configurations()")
     grid = spec.grid_params
@@ -46,9 +34,8 @@ def configurations(spec: SweepSpec) -> list[dict[str, Any]]:
 
 
 def sample(param: Param, rng: np.random.Generator) -> Any:
-    """One draw of a random parameter: ``choice`` uniform over values, ``uniform`` on ``[lo, hi]``, ``loguniform``
-    uniform in ``log`` space, ``randint`` an integer in ``[lo, hi)``. Floats are rounded to 6 significant digits so
-    that the override, the id and the config file agree."""
+    """One draw of a random parameter (``randint``: in ``[lo, hi)``); floats rounded to 6 significant digits so that
+    the override, the id and the config file agree."""
     if param.kind == "choice":
         return param.values[int(rng.integers(len(param.values)))]
     lo, hi = param.values
@@ -62,9 +49,8 @@ def sample(param: Param, rng: np.random.Generator) -> Any:
 
 
 def config_id(params: dict[str, Any]) -> str:
-    """A stable, readable, file-name-safe id: the last key part and value of each parameter, plus a hash of the
-    exact values (keys sorted), e.g. ``model_lr-0.0003_3f2a9c`` (no ``=``, which Hydra's override grammar rejects
-    in a path). The same values always give the same id, in any key order."""
+    """A stable, file-name-safe id, e.g. ``model_lr-0.0003_3f2a9c``: last key part and value of each parameter plus
+    a hash of the exact values; no ``=`` (Hydra's override grammar rejects it in a path)."""
     canonical = json.dumps({k: params[k] for k in sorted(params)}, sort_keys=True, default=str)
     digest = hashlib.sha1(canonical.encode()).hexdigest()[:6]
     label = "_".join(f"{k.split('.')[-1]}-{_short(params[k])}" for k in sorted(params))
@@ -83,8 +69,7 @@ def trial_name(cid: str, seed: int) -> str:
 
 
 def tune_domains(spec: SweepSpec) -> dict[str, Any]:
-    """The search space as Ray Tune domains for a searcher (Optuna TPE): ``grid`` and ``choice`` become
-    ``tune.choice``, ``uniform``/``loguniform``/``randint`` the Tune domains of the same name."""
+    """The search space as Ray Tune domains for Optuna TPE (``grid`` and ``choice`` become ``tune.choice``)."""
     from ray import tune
 
     domains: dict[str, Any] = {}

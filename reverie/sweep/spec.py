@@ -1,24 +1,6 @@
 """Sweep files: the YAML that drives ``reverie sweep``, parsed and validated before anything runs.
 
-A sweep file (see ``examples/sweeps/`` and ``docs/sweep.md``)::
-
-    name: cartpole_model_lr             # sweep directory name under sweeps/ (default: the file's stem)
-    base: [exp=classic, threads=1]      # any `reverie train` overrides (list, or a mapping key: value)
-    budget: 4000                        # env steps per trial (sets train.steps; optional)
-    space:                              # parameter -> distribution; parameters are `reverie train` keys
-      agent.module.model_lr: {grid: [1.0e-4, 3.0e-4]}
-      agent.module.dynamics.free_nats: {choice: [0.5, 1.0]}
-      agent.module.actor_entropy: {loguniform: [1.0e-4, 1.0e-2]}
-      agent.train_ratio: {randint: [64, 256]}       # integers in [lo, hi)
-      agent.module.lam: {uniform: [0.9, 0.99]}
-    search: {algorithm: random, samples: 4, seed: 0}   # grid (default) | random | optuna
-    seeds: 3                            # seeds 0..2 per configuration, or an explicit list [0, 5, 7]
-    metric: eval_return                 # the final evaluation's mean return (summary.json), maximised
-    resources: {cpus: 1, gpus: 0}       # per trial; gpus may be a fraction (0.25: four trials share a GPU)
-    max_concurrent: null                # cap on trials running at once (null: as many as resources allow)
-    retries: 2                          # a failed trial is run again up to this many times
-    scheduler: null                     # or {asha: {grace_steps: 1000, reduction_factor: 2}} (early stopping)
-
+Top-level keys: :data:`TOP_KEYS`; the annotated file format is in docs/sweep.md, examples in ``examples/sweeps/``.
 Every error raised here is a :class:`SweepSpecError` whose message names the key and the fix.
 """
 

@@ -1,28 +1,11 @@
 """One trial = one ordinary ``reverie train`` run directory, run as a subprocess inside a Ray Tune trial.
 
-Layout: ``<sweep>/trials/<config-id>_seed<k>/`` holds everything ``reverie train run_dir=<that dir>`` writes
-(``config.yaml``, ``scores.jsonl``, ``checkpoints/``, ...) plus ``train.log`` (its stdout and stderr),
-``sweep_trial.json`` (configuration id, parameters, seed, command) and, once training finished,
-``summary.json`` (the summary that :func:`reverie.train.train` returned). ``summary.json`` is the only sign of a
-finished trial: a trial whose directory has it is never run again, which is how a rerun of an interrupted sweep
-skips finished work.
-
-Why a subprocess rather than calling ``train`` in the Ray worker: the trial runs exactly the command a user would
-type (``python -m reverie train ...``); Hydra's global state and torch's thread settings stay per trial; a crash
-(segfault, out of memory) fails one trial, not the Ray worker; and ``train`` turns SIGTERM into a clean stop with
-a checkpoint only in a main thread, which a Ray function trainable is not. On Linux the child gets SIGTERM when
-the Ray worker thread that started it dies (``PR_SET_PDEATHSIG``), so killing the sweep driver never leaves
-orphaned training runs writing into the sweep.
-
-Stopping: when Tune stops a trial (Ctrl-C of the driver, ASHA) the subprocess gets SIGTERM and ``reverie train``
-writes a checkpoint before it exits. The local Ray is started with ``kill_child_processes_on_worker_exit`` off so that
-Ray does not SIGKILL it first, and the subprocess runs in its own session, out of the worker's process group (which
-Ray also kills); the parent-death signal above still ends it when its worker dies.
-
-Retries: when a trial fails, Ray Tune runs it again (``retries``) with the same command on the same directory.
-With a checkpoint there, ``reverie train run_dir=<dir>`` continues from it (the checkpoint/resume contract);
-a directory without a checkpoint had nothing worth keeping for training, so its files are first moved to
-``attempts/<n>/`` (kept for inspection) and the trial starts clean.
+``<sweep>/trials/<config-id>_seed<k>/`` holds what ``reverie train run_dir=<dir>`` writes plus ``train.log``,
+``sweep_trial.json`` and, once finished, ``summary.json``: the only sign of a finished trial, never run again
+(docs/sweep.md). A subprocess because ``train`` turns SIGTERM into a checkpointed stop only in a main thread, and
+Hydra state, torch threads and crashes stay per trial. Stopping: Tune's stop sends SIGTERM; the child runs in its
+own session (Ray kills the worker's process group) and gets SIGTERM when its worker dies (``PR_SET_PDEATHSIG``).
+A retry continues from the trial's checkpoint, or moves a checkpoint-less attempt's files to ``attempts/<n>/``.
 """
 
 from __future__ import annotations
@@ -60,8 +43,7 @@ def trial_dir(sweep_dir: str | Path, params: dict[str, Any], seed: int) -> Path:
 
 
 def train_command(run_dir: Path, params: dict[str, Any], seed: int, base: list[str], threads: int) -> list[str]:
-    """The ``python -m reverie train`` command of one trial: base overrides, then the swept values, then seed,
-    run_dir and (unless base sets it) ``threads``."""
+    """The ``python -m reverie train`` command: base overrides, swept values, seed, run_dir, ``threads``."""
     cmd = [sys.executable, "-m", "reverie", "train", *base, *overrides(params), f"seed={seed}",
            f"run_dir={_quoted(run_dir)}"]
     if not any(o.split("=", 1)[0] == "threads" for o in base):
@@ -72,18 +54,10 @@ def train_command(run_dir: Path, params: dict[str, Any], seed: int, base: list[s
 def run_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
     """Ray Tune function trainable: run one configuration over its seeds, one subprocess per seed, in turn.
 
-    Args:
-        config: from Tune's param space: ``{"trial": {"params": {...}, "seed": k}}`` for grid/random searches
-            (one seed per Tune trial), or ``{"params": {...}}`` for Optuna (every seed of ``setup["seeds"]``).
-        setup: shared settings (:func:`reverie.sweep.runner.trial_setup`): ``sweep_dir``, ``base`` overrides,
-            ``seeds``, ``threads``, ``cwd``, ``python_path``, ``metric``.
-
-    Reports (``ray.tune.report``): ``{metric: return, "env_steps": k, "done": bool, "seeds_done": n}`` after each
-    evaluation of the running seed and once per finished seed; the metric is the running seed's last evaluation
-    until every seed is done, then the mean over seeds of the final evaluation.
-
-    Raises:
-        TrialError: a training subprocess exited without ``summary.json`` (Tune then retries the trial).
+    ``config``: ``{"trial": {"params", "seed"}}`` (grid/random: one seed) or ``{"params"}`` (Optuna: every seed
+    of ``setup["seeds"]``); ``setup``: :func:`reverie.sweep.runner.trial_setup`. Reports ``{metric, "env_steps",
+    "done", "seeds_done"}`` per evaluation and per finished seed (at the end: the mean over seeds).
+    Raises TrialError when a subprocess exits without ``summary.json`` (Tune then retries).
     """
     from ray import tune
 
@@ -111,16 +85,9 @@ def run_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
 
 def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, Any],
              report: Callable[[int, float], None]) -> dict[str, Any]:
-    """Run (or skip) one trial directory; return its summary.
-
-    A directory with ``summary.json`` is finished: its summary is returned without running anything. One with
-    ``sweep_stopped.json`` (stopped early by ASHA) returns that file's summary. Otherwise ``reverie train`` runs
-    there, ``report(env_steps, mean_eval_return)`` is called for each evaluation it completes, and the summary it
-    writes is returned; ``{"stopped": True}`` when Tune stopped the trial meanwhile.
-
-    Raises:
-        TrialError: the subprocess exited without writing ``summary.json``.
-    """
+    """Run ``reverie train`` in ``run_dir`` (calling ``report(env_steps, mean_eval_return)`` per evaluation) and
+    return its summary; a finished (or ASHA-stopped) directory returns its file unrun, a Tune stop
+    ``{"stopped": True}``. Raises TrialError when the subprocess exits without ``summary.json``."""
     for name in (SUMMARY, STOPPED):
         if (run_dir / name).is_file():
             return json.loads((run_dir / name).read_text(encoding="utf-8"))
@@ -161,11 +128,8 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
 
 
 class EvalWatcher:
-    """Follows a growing ``scores.jsonl`` and yields each completed evaluation as ``(env_step, mean_return)``.
-
-    An evaluation is the group of ``mode == "eval"`` records sharing a ``step``; it counts as complete once a later
-    record (of any mode) follows it, so a half-written evaluation is never reported.
-    """
+    """Follows a growing ``scores.jsonl``; ``new_evals`` returns completed evaluations as ``(env_step, mean_return)``:
+    ``mode == "eval"`` records sharing a ``step``, complete once a later record follows them."""
 
     def __init__(self, path: Path):
         self.path, self.offset, self.pending_step, self.pending = path, 0, None, []
@@ -212,8 +176,7 @@ def _set_aside_failed_attempt(run_dir: Path) -> None:
 
 
 def _stop_requested() -> bool:
-    """True once Ray Tune asked this trial to stop (Ctrl-C of the driver, ASHA): then the training subprocess gets
-    SIGTERM, so it writes a checkpoint before the Ray worker goes away. Reads Tune's session flag (no public API)."""
+    """True once Ray Tune asked this trial to stop; reads Tune's private session flag (no public API)."""
     try:
         from ray.train._internal.session import get_session
 

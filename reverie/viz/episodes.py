@@ -1,17 +1,8 @@
 """Per-episode evaluation videos, optionally side by side with the world model's open loop of the same actions.
 
-Used by :func:`reverie.loop.evaluate.evaluate` (``recorder=``) for ``reverie eval``. For every kept episode ``k``:
-
-    <directory>/episode_<k>.mp4            env.render() frames (``render_mode="rgb_array"``), one per step
-    <directory>/episode_<k>_openloop.mp4   per image key (prefixed by the key when there are several): rows
-                                           observation / model prediction / |error|; the model sees the first
-                                           C steps (green bar), then predicts open loop from the episode's
-                                           actions (red bar)
-    <directory>/episode_<k>_openloop.png   per vector key, for envs without image observations: features
-                                           true vs predicted (:func:`reverie.viz.vector_plot`); for a world model
-                                           without decoders (representation r2 or infonce): the predicted vs true
-                                           reward, continue and the latent agreement along the episode
-                                           (:func:`reverie.viz.reward_plot.reward_plot`) instead of any video
+Used by :func:`reverie.loop.evaluate.evaluate` (``recorder=``) for ``reverie eval``; per kept episode ``k``:
+``episode_<k>.mp4`` (``env.render()``), ``episode_<k>_openloop.mp4`` per image key (rows observation / model /
+|error|) or ``episode_<k>_openloop.png`` (vector keys, or the reward plot without decoders); see docs/viz.md.
 """
 
 from __future__ import annotations
@@ -33,23 +24,11 @@ from reverie.viz.vector_plot import vector_plot
 class EpisodeRecorder:
     """Streams each env copy's rendered frames to an mp4 and keeps the rows the open-loop video needs.
 
-    Call order (what :func:`reverie.loop.evaluate.evaluate` does): ``observe(row, frames)`` after reset and after
-    every step, ``act(action)`` after every policy step, ``finish(env, index)`` when an env's episode ends
-    (``index`` None drops it), ``close()`` at the end.
-
-    Args:
-        directory: output folder (created).
-        fps: frame rate of the videos.
-        render: write ``episode_<k>.mp4`` from ``env.render()``.
-        openloop_agent: an agent with ``.wm``: also write the open-loop comparison per episode; None: don't.
-            Whether its world model decodes is read here, once: decoded observations, or (without decoders) the
-            reward, continue and latent predictions.
-        context: ``C`` observed steps before the open loop.
-        max_openloop_steps: the open-loop comparison covers at most this many first steps of an episode.
-        scale: integer upscaling of the open-loop video (64x64 observations are small in a player).
-
-    ``quality``: per finished episode with an open loop, :func:`reverie.viz.quality.prediction_quality` (PSNR and
-    SSIM per open-loop step, the reward error).
+    Call ``observe(row, frames)`` after reset and every step, ``act(action)`` after every policy step,
+    ``finish(env, index)`` when an episode ends (``index`` None drops it), ``close()`` at the end.
+    ``openloop_agent`` (an agent with ``.wm``, or None) adds the open-loop comparison (``context`` observed steps,
+    then open loop; at most ``max_openloop_steps`` steps), upscaled ``scale`` times; ``quality`` maps each such
+    episode to its :func:`reverie.viz.quality.prediction_quality`.
     """
 
     def __init__(self, directory: str | Path, fps: int = 30, render: bool = True, openloop_agent: Any = None,

@@ -1,14 +1,5 @@
-"""Video grids: rows of image sequences (truth / prediction / error) side by side over sequences.
-
-Layout of one frame of :func:`video_grid` with ``R`` rows and ``B`` sequences of ``H x W`` images::
-
-    +---------------- B * W ----------------+
-    | marker bar (MARKER px): green = context step, red = open-loop step
-    | row 0, seq 0 | row 0, seq 1 | ...      |  H
-    | row 1, seq 0 | ...                     |  H
-    | ...                                    |
-    +----------------------------------------+     frame shape (MARKER + R * H, B * W, 3)
-"""
+"""Video grids: rows of image sequences (truth / prediction / error) side by side over sequences, under a
+``MARKER``-pixel bar (green: context step, red: open-loop step)."""
 
 from __future__ import annotations
 
@@ -23,11 +14,7 @@ OPENLOOP_COLOR = (220, 0, 0)  # red: open-loop prediction (prior, no frame seen)
 
 
 def to_hwc(images: np.ndarray) -> np.ndarray:
-    """uint8 ``(..., C, H, W)`` with ``C`` 1 or 3 -> ``(..., H, W, 3)`` (grey repeated).
-
-    Raises:
-        ValueError: ``C`` not 1 or 3, or not uint8.
-    """
+    """uint8 ``(..., C, H, W)`` with ``C`` 1 or 3 -> ``(..., H, W, 3)`` (grey repeated); ValueError otherwise."""
     images = np.asarray(images)
     if images.dtype != np.uint8 or images.ndim < 3 or images.shape[-3] not in (1, 3):
         raise ValueError(f"images must be uint8 (..., C, H, W) with C = 1 or 3, got {images.dtype} "
@@ -43,20 +30,9 @@ def abs_error(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
 
 def video_grid(rows: Sequence[np.ndarray], context: int | None = None, max_sequences: int | None = None
                ) -> np.ndarray:
-    """Tile ``R`` image sequences into one video.
-
-    Args:
-        rows: ``R`` uint8 arrays ``(T, B, C, H, W)`` of one shape (``C`` 1 or 3), e.g. truth, prediction,
-            :func:`abs_error`.
-        context: ``C`` context steps: frames ``t < C`` get a green bar on top, the rest red; None for no bar.
-        max_sequences: keep only the first this many of the ``B`` sequences (columns).
-
-    Returns:
-        uint8 ``(T, [MARKER +] R * H, B' * W, 3)`` with ``B' = min(B, max_sequences)``.
-
-    Raises:
-        ValueError: no rows, rows of different shapes, or a bad image layout.
-    """
+    """Tile ``R`` uint8 sequences ``(T, B, C, H, W)`` of one shape into uint8 ``(T, [MARKER +] R * H, B' * W, 3)``,
+    ``B' = min(B, max_sequences)``; with ``context``, a green bar over frames ``t < C``, red after.
+    Raises ValueError for no rows, rows of different shapes, or a bad image layout."""
     if not rows:
         raise ValueError("video_grid needs at least one row")
     shapes = {np.shape(r) for r in rows}

@@ -8,16 +8,10 @@ Timing (``C`` context rows from one env episode, seeded as the run's evaluation 
                      a_{C-1} .. a_{C+H-2} that drive them come from ``actions``, the first one chosen at the last
                      context posterior
 
-``actions``: ``"policy"`` (the agent's actor on the imagined state, its mode; needs an ``agent.actor``),
-``"random"`` (uniform: one-hot for discrete, ``U[-1, 1]`` for continuous), or an ``(H, A)`` array of model
-actions (``(H,)`` action indices for discrete spaces), row ``i`` driving imagined step ``i + 1``. The context
-steps are always played by the agent's own policy (``agent.act``, any agent).
-
-Files written in ``directory``: ``imagine.json`` (actions, predicted rewards and continue probabilities),
-``imagine.png`` (a strip of imagined frames, or of decoded vector features, with the predicted rewards
-underneath) and, for image observations, ``imagine_<key>.mp4``. A world model without decoders (representation
-``r2`` or ``infonce``, docs/representation.md; read once, before the env is built) imagines the same way and writes
-``imagine.json`` and an ``imagine.png`` of the predicted rewards and continue probabilities alone.
+``actions``: ``"policy"`` (the mode of ``agent.actor`` on the imagined state), ``"random"`` (one-hot or
+``U[-1, 1]``), or an ``(H, A)`` array of model actions (``(H,)`` indices for discrete spaces), row ``i`` driving
+imagined step ``i + 1``. Files (docs/viz.md): ``imagine.json``, ``imagine.png`` and ``imagine_<key>.mp4`` per
+image key; without decoders, the PNG shows the predicted rewards and continue probabilities alone.
 """
 
 from __future__ import annotations
@@ -45,20 +39,12 @@ ROW_FRAMES = 10
 
 @dataclass
 class Imagined:
-    """An imagined trajectory, ``C + H`` steps (context first). numpy arrays.
+    """An imagined trajectory of ``context`` + ``horizon`` = ``C + H`` steps (context first); numpy arrays.
 
-    Attributes:
-        context: ``C``. horizon: ``H``.
-        obs: observation key -> decoded ``(C + H, *shape)`` (images uint8 ``(C + H, C_k, H, W)``); empty
-            without decoders.
-        truth: observation key -> the observed rows ``(C + H', *shape)``: the ``C`` context rows, then what the
-            real env gave for the imagined actions, executed from the last context row (``H' <= H``: until the
-            episode ended).
-        actions: ``(C + H, A)``: the action taken at each step (the last one is never executed).
-        reward: ``(C + H,)`` predicted reward. cont: ``(C + H,)`` continue probability (empty without a head).
-        objective: the world model's representation objective; ``obs`` is empty unless it decodes.
-        names: observation key -> the names of its vector entries, where the env gives them (the DMC ``vector``:
-            ``position[0]``, ...); plots label the features with them.
+    ``obs``: key -> decoded ``(C + H, *shape)`` (empty without decoders, see ``objective``). ``truth``: key ->
+    ``(C + H', *shape)``: the context rows, then the real env's answer to the imagined actions (``H' <= H``: until
+    the episode ended). ``actions`` ``(C + H, A)`` (the last never executed), ``reward`` and ``cont`` ``(C + H,)``
+    (``cont`` empty without a head). ``names``: key -> the env's feature names (DMC: ``position[0]``, ...).
     """
 
     context: int
@@ -73,13 +59,8 @@ class Imagined:
 
 
 def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed: int):
-    """``f(i, feat (1, F)) -> (1, A)``: the action taken at imagination state ``i`` (0: the last context posterior;
-    see the module docstring for ``actions``).
-
-    Raises:
-        ValueError: unknown ``actions`` string; an agent without an actor for ``"policy"``; an array of the
-            wrong shape or with an index outside ``[0, A)``.
-    """
+    """``f(i, feat (1, F)) -> (1, A)``: the action at imagination state ``i`` (0: the last context posterior).
+    Raises ValueError for an unknown ``actions`` string, ``"policy"`` without an actor, or a bad array."""
     device = next(agent.parameters()).device  # where the imagined actions go
     if isinstance(actions, str) and actions == "policy":
         actor = getattr(agent, "actor", None)
@@ -197,10 +178,8 @@ def imagined_strip(result: Imagined, per_row: int = ROW_FRAMES) -> np.ndarray:
 
 
 def imagined_figure(result: Imagined, per_row: int = ROW_FRAMES) -> Any:
-    """The PNG's figure: every decoded frame (image keys; several keys stacked in each cell), ``per_row`` frames a row,
-    each row's x axis labelled with the frames' step numbers t (context steps t < C in grey), or the decoded features
-    over t (vector keys); the predicted reward (bars) and continue probability underneath, context steps shaded.
-    Returns the matplotlib figure (axes: one per row of frames, then the reward axes)."""
+    """The PNG's matplotlib figure: every decoded frame, ``per_row`` a row (context steps' labels grey), or the
+    decoded features over t; the predicted reward (bars) and continue probability underneath."""
     T = result.context + result.horizon
     image_keys = [k for k, v in result.obs.items() if v.ndim == 4 and v.dtype == np.uint8]
     rows = (-(-T // per_row) if image_keys else 1) if result.obs else 0  # no decoders: the reward axes alone

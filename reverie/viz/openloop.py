@@ -1,26 +1,10 @@
 """Open-loop and closed-loop predictions of a world model along replayed sequences (DreamerV3 "report").
 
-Given a sequence ``(T, B, ...)`` and ``C`` context steps::
-
-    t < C:   posterior states  s_t ~ q(s_t | h_t, obs_t)            (the model sees the frames)
-    t >= C:  prior states      s_t ~ p(s_t | h_t),  h_t = f(s_{t-1}, prev_action_t)   (open loop: no frames,
-             only the replayed actions; where is_first_t is set the state resets to the initial one, as in observe)
-
-and decodes every state into observations, reward and continue probability. The same pass gives the
-closed-loop paths: the posterior reconstruction of every step (0-step) and the one-step prior prediction
-(the prior at t from the posterior at t-1), so the three can be compared frame by frame.
-
-A world model without decoders (its representation objective is ``r2`` or ``infonce``; ``wm.decodes`` False,
-docs/representation.md) gets everything but the decoded observations: reward, continue and the latent agreement,
-the cosine between the open-loop (and one-step prior) features and the posterior features of the same step, which
-every model gets.
-
-Only the world model's public API is used (``encode``, ``dynamics.observe``, ``dynamics.truncate``,
-``dynamics.img_step``, ``dynamics.initial``, ``dynamics.features`` and ``feature_keys``, ``reward``, optional
-``decode`` (with ``decodes``) and ``cont``), so any agent exposing ``agent.wm`` with that API works (DreamerV3's
-categorical RSSM, PlaNet's Gaussian one). The reset at ``is_first`` inside the open-loop part replaces each state
-entry by the initial state's, so it takes a dynamics whose state entries are shaped as ``dynamics.initial``'s (a
-recurrent one).
+For a sequence ``(T, B, ...)`` with ``C`` context steps: posterior states ``q(s_t | h_t, obs_t)`` for ``t < C``,
+then prior states driven by the replayed actions, no frames (reset to the initial state at ``is_first``); every
+state is decoded, with the 0-step posterior reconstruction and the one-step prior alongside. A world model without
+decoders (``wm.decodes`` False, docs/representation.md) gets reward, continue and latent agreement only. Uses only
+the world-model API of docs/viz.md; the ``is_first`` reset needs state entries shaped as ``dynamics.initial``'s.
 """
 
 from __future__ import annotations
@@ -39,24 +23,13 @@ SEQUENCE_KEYS = ("prev_action", "is_first", "reward", "is_terminal")
 
 @dataclass
 class OpenLoop:
-    """Decoded predictions along ``T`` steps of ``B`` sequences; numpy arrays, time-first.
+    """Predictions along ``T`` steps of ``B`` sequences with ``context`` = ``C`` posterior steps; numpy, time-first.
 
-    Attributes:
-        context: ``C``, the number of steps seen through the posterior (``0 < C < T``).
-        truth: observation key -> ``(T, B, *shape)`` (images uint8 ``(T, B, C_k, H, W)``, vectors float32).
-        openloop: the same keys: decoded posterior for ``t < C``, decoded open-loop prior for ``t >= C``; empty
-            without decoders (as ``recon`` and ``onestep``).
-        recon: the same keys: decoded posterior at every step (closed loop, 0-step).
-        onestep: the same keys: decoded one-step prior prediction at every step (prior at ``t`` from the
-            posterior at ``t - 1``; at ``is_first`` steps, from the initial state).
-        reward: ``{"true", "openloop", "recon"}`` -> ``(T, B)`` float32 (reward head mean).
-        cont: ``{"true" (1 - is_terminal), "openloop", "recon"}`` -> ``(T, B)`` continue probability; empty
-            when the world model has no continue head.
-        is_first: ``(T, B)`` bool.
-        latent: ``{"openloop", "onestep"}`` -> ``(T, B)`` float32: the cosine between those states' features and
-            the posterior features of the same step (1 for ``t < C`` in ``openloop``).
-        decoded: whether the world model has decoders (``openloop``/``recon``/``onestep`` are filled).
-        quality: :func:`reverie.viz.quality.prediction_quality` of this pass, once a report computed it.
+    ``truth``: key -> ``(T, B, *shape)`` (images uint8 ``(T, B, C_k, H, W)``). ``openloop`` (posterior for
+    ``t < C``, then open loop), ``recon`` (posterior, 0-step), ``onestep`` (prior from the posterior at ``t - 1``):
+    the same keys decoded, empty without decoders (``decoded`` False). ``reward`` and ``cont`` (empty without a
+    continue head): ``{"true", "openloop", "recon"}`` -> ``(T, B)``. ``latent``: ``{"openloop", "onestep"}`` ->
+    ``(T, B)`` cosine with the posterior features. ``is_first``: ``(T, B)`` bool. ``quality``: set by a report.
     """
 
     context: int
@@ -83,12 +56,7 @@ class OpenLoop:
 
 
 def find_world_model(agent: Any) -> Any:
-    """``agent.wm``, or ``agent`` itself when it is a world model (has ``encode``, ``dynamics`` and ``reward``).
-
-    Raises:
-        TypeError: neither: the viz code needs a world model with ``encode``/``dynamics``/``reward`` (and
-            ``decode`` to show observations: :func:`has_decoder`).
-    """
+    """``agent.wm``, or ``agent`` itself if it has ``encode``, ``dynamics`` and ``reward``; TypeError if neither."""
     wm = getattr(agent, "wm", agent)
     missing = [name for name in ("encode", "dynamics", "reward") if not hasattr(wm, name)]
     if missing:
@@ -99,9 +67,7 @@ def find_world_model(agent: Any) -> Any:
 
 
 def has_decoder(wm: Any) -> bool:
-    """Whether the world model decodes observations: its ``decodes`` (reverie's world models: the representation
-    objective is ``reconstruction``), else whether it has a ``decode`` method. Each consumer asks once, when it
-    is built, and shows decoded observations or latent, reward and continue predictions accordingly."""
+    """Whether the world model decodes observations: its ``decodes``, else whether it has a ``decode`` method."""
     return bool(getattr(wm, "decodes", hasattr(wm, "decode")))
 
 
@@ -142,22 +108,12 @@ def _stack(states: list[dict[str, torch.Tensor]], keys: tuple[str, ...]) -> dict
 @torch.inference_mode()
 def open_loop(agent_or_wm: Any, batch: Mapping[str, Any], context: int = 5, sample: bool = True,
               seed: int | None = 0) -> OpenLoop:
-    """Observe ``context`` steps, then predict the rest of each sequence open loop with the replayed actions.
+    """Observe ``context`` = ``C`` steps (``1 <= C < T``), then predict the rest open loop with the replayed actions.
 
-    Args:
-        agent_or_wm: an agent with ``.wm`` or a world model (see :func:`find_world_model`).
-        batch: replay sample ``(T, B, ...)``: the world model's observation keys, ``prev_action (T, B, A)``,
-            ``is_first``, ``reward``, ``is_terminal`` ``(T, B)`` (as :meth:`reverie.Replay.sample` returns).
-        context: ``C`` posterior steps (default 5, the DreamerV3 report's); must satisfy ``1 <= C < T``.
-        sample: draw latents (what the model does in imagination) or take their mode (deterministic).
-        seed: seeds the latent draws inside a forked RNG, so a report neither depends on nor advances the
-            training RNG; None uses (and advances) the global RNG.
-
-    Returns:
-        :class:`OpenLoop` with numpy arrays.
-
-    Raises:
-        KeyError: a key missing from ``batch``. ValueError: ``context`` out of range or ragged shapes.
+    ``batch``: a replay sample ``(T, B, ...)`` with the observation keys, ``prev_action (T, B, A)`` and
+    ``is_first``, ``reward``, ``is_terminal`` ``(T, B)``. ``sample``: draw latents or take their mode. ``seed``
+    seeds the draws in a forked RNG (the training RNG is untouched); None uses the global RNG. Raises KeyError
+    for a key missing from ``batch``, ValueError for ``context`` out of range or ragged shapes.
     """
     wm = find_world_model(agent_or_wm)
     obs_keys = tuple(wm.obs_shapes)
@@ -222,14 +178,8 @@ def _where_first(first: torch.Tensor, init: torch.Tensor, value: torch.Tensor) -
 
 
 def prediction_errors(result: OpenLoop) -> dict[str, float]:
-    """Mean errors of the open-loop part (``t >= C``), for scalar logging.
-
-    Returns:
-        ``openloop/<key>_error``: mean absolute error (images: pixels scaled to ``[0, 1]``; vectors: raw
-        units; decoded keys only), ``openloop/reward_error``: mean absolute reward error, ``recon/<key>_error``:
-        the same for the posterior reconstruction over all steps, ``openloop/latent_cosine``: the mean latent
-        agreement of the open-loop steps (every model).
-    """
+    """Mean absolute errors for logging: ``openloop/<key>_error`` and ``openloop/reward_error`` over ``t >= C``,
+    ``recon/<key>_error`` over all steps (images in ``[0, 1]``, vectors raw), ``openloop/latent_cosine``."""
     c = result.context
     out = {}
     for k, truth in result.truth.items():

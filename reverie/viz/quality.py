@@ -1,21 +1,10 @@
 """Prediction quality of a world model per open-loop step: PSNR and SSIM of the decoded frames, reward error.
 
-From an :class:`reverie.viz.openloop.OpenLoop` (``C`` context steps seen through the posterior, then the prior
-open loop with the replayed actions), for each image key and each open-loop step ``k = 1..K`` (row ``t = C - 1 + k``,
-``K = T - C``), averaged over the sequences:
-
-- ``quality/<key>_psnr_k<k>``: ``10 log10(255^2 / MSE)`` of the decoded mean against the true frame, in dB,
-  per frame, then averaged (a frame predicted exactly counts as :data:`PSNR_CAP` dB);
-- ``quality/<key>_ssim_k<k>``: SSIM (Wang et al. 2004) of the same frames, by scikit-image's
-  ``structural_similarity`` (7x7 uniform window, ``data_range`` 255, per channel, averaged);
-- ``quality/<key>_psnr`` and ``_ssim``: their means over ``k``; ``quality/<key>_psnr_recon`` / ``_ssim_recon``: the
-  posterior reconstruction (0-step) over all rows; ``quality/<key>_psnr_onestep`` / ``_ssim_onestep``: the one-step
-  prior prediction over all rows;
-- ``quality/reward_error_k<k>`` and ``quality/reward_error``: the mean absolute error of the reward head's mean
-  against the replayed reward (every world model, decoders or not).
-
-Logged with every open-loop report during training (:func:`reverie.viz.report.report`), printed by
-``reverie eval RUN --openloop``, and, being rows of ``metrics.jsonl``, usable as a sweep objective.
+For each image key and open-loop step ``k = 1..T-C`` (row ``t = C - 1 + k``), averaged over sequences:
+``quality/<key>_psnr_k<k>`` (``10 log10(255^2 / MSE)`` dB per frame, capped at :data:`PSNR_CAP`),
+``quality/<key>_ssim_k<k>`` (SSIM, Wang et al. 2004: scikit-image, 7x7 window, ``data_range`` 255, channels
+averaged), their means over ``k`` (``_psnr``, ``_ssim``), ``_recon`` (0-step) and ``_onestep`` variants over all
+rows; and ``quality/reward_error_k<k>`` / ``quality/reward_error`` (mean absolute reward error, every model).
 """
 
 from __future__ import annotations
@@ -28,8 +17,7 @@ PSNR_CAP = 100.0  # dB for an exactly predicted frame (MSE 0)
 
 
 def psnr(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """PSNR in dB of uint8-range frames ``(..., C, H, W)`` -> ``(...)`` (each frame's own MSE; capped at
-    :data:`PSNR_CAP`)."""
+    """PSNR in dB of uint8-range frames ``(..., C, H, W)`` -> ``(...)``, capped at :data:`PSNR_CAP`."""
     diff = truth.astype(np.float64) - pred.astype(np.float64)
     mse = np.mean(diff ** 2, axis=(-3, -2, -1))
     with np.errstate(divide="ignore"):
@@ -81,8 +69,7 @@ def quality_by_step(metrics: dict[str, float], key: str, name: str = "psnr") -> 
 
 
 def quality_plot(metrics: dict[str, float], key: str) -> np.ndarray:
-    """PSNR and SSIM of ``key`` against the open-loop step ``k`` (the 0-step and one-step values as dashed lines),
-    as a uint8 RGB image for :meth:`reverie.logs.logger.Logger.image`."""
+    """PSNR and SSIM of ``key`` over the open-loop step ``k`` (0-step and one-step dashed) as uint8 ``(H, W, 3)``."""
     from reverie.viz.figure import figure_to_array, new_figure
 
     fig, axes = new_figure(1, 2)
@@ -100,8 +87,8 @@ def quality_plot(metrics: dict[str, float], key: str) -> np.ndarray:
 
 
 def summary_line(metrics: dict[str, float], steps: tuple[int, ...] = (1, 5, 15)) -> str:
-    """One line of :func:`prediction_quality`'s metrics: PSNR/SSIM at a few open-loop steps, 0-step and
-    one-step, and the reward error, per image key (the reward error alone without images)."""
+    """One line of :func:`prediction_quality`'s metrics: per image key PSNR/SSIM at ``steps``, 0-step and one-step;
+    the reward error."""
     parts = []
     keys = sorted({k[len("quality/"):].rsplit("_psnr", 1)[0] for k in metrics if "_psnr_k" in k})
     for key in keys:

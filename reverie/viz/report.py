@@ -1,18 +1,7 @@
 """The open-loop report logged during training and at its end (issue 5; DreamerV3's ``report``).
 
-Per report, for ``B`` replayed sequences of length ``T`` with ``C`` context steps (``run_dir`` = the
-logger's directory):
-
-    videos/openloop_<key>_<step>.mp4   per image key: rows truth / open-loop prediction / |error|
-    videos/closedloop_<key>_<step>.mp4 per image key: rows truth / posterior reconstruction / one-step prior
-    plots/openloop_reward_<step>.png   predicted vs true reward and continue probability, and the latent
-                                       agreement (cosine of open-loop / one-step prior and posterior features)
-    plots/openloop_<key>_<step>.png    per vector key: features true vs posterior / one-step / open loop
-
-A world model without decoders (representation ``r2`` or ``infonce``, docs/representation.md) writes the reward
-and latent plot alone: the report reads ``wm.decodes`` (:func:`reverie.viz.openloop.has_decoder`) and draws what
-the model predicts. The same go to TensorBoard (videos as animated GIFs, figures as images) and wandb, and the
-scalars of :func:`reverie.viz.openloop.prediction_errors` plus ``viz/report_s`` are added to the next metrics row.
+Logs videos per image key, plots per vector key and the reward plot (the file table is in docs/viz.md), plus the
+scalars of :func:`reverie.viz.openloop.prediction_errors`, the quality metrics and ``viz/report_s``.
 """
 
 from __future__ import annotations
@@ -34,8 +23,8 @@ SEQUENCES, CONTEXT, FPS = 4, 5, 10
 
 
 def sample_for_report(replay: Any, sequences: int, length: int, seed: int) -> dict[str, np.ndarray] | None:
-    """``replay.sample(sequences, length)`` drawn with its own RNG (seeded by ``seed``), so reports leave the
-    replay's sampling stream, and hence training, unchanged. None (with a warning) when replay is too short."""
+    """``replay.sample(sequences, length)`` with its own RNG seeded by ``seed`` (training's draws are unchanged);
+    None, with a warning, when replay is too short."""
     saved = replay.rng
     replay.rng = np.random.default_rng(seed)
     try:
@@ -49,26 +38,9 @@ def sample_for_report(replay: Any, sequences: int, length: int, seed: int) -> di
 
 def report(agent: Any, data: Any, logger: Any, step: int, *, length: int | None = None, sequences: int = SEQUENCES,
            context: int = CONTEXT, sample: bool = True, fps: int = FPS) -> OpenLoop | None:
-    """Compute open-loop and closed-loop predictions and log them (files listed in the module docstring).
-
-    Args:
-        agent: an agent exposing ``agent.wm`` (or a world model).
-        data: a :class:`reverie.Replay` (``sequences`` windows of ``length`` rows are drawn with a separate RNG
-            seeded by ``step``) or a replay batch ``(T, B, ...)`` (the first ``sequences`` columns are shown).
-        logger: :class:`reverie.logs.logger.Logger`; its directory is the run directory.
-        step: env step (file names and x axis).
-        length: ``T`` when ``data`` is a replay (e.g. ``agent.batch_length``); required then.
-        sequences: ``B`` sequences shown (grid columns, plot columns).
-        context: ``C`` context steps; lowered to ``T - 1`` for short sequences.
-        sample: sample latents (True, as in imagination) or take their mode.
-        fps: frame rate of the videos.
-
-    Returns:
-        The :class:`OpenLoop` result, or None when replay cannot give a window yet.
-
-    Raises:
-        ValueError: ``data`` is a replay and ``length`` is None.
-    """
+    """Compute open-loop and closed-loop predictions and log them; return the :class:`OpenLoop`, or None when
+    replay cannot give a window yet. ``data``: a :class:`reverie.Replay` (``sequences`` windows of ``length`` =
+    ``T`` rows, RNG seeded by ``step``; ValueError without ``length``) or a batch ``(T, B, ...)``."""
     start = time.perf_counter()
     if hasattr(data, "sample"):
         if length is None:

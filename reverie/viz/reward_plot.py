@@ -11,19 +11,9 @@ from reverie.viz.openloop import OpenLoop
 
 
 def reward_plot(result: OpenLoop, max_sequences: int = 4) -> np.ndarray:
-    """One column per sequence; rows: reward, continue probability (if the model has one), latent agreement.
-
-    Lines: true (black), posterior reconstruction (blue, closed loop), open-loop prediction (red, the
-    posterior for ``t < C``, grey background). The latent row: the cosine between the open-loop features (red) or
-    the one-step prior's (green, dotted) and the posterior features of the same step. x axis: step ``t``.
-
-    Args:
-        result: :func:`reverie.viz.open_loop` output.
-        max_sequences: columns (the first sequences of the batch).
-
-    Returns:
-        uint8 ``(H, W, 3)`` image of the figure.
-    """
+    """uint8 ``(H, W, 3)``: one column per sequence (at most ``max_sequences``); rows reward, continue probability
+    (if the model has one) and latent agreement, against step ``t``. Lines: true (black), posterior (blue), open
+    loop (red; context steps shaded); latent row: cosine of open-loop (red) / one-step prior (green) features."""
     B = result.reward["true"].shape[1]
     cols = max(1, min(B, max_sequences))
     panels = [("reward", result.reward)] + ([("continue", result.cont)] if result.cont else []) + \

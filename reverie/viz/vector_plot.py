@@ -12,21 +12,9 @@ MAX_FEATURES = 8
 
 
 def vector_plot(result: OpenLoop, key: str, sequence: int = 0, max_features: int = MAX_FEATURES) -> np.ndarray:
-    """One panel per feature of vector key ``key`` for one sequence: true (black), posterior reconstruction
-    (blue), one-step prior prediction (green, dotted), open loop after ``C`` context steps (red).
-
-    Args:
-        result: :func:`reverie.viz.open_loop` output.
-        key: a vector observation key (``(T, B, F)``).
-        sequence: which of the ``B`` sequences.
-        max_features: the first this many features.
-
-    Returns:
-        uint8 ``(H, W, 3)`` image.
-
-    Raises:
-        KeyError: ``key`` is not a vector key of ``result``.
-    """
+    """uint8 ``(H, W, 3)``: one panel per feature (the first ``max_features``) of vector key ``key`` ``(T, B, F)`` for
+    one sequence: true (black), posterior (blue), one-step prior (green, dotted), open loop (red).
+    Raises KeyError when ``key`` is not a vector key of ``result``."""
     if key not in result.vector_keys:
         raise KeyError(f"vector_plot: {key!r} is not a vector key; vector keys: {result.vector_keys}")
     truth = result.truth[key][:, sequence]  # (T, F)

@@ -32,6 +32,9 @@ def test_storm_settings_are_storms_and_continuous_actions_are_refused(tmp_path, 
     assert (ac.gamma, ac.lam, ac.entropy, ac.clip, ac.slow_decay) == (0.985, 0.95, 3e-4, 100.0, 0.98)
     assert ac.opt.defaults["lr"] == 3e-5 and ac.opt.defaults["eps"] == 1e-5
     assert load_config(["agent=storm"]).agent.module.horizon == 16
+    D, F = agent.wm.dynamics.deter, agent.wm.dynamics.feat_dim  # STORM's heads: reward, cont from h; decoder from z
+    assert [(head.start, head.stop) for head in (agent.wm.reward_head, agent.wm.cont_head, agent.wm.decoder)] == \
+        [(0, D), (0, D), (D, F)]
     run_dir = tmp_path / "pendulum"
     assert main(["train", "exp=debug", "agent=storm", "env=pendulum", f"run_dir={run_dir}"]) == 2
     assert "agent=storm: STORM's policy is a categorical over discrete actions" in capsys.readouterr().err
@@ -49,3 +52,96 @@ def test_eval_takes_the_most_probable_action_and_explore_samples():
     sampled, _ = agent.act(obs, mode="explore")
     assert (greedy.argmax(-1) == 1).all() and set(np.unique(greedy)) == {0.0, 1.0}
     assert 0 < (sampled.argmax(-1) != 1).sum() < 32  # p(other) = 2 / (2 + e^3) = 0.09 each draw
+
+
+def _storm(*overrides):
+    return build_agent(load_config(["agent=storm", "exp=debug", *overrides]).agent, {"vector": (4,)},
+                       ActionSpec(True, 3))
+
+
+def _policy_inputs(agent, monkeypatch):
+    seen = []
+    policy = agent.ac.policy
+    monkeypatch.setattr(agent.ac, "policy", lambda feat: seen.append(feat.clone()) or policy(feat))
+    return seen
+
+
+@pytest.mark.parametrize("act_on", ["prior", "posterior"])
+def test_storm_acts_on_the_prior_before_the_observation_is_seen(act_on, monkeypatch):
+    """STORM chooses a_t from cat(h_t, z_t ~ p(z_t | h_t)): h_t holds only the steps before o_t, so two different
+    observations at the same step give the policy the same input under the same draws. The posterior rule (the
+    counter-check) reads o_t and gives different inputs."""
+    agent = _storm(f"agent.module.act_on={act_on}")
+    seen = _policy_inputs(agent, monkeypatch)
+    state = agent.initial_state(8)
+    for scale in (1.0, -5.0):
+        torch.manual_seed(0)
+        obs = {"vector": np.full((8, 4), scale, np.float32), "is_first": np.ones(8, bool)}
+        agent.act(obs, state)
+    deter = agent.wm.dynamics.deter  # features: cat(h_t, z_t)
+    assert torch.equal(seen[0][:, :deter], seen[1][:, :deter])  # h_t: the same history either way
+    assert torch.equal(seen[0], seen[1]) == (act_on == "prior")
+
+
+def test_act_on_prior_is_refused_for_a_dynamics_without_a_prior():
+    with pytest.raises(ValueError, match="act_on=prior needs a dynamics with a prior"):
+        Storm({"vector": (4,)}, ActionSpec(True, 3), dynamics=None, units=16, mlp_units=16, ac_units=16)  # an RSSM
+    Storm({"vector": (4,)}, ActionSpec(True, 3), dynamics=None, units=16, mlp_units=16, ac_units=16,
+          act_on="posterior")  # the counter-check: the RSSM can act on its posterior
+    with pytest.raises(ValueError, match="act_on must be 'prior'"):
+        _storm("agent.module.act_on=posteriour")
+
+
+def test_context_starts_are_the_prior_of_the_step_after_the_context(monkeypatch):
+    """The start after C observed context rows and the action taken after the last one equals the state the
+    whole-window observe pass gives row C + 1 (same latents: draws replaced by the mode): deter and prior logits;
+    computed there by batched attention over the window, here by C rows and one cached prior step."""
+    from reverie.models.dynamics import TransformerDynamics
+
+    torch.manual_seed(0)
+    agent = _storm("agent.module.imag_context=5", "agent.module.precision=float32").double()
+    dyn = agent.wm.dynamics
+    monkeypatch.setattr(dyn, "_draw", lambda logits, sample: TransformerDynamics._draw(dyn, logits, False))
+    C, N = 5, 7
+    ctx = {"vector": torch.randn(C + 1, N, 4, dtype=torch.float64),
+           "prev_action": torch.eye(3, dtype=torch.float64)[torch.randint(0, 3, (C + 1, N))],
+           "is_first": torch.zeros(C + 1, N, dtype=torch.bool)}
+    ctx["is_first"][0] = True
+    ctx["is_first"][3, 2] = True  # an episode starts inside one context
+    start = agent.context_starts(ctx)
+    with torch.no_grad():
+        post, prior = dyn.observe(agent.wm.encode({"vector": ctx["vector"]}), ctx["prev_action"], ctx["is_first"])
+    assert start["deter"].shape == (N, dyn.deter)
+    torch.testing.assert_close(start["deter"], post["deter"][C], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(start["logits"], prior["logits"][C], rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(start["logits"], post["logits"][C])  # the prior's, not the posterior's of row C + 1
+
+
+@pytest.mark.parametrize("contexts", [12, 0])
+def test_the_loop_draws_the_imagination_contexts(contexts, tmp_path, monkeypatch):
+    """Each update imagines from ``imag_contexts`` starts drawn by the loop (``batch["imagine"]``, C + 1 rows each);
+    with 0, from the last ``imag_last`` rows of each training window (2 x B starts)."""
+    from reverie.agents.storm import StormActorCritic
+
+    sizes = []
+    update = StormActorCritic.update
+    monkeypatch.setattr(StormActorCritic, "update", lambda self, feat, *a: sizes.append(feat.shape[:2]) or
+                        update(self, feat, *a))
+    run_dir = tmp_path / "run"
+    assert main(["train", "exp=debug", "agent=storm", f"run_dir={run_dir}", "train.steps=80", "train.eval_every=0",
+                 f"agent.module.imag_contexts={contexts}", "agent.module.imag_last=2"]) == 0
+    cfg = load_config(["exp=debug", "agent=storm"]).agent
+    assert sizes and set(sizes) == {(cfg.module.horizon + 1, contexts if contexts else 2 * cfg.batch_size)}
+
+
+def test_storm_atari100k_is_storms_protocol():
+    cfg = load_config(["exp=storm_atari100k", "env.task=ms_pacman"])
+    env, agent, train = cfg.env, cfg.agent, cfg.train
+    assert (env.suite, env.sticky, env.noops, env.life_loss, env.action_repeat, env.size, env.actions) == \
+        ("atari", 0.25, 0, "terminal", 4, 64, "minimal")
+    assert (agent.name, agent.batch_size, agent.batch_length, agent.train_ratio) == ("storm", 16, 64, 1024)
+    module = agent.module
+    assert (module.dynamics.context, module.dynamics.deter, module.dynamics.layers, module.dynamics.heads) == \
+        (64, 512, 2, 8)
+    assert (module.imag_contexts, module.imag_context, module.horizon, module.act_on) == (1024, 8, 16, "prior")
+    assert (train.steps, train.prefill, train.eval_episodes, train.eval_mode) == (102000, 1024, 20, "sample")

@@ -1,8 +1,5 @@
-"""Latent dynamics models behind one protocol (:class:`Dynamics`, ``base.py``): DreamerV3's categorical RSSM
-(``categorical.py``), PlaNet's Gaussian RSSM (``gaussian.py``), the block-GRU RSSM of the current official
-DreamerV3 (``block.py``) and a STORM-style transformer (``transformer.py``, ``dynamics=storm``). The world model
-receives one of them (or any module with the protocol's members), built from the config's ``agent.module.dynamics``
-block."""
+"""Latent dynamics behind one protocol (:class:`Dynamics`): DreamerV3's categorical RSSM, PlaNet's Gaussian RSSM,
+the official block-GRU RSSM and a STORM-style transformer (``dynamics=storm``), built from ``agent.module.dynamics``."""
 
 from reverie.models.dynamics.base import (ContextSpec, Dynamics, RowState, State, check_dynamics, free_bits, rollout,
                                           row_starts)

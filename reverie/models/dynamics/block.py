@@ -1,25 +1,11 @@
-"""The RSSM of the current official DreamerV3 (danijar/dreamerv3 at e3f0224, ``dreamerv3/rssm.py`` ``RSSM``): a
-block-diagonal GRU, RMSNorm everywhere, zero initial state.
+"""The RSSM of the current official DreamerV3 (danijar/dreamerv3 at e3f0224, ``dreamerv3/rssm.py`` ``RSSM``).
 
-State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)``, ``stoch`` ``z_t`` ``(..., S, K)`` one-hot latents with 1%
-unimix, and their ``logits`` ``(..., S, K)``. One step (``_core``, ``rssm.py:135-159``)::
-
-    x0, x1, x2 = silu(rms(W h_{t-1})), silu(rms(W z_{t-1})), silu(rms(W a_{t-1}))     dynin0..2, width `hidden`
-    x = concat over G blocks of [h_{t-1} block g, x0, x1, x2]   (G*(D/G + 3*hidden),)  each block sees all of x
-    x = silu(rms(BlockLinear(x)))  x dynlayers                   (D,)  dynhid{i}
-    r, c, u = BlockLinear(x) cut per block into 3 x (D/G)       dyngru
-    h_t = sigmoid(u - 1) * tanh(sigmoid(r) * c) + (1 - sigmoid(u - 1)) * h_{t-1}
-    prior     p(z_t | h_t):       logits = W silu(rms(W h_t)) x imglayers           (_prior, prior{i})
-    posterior q(z_t | h_t, e_t):  logits = W silu(rms(W [h_t, e_t])) x obslayers    (_observe, obs{i})
-
-Where ``is_first_t`` is set the previous state and action are zeroed (``nn.mask(..., ~reset)``): the initial state
-is zeros, not learned (``initial``). Actions enter scaled into ``[-1, 1]`` (``action /= sg(max(1, |action|))``,
-the same as the 2023 ``action_clip: 1``; :func:`reverie.models.dynamics.categorical.scale_action`). Losses (``loss``,
-``rssm.py:120-133``): ``dyn = max(1, KL(sg(post) || prior))`` and ``rep = max(1, KL(post || sg(prior)))``, as in
-2023 (:func:`reverie.models.dynamics.categorical.kl_losses`); the agent scales them 1.0 and 0.1.
-
-The deterministic state is kept in float32 under bfloat16 autocast (the official code rounds it to its 16-bit
-compute dtype; reverie's 2023 RSSM keeps float32, see docs/speed.md round 3); everything else follows autocast.
+State: ``deter`` ``h_t (..., D)``, ``stoch`` ``z_t (..., S, K)`` one-hot (1% unimix), ``logits (..., S, K)``.
+``_core`` (``rssm.py:135-159``): ``h``, ``z``, ``a`` through ``dynin0..2``; each of ``G`` blocks sees its slice of
+``h`` plus all three; ``dynhid{i}`` block layers; ``dyngru`` gates, ``update = sigmoid(u - 1)``. Prior
+``_prior``/``prior{i}`` on ``h_t``, posterior ``_observe``/``obs{i}`` on ``[h_t, e_t]``. ``is_first`` zeroes state and
+action (``nn.mask(..., ~reset)``; zero ``initial``); actions scaled as :func:`scale_action`; losses ``dyn``/``rep``
+(``rssm.py:120-133``). ``deter`` stays float32 under bf16 autocast (the official rounds it; docs/speed.md round 3).
 """
 
 from __future__ import annotations
@@ -40,19 +26,8 @@ from reverie.models.switch import resolve
 
 
 class BlockGRU(nn.Module):
-    """The recurrent core ``h_t = f(h_{t-1}, z_{t-1}, a_{t-1})`` of the official RSSM (``rssm.py:135-159``).
-
-    Args:
-        deter: ``D``. stoch: ``S*K`` (the flat one-hot latent). action_dim: ``A``.
-        hidden: width of the three input projections (official ``hidden``).
-        blocks: ``G``, the GRU's diagonal blocks (official ``blocks: 8``). dynlayers: hidden block layers (1).
-
-    ``forward(deter (N, D), stoch (N, S*K), action (N, A)) -> deter (N, D)``; ``action`` as it enters the
-    dynamics (already scaled and masked).
-
-    Raises:
-        ValueError: ``deter`` not divisible by ``blocks``.
-    """
+    """The recurrent core (``rssm.py:135-159``): ``deter (N, D)``, ``stoch (N, S*K)``, scaled and masked ``action
+    (N, A)`` -> ``deter (N, D)``; ``G = blocks`` (official 8). ValueError: ``deter`` not divisible by ``blocks``."""
 
     def __init__(self, deter: int, stoch: int, action_dim: int, hidden: int, blocks: int = 8, dynlayers: int = 1):
         super().__init__()
@@ -73,16 +48,14 @@ class BlockGRU(nn.Module):
         return self.step(deter, stoch, self.in_action(action), self.shared_weight())
 
     def shared_weight(self) -> torch.Tensor:
-        """The first block layer's weights on the inputs every block shares, as one dense ``(3*hidden, G*O)``
-        matrix (:meth:`step` takes it, so a scan computes it once)."""
+        """The first block layer's weights on the shared inputs, dense ``(3*hidden, G*O)`` (once per scan)."""
         layer = (list(self.hidden) or [self.gates])[0]
         w = layer.weight[:, self.deter // self.blocks:]  # (G, 3*hidden, O)
         return w.permute(1, 0, 2).reshape(w.shape[1], -1)  # (G, 3h, O) -> (3h, G, O) -> (3h, G*O)
 
     def step(self, deter: torch.Tensor, stoch: torch.Tensor, action_x: torch.Tensor,
              shared_weight: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` with the action already projected (``in_action(action)`` ``(N, hidden)``, e.g. for
-        all rows of a sequence at once) and :meth:`shared_weight` given."""
+        """:meth:`forward` with ``in_action(action)`` ``(N, hidden)`` and :meth:`shared_weight` given."""
         x = torch.cat([self.in_deter(deter), self.in_stoch(stoch), action_x], -1)  # (N, 3*hidden)
         n, g = x.shape[0], self.blocks
         layers = list(self.hidden) or [self.gates]
@@ -101,9 +74,8 @@ class BlockGRU(nn.Module):
 
     def _first_block_layer(self, layer: BlockLinear, deter: torch.Tensor, x: torch.Tensor,
                            shared_weight: torch.Tensor) -> torch.Tensor:
-        """``layer`` on the official input, block ``g`` = ``[deter block g, x]`` (``(N, G*(D/G + 3*hidden))``),
-        without building it: ``deter block g @ W_g[:D/G]`` by one batched product plus ``x @ W_g[D/G:]`` for every
-        block by one dense product (``shared_weight``), then the bias. ``(N, D)``, ``(N, 3*hidden) -> (N, G*O)``."""
+        """``layer`` on block inputs ``[deter block g, x]`` without building them: ``(N, D)``, ``(N, 3*hidden) ->
+        (N, G*O)`` by one batched and one dense (``shared_weight``) product."""
         n, g, per = x.shape[0], self.blocks, self.deter // self.blocks
         own = torch.bmm(deter.view(n, g, per).transpose(0, 1), layer.weight[:, :per])  # (G, N, D/G) @ (G, D/G, O)
         shared = x @ shared_weight  # (N, 3h) @ (3h, G*O) -> (N, G*O)
@@ -111,27 +83,10 @@ class BlockGRU(nn.Module):
 
 
 class BlockRSSM(RowState, nn.Module):
-    """The current official RSSM (module docstring), with the members of reverie's dynamics interface
-    (:class:`reverie.models.dynamics.Dynamics`); starts, truncate and the replay context from
-    :class:`reverie.models.dynamics.base.RowState`, as the official ``starts``, ``truncate`` and ``entry_space``
-    (``rssm.py:40-60``: a row's ``deter`` and ``stoch``).
-
-    Args:
-        action_dim: ``A``. embed_dim: ``E``, the encoder's output width.
-        deter, hidden, stoch, classes, blocks: sizes (official ``configs.yaml`` ``dyn.rssm``: 8192, 1024, 32, 64, 8;
-            the size presets ``size1m``..``size400m`` change deter, hidden and classes).
-        dynlayers, imglayers, obslayers: depths of the GRU input, prior and posterior stacks (1, 2, 1).
-        unimix: uniform mix of the latents (0.01). free_nats: free bits of dyn and rep (1.0).
-        outscale: init scale of the two logit layers (1.0). action_clip: actions scaled into
-            ``[-action_clip, action_clip]`` before the dynamics (the official ``_core``'s ``max(1, |a|)``: 1.0).
-        kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the latent draw through
-            :mod:`reverie.models.kernels.sampling` and :mod:`reverie.models.kernels.straight_through`, the same values
-            and gradient; an agent with ``kernels="auto"`` does) and ``observe_kernel`` (the sampled observe loop under
-            autograd as one node, :mod:`reverie.models.kernels.block_scan`); ``"off"``: plain autograd, whatever
-            installs.
-
-    State entries: ``deter (..., D)`` float32, ``stoch (..., S, K)``, ``logits (..., S, K)``; features and the
-    carry read ``deter`` and ``stoch``.
+    """The official RSSM as a :class:`reverie.models.dynamics.Dynamics`; :class:`RowState` gives the official
+    ``starts``, ``truncate``, ``entry_space`` (``rssm.py:40-60``). Defaults: ``configs.yaml`` ``dyn.rssm`` (deter 8192,
+    hidden 1024, stoch 32, classes 64, blocks 8). ``kernels="auto"`` lets :func:`reverie.models.kernels.install` set
+    ``fast`` (sampling kernels) and ``observe_kernel`` (:mod:`reverie.models.kernels.block_scan`); ``"off"``: neither.
     """
 
     loss_keys = ("dyn", "rep")
@@ -155,7 +110,6 @@ class BlockRSSM(RowState, nn.Module):
         self.prior_net = RMSMLP(deter, stoch * classes, hidden, imglayers, outscale)  # prior{i}, priorlogit
         self.post_net = RMSMLP(deter + embed_dim, stoch * classes, hidden, obslayers, outscale)  # obs{i}, obslogit
 
-    # ------------------------------------------------------------------------------------------------ states
     def initial(self, batch: int) -> State:
         """Zeros ``(batch, ...)`` (official ``initial``): what ``is_first`` resets to."""
         zeros = self.core.gates.weight.new_zeros
@@ -167,7 +121,7 @@ class BlockRSSM(RowState, nn.Module):
         return torch.cat([state["deter"], state["stoch"].flatten(-2).to(state["deter"].dtype)], -1)
 
     def dist(self, state: State | torch.Tensor) -> torch.distributions.Independent:
-        """The latent distribution of a state (or of logits ``(..., S, K)``); event shape ``(S, K)``."""
+        """The latent distribution of a state or logits ``(..., S, K)``, event shape ``(S, K)``."""
         logits = state["logits"] if isinstance(state, dict) else state
         return torch.distributions.Independent(UnimixCategorical(logits, self.unimix), 1)
 
@@ -183,27 +137,15 @@ class BlockRSSM(RowState, nn.Module):
     def _step(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.core(deter, stoch.flatten(-2), scale_action(action, self.action_clip))  # (N, S, K) -> (N, S*K)
 
-    # ----------------------------------------------------------------------------------------------- observe
     def observe(self, embed: torch.Tensor, prev_action: torch.Tensor, is_first: torch.Tensor,
                 state: State | None = None, sample: bool = True) -> tuple[State, State]:
-        """Posterior and prior states along observed sequences (official ``observe``/``_observe``).
-
-        Args:
-            embed: ``(T, B, E)``. prev_action: ``(T, B, A)``, the action that led to each row. is_first: ``(T, B)``.
-            state: the state before the first row ``(B, ...)`` (the replay context's stored latent, or the last
-                acting step's); None: :meth:`initial`.
-            sample: draw the latents (training, acting) or take their mode.
-
-        Returns:
-            ``(posterior, prior)`` with ``deter (T, B, D)``, ``stoch``/``logits (T, B, S, K)``; the prior's
-            ``stoch`` is drawn from the prior logits of the same ``deter``.
-        """
+        """:meth:`Dynamics.observe` (official ``observe``/``_observe``): ``(posterior, prior)``, ``deter (T, B, D)``,
+        ``stoch``/``logits (T, B, S, K)``."""
         T, B = is_first.shape
         state = self.initial(B) if state is None else state
         deter, stoch = state["deter"], state["stoch"]
         keep = (~is_first).unsqueeze(-1)  # (T, B) -> (T, B, 1); where is_first: zero state and zero action
-        # what does not depend on the state is computed for all rows at once: the action's input projection and
-        # the embedding's part of the posterior's first layer (its weights split into deter and embed columns)
+        # state-independent parts for all rows at once: the action projection, the posterior's embed columns
         action = scale_action(prev_action, self.action_clip) * keep.to(prev_action.dtype)  # (T, B, A)
         action_x = self.core.in_action(action)  # (T, B, hidden)
         shared_weight = self.core.shared_weight()
@@ -235,15 +177,13 @@ class BlockRSSM(RowState, nn.Module):
         return post, {"deter": post["deter"], "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
 
     def _posterior_layers(self) -> tuple[nn.Linear, Callable[[torch.Tensor], torch.Tensor]]:
-        """The posterior net as ``(first linear layer on cat(deter, embed), the rest)``: ``post_net(x) ==
-        rest(first(x))``."""
+        """``(first, rest)`` with ``post_net(x) == rest(first(x))``."""
         net = self.post_net
         if not len(net.hidden):
             return net.out, lambda x: x
         tail = nn.Sequential(*list(net.hidden[0])[1:], *list(net.hidden)[1:], net.out)  # norm, act, ..., logits
         return net.hidden[0][0], tail
 
-    # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
         """One prior step (official ``imagine`` with ``single=True``): state ``(N, ...)``, action ``(N, A)``."""
         deter = self._step(state["deter"], state["stoch"], action)
@@ -252,17 +192,9 @@ class BlockRSSM(RowState, nn.Module):
 
     def imagine(self, policy: Callable[[State], torch.Tensor], start: State,
                 horizon: int) -> tuple[State, torch.Tensor]:
-        """Roll the prior ``horizon`` steps from ``start`` ``(N, ...)`` with ``action_t = policy(state_t)``
-        (:func:`reverie.models.dynamics.base.rollout`).
-
-        Returns:
-            ``(states, actions)``: states ``(H+1, N, ...)`` (:attr:`feature_keys`: ``deter``, ``stoch``) with
-            ``start`` at index 0, actions ``(H+1, N, A)``, ``actions[t]`` chosen at ``states[t]`` (the last one is
-            never executed; the official code draws it as ``lastact``).
-        """
+        """:meth:`Dynamics.imagine`; the last action is never executed (the official ``lastact``)."""
         return rollout(self.img_step, policy, start, horizon, self.feature_keys)
 
-    # -------------------------------------------------------------------------------------------------- loss
     def loss(self, post: State, prior: State, prev_action: torch.Tensor | None = None,
              is_first: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """``dyn`` and ``rep`` ``(T, B)`` with free bits; info: the unclipped ``kl`` and the latent entropies."""

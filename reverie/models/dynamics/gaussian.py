@@ -1,21 +1,10 @@
 """The Gaussian RSSM of PlaNet (Hafner et al. 2019, section 3; google-research/planet ``planet/models/rssm.py``).
 
-State ``s_t = (h_t, z_t)``: ``deter`` ``h_t`` ``(..., D)`` from the block GRU of TensorFlow's ``GRUBlockCell``
-(:class:`reverie.models.planet_nets.BlockGRUCell`; ``belief_size`` 200), ``stoch`` ``z_t`` ``(..., Z)`` a diagonal
-Gaussian latent (``state_size`` 30) with its ``mean`` and ``std`` (``std = softplus(raw) + min_std``, ``min_stddev``
-0.1), one hidden layer of width ``units`` (``embed_size`` 200) with activation ``act`` before the GRU, the prior and
-the posterior (the config's ``relu``, ``scripts/configs.py:109,136``, not the class default ``elu``). One step::
-
-    h_t = GRU(act(W_z z_{t-1} + W_a prev_action_t + b), h_{t-1})
-    prior     p(z_t | h_t):          (mean, std) = W_2 act(W_1 h_t + b_1) + b_2
-    posterior q(z_t | h_t, e_t):     (mean, std) = W_out act(W_h h_t + W_e e_t + b_e) + b_out
-
-Weights are glorot-uniform with the fans of the reference's unsplit layers and biases zero (TensorFlow's defaults).
-The initial state is zeros (reference ``zero_state``); ``is_first`` resets to it. Losses (PlaNet section 3-4,
-google-research/planet ``training/utility.py:209-227``): ``kl`` = ``max(0, KL(post || prior) - free_nats)`` (3 nats;
-both sides trained), ``global_kl`` = ``KL(post || N(0, 1))`` (reference ``global_divergence_scale``, 0 by default),
-and with ``overshooting = D >= 2`` the latent overshooting loss ``overshooting`` over distances ``2..D`` (section 4,
-eq. 7; :func:`overshooting_loss`). Training is always the readable path (no kernels).
+State: ``deter`` ``h_t (..., D)`` from a ``GRUBlockCell`` (``belief_size`` 200), ``stoch`` ``z_t (..., Z)`` a diagonal
+Gaussian (``state_size`` 30) with ``mean``, ``std = softplus(raw) + min_std`` (``min_stddev`` 0.1); one ``act``
+layer of ``units`` (``embed_size`` 200) before the GRU, prior and posterior (config ``relu``,
+``scripts/configs.py:109,136``). Losses (``training/utility.py:209-227``): ``kl``, ``global_kl`` and, with
+``overshooting = D >= 2``, ``overshooting`` (section 4, eq. 7); docs/planet.md has the details.
 """
 
 from __future__ import annotations
@@ -31,22 +20,9 @@ from reverie.models.planet_nets import BlockGRUCell, glorot_uniform_
 
 
 class GaussianRSSM(RowState, nn.Module):
-    """PlaNet's RSSM, a :class:`reverie.models.dynamics.Dynamics` (module docstring).
-
-    Args:
-        action_dim: ``A``. embed_dim: ``E`` (both filled in by the world model).
-        deter: ``D`` (``belief_size`` 200). stoch: ``Z`` (``state_size`` 30). units: hidden width (200).
-        min_std: floor of the latent std (``min_stddev`` 0.1). free_nats: of ``kl`` and overshooting (3.0).
-        overshooting: latent overshooting distance ``D`` (0: off; else ``D >= 2``, distances ``2..D``; the paper
-            uses 50). act: activation of the hidden layers (reference config ``activation: relu``).
-
-    State entries: ``deter (..., D)``, ``stoch (..., Z)``, ``mean (..., Z)``, ``std (..., Z)``; features and the
-    carry read ``deter`` and ``stoch`` (:class:`reverie.models.dynamics.base.RowState`).
-
-    Raises:
-        ValueError: ``min_std <= 0``, ``overshooting`` negative or 1 (distance 1 is the one-step ``kl``), or an
-            unknown ``act``.
-    """
+    """PlaNet's RSSM, a :class:`reverie.models.dynamics.Dynamics`: ``deter (..., D)``, ``stoch``, ``mean``, ``std``
+    ``(..., Z)``; ``overshooting`` 0 (off) or ``D >= 2`` (the paper uses 50). Raises ValueError for ``min_std <= 0``,
+    ``overshooting`` negative or 1, or an unknown ``act``."""
 
     state_keys = ("deter", "stoch", "mean", "std")
     feature_keys = ("deter", "stoch")  # what features() reads
@@ -75,8 +51,8 @@ class GaussianRSSM(RowState, nn.Module):
         self.post_h = nn.Linear(D, units, bias=False)
         self.post_e = nn.Linear(E, units)
         self.post_out = nn.Linear(units, 2 * Z)
-        # TensorFlow's default init of each reference layer: split layers take the whole layer's fans, and the
-        # (mean, std) output layers are two Dense(Z) layers in the reference (models/rssm.py:106-107, 127-128)
+        # TF's default init with the reference layers' fans: (mean, std) are two Dense(Z) (models/rssm.py:106-107,
+        # 127-128)
         fans = {self.in_z: (Z + A, units), self.in_a: (Z + A, units), self.prior_net[0]: (D, units),
                 self.prior_net[2]: (units, Z), self.post_h: (D + E, units), self.post_e: (D + E, units),
                 self.post_out: (units, Z)}
@@ -85,7 +61,6 @@ class GaussianRSSM(RowState, nn.Module):
             if layer.bias is not None:
                 nn.init.zeros_(layer.bias)
 
-    # ------------------------------------------------------------------------------------------------ states
     def initial(self, batch: int) -> State:
         """Zeros (PlaNet ``zero_state``) ``(batch, ...)``, ``std`` ones."""
         zeros = self.in_a.weight.new_zeros(batch, self.stoch)
@@ -103,8 +78,7 @@ class GaussianRSSM(RowState, nn.Module):
             torch.distributions.Normal(state["mean"].to(dtype), state["std"].to(dtype), validate_args=False), 1)
 
     def _gaussian(self, deter: torch.Tensor, raw: torch.Tensor, sample: bool) -> State:
-        """``raw (..., 2Z)`` -> the state with ``std = softplus(raw_std) + min_std`` and ``stoch`` a draw (or the
-        mean)."""
+        """``raw (..., 2Z)`` -> the state, ``stoch`` a draw (or the mean)."""
         mean, std = raw.chunk(2, -1)
         std = F.softplus(std) + self.min_std
         stoch = mean + std * draws.normal_noise(mean, std) if sample else mean
@@ -114,7 +88,6 @@ class GaussianRSSM(RowState, nn.Module):
         """``h_t`` ``(B, D)`` from the state at ``t - 1`` and the projected action ``(B, units)``."""
         return self.gru(self.act(self.in_z(state["stoch"]) + action_proj), state["deter"])
 
-    # ----------------------------------------------------------------------------------------------- observe
     def observe(self, embed: torch.Tensor, prev_action: torch.Tensor, is_first: torch.Tensor,
                 state: State | None = None, sample: bool = True) -> tuple[State, State]:
         """Posterior and prior states ``(T, B, ...)`` along observed sequences (:meth:`Dynamics.observe`)."""
@@ -137,26 +110,19 @@ class GaussianRSSM(RowState, nn.Module):
         prior = self._gaussian(post["deter"], self.prior_net(post["deter"]), sample)  # all steps at once
         return post, prior
 
-    # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
         """One prior step: state ``(N, ...)`` and action ``(N, A)`` -> the next prior state ``(N, ...)``."""
         deter = self._cell(state, self.in_a(action))
         return self._gaussian(deter, self.prior_net(deter), sample)
 
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
-        """Roll the prior from ``start`` ``(N, ...)`` with the policy's actions (:meth:`Dynamics.imagine`); the
-        states hold :attr:`feature_keys`."""
+        """:meth:`Dynamics.imagine`."""
         return rollout(self.img_step, policy, start, horizon, self.feature_keys)
 
-    # -------------------------------------------------------------------------------------------------- loss
     def loss(self, post: State, prior: State, prev_action: torch.Tensor,
              is_first: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """``kl``, ``global_kl`` (and ``overshooting``) ``(T, B)``; info: the unclipped ``kl``, the entropies and the
-        prior's mean std.
-
-        ``kl`` is :func:`free_nats_hinge` of the one-step KL (reference ``utility.py:209-211``); ``global_kl`` has no
-        free nats (the camera-ready reference's ``global_divergence``); ``overshooting`` is :func:`overshooting_loss`.
-        """
+        """``kl`` (``utility.py:209-211``), ``global_kl`` (no free nats; ``global_divergence``), ``overshooting``
+        ``(T, B)``; info: the unclipped ``kl``, the entropies and the prior's mean std."""
         kl = gaussian_kl(post, prior)  # (T, B)
         losses = {"kl": free_nats_hinge(kl, self.free_nats),
                   "global_kl": gaussian_kl(post, {"mean": 0.0, "std": torch.ones_like(post["std"])})}
@@ -170,48 +136,24 @@ class GaussianRSSM(RowState, nn.Module):
 
 
 def gaussian_kl(lhs: State, rhs: State) -> torch.Tensor:
-    """``KL(N(lhs.mean, lhs.std) || N(rhs.mean, rhs.std))`` summed over ``Z``: ``(..., Z)`` -> ``(...)``.
-
-    ``rhs`` may hold plain floats or broadcastable tensors (e.g. the global prior ``mean 0, std 1``).
-    """
+    """``KL(N(lhs) || N(rhs))`` summed over ``Z``: ``(..., Z)`` -> ``(...)``; ``rhs`` may hold floats."""
     var_ratio = (lhs["std"] / rhs["std"]) ** 2
     t1 = ((lhs["mean"] - rhs["mean"]) / rhs["std"]) ** 2
     return (0.5 * (var_ratio + t1 - 1.0 - torch.log(var_ratio))).sum(-1)
 
 
 def free_nats_hinge(kl: torch.Tensor, free_nats: float) -> torch.Tensor:
-    """``max(0, kl - free_nats)`` elementwise (PlaNet, google-research/planet ``training/utility.py:211,226``): the
-    gradient of :func:`reverie.models.dynamics.free_bits`, and a loss value that is 0, not ``free_nats``, while the KL
-    is below it."""
+    """``max(0, kl - free_nats)`` (google-research/planet ``training/utility.py:211,226``)."""
     return torch.clamp(kl - free_nats, min=0.0)
 
 
 def overshooting_kl(rssm: GaussianRSSM, post: State, prior: State, prev_action: torch.Tensor, is_first: torch.Tensor,
                     distance: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Latent overshooting KLs for distances ``d = 2..distance`` (PlaNet section 4, eq. 7).
+    """Latent overshooting ``kl[d-2, t] = KL(sg(q(s_t | o_<=t)) || p(s_t | s_{t-d}, a_{t-d+1:t}))``, ``d = 2..D``
+    (PlaNet section 4, eq. 7; ``tools/overshooting.py``, ``training/utility.py:214-227``).
 
-    A chain starts at every step ``s = -1 .. T-2`` (``-1``: the state before the batch, the zero state as at the
-    start of the reference's chunks), takes the one-step prior of ``observe`` at ``s + 1`` (``prior``; a reset where
-    ``is_first[s + 1]``), then rolls the prior forward open-loop with the observed actions (sampled latents, with
-    gradient) and at each target time ``t = s + d`` is compared with the posterior at ``t``, whose gradient is
-    stopped: ``kl[d-2, t] = KL(sg(q(s_t | o_<=t)) || p(s_t | s_{t-d}, a_{t-d+1:t}))``. Distance 1 is the one-step
-    ``kl`` term and is not repeated here. google-research/planet ``tools/overshooting.py`` and
-    ``training/utility.py:214-227`` (rows ``1:-1`` of ``overshooting_distance + 1``: distances ``2..D``, from
-    ``posterior[t-1]`` or the zero state at ``t = 0``, ``os_stop_posterior_grad: True``).
-
-    Args:
-        rssm: a :class:`GaussianRSSM`.
-        post, prior: posterior and prior states ``(T, B, ...)`` of :meth:`GaussianRSSM.observe`.
-        prev_action: ``(T, B, A)``; ``prev_action[t]`` leads into ``t``.
-        is_first: ``(T, B)`` bool; a chain may start at a reset (its first step) but never crosses one after that.
-        distance: ``D >= 2``.
-
-    Returns:
-        ``(kl, mask)``, both ``(D-1, T, B)``: ``mask[d-2, t]`` is 1 where a chain of length ``d`` ends at ``t``
-        (``t >= d - 1`` and no ``is_first`` in ``t-d+2 .. t``); ``kl`` is 0 elsewhere.
-
-    Raises:
-        ValueError: ``distance < 2``.
+    ``post``, ``prior`` ``(T, B, ...)``, ``prev_action (T, B, A)``, ``is_first (T, B)`` -> ``(kl, mask)`` ``(D-1, T,
+    B)``, ``mask`` 1 where a chain of length ``d`` ends at ``t`` without crossing ``is_first``. ValueError: ``D < 2``.
     """
     if distance < 2:
         raise ValueError(f"overshooting_kl: distance must be >= 2 (distance 1 is the one-step KL), got {distance}")
@@ -234,14 +176,7 @@ def overshooting_kl(rssm: GaussianRSSM, post: State, prior: State, prev_action: 
 
 def overshooting_loss(rssm: GaussianRSSM, post: State, prior: State, prev_action: torch.Tensor,
                       is_first: torch.Tensor, distance: int, free_nats: float) -> torch.Tensor:
-    """The ``overshooting`` loss ``(T, B)``: ``sum over d = 2..D of max(0, kl[d-2, t] - free_nats)`` (0 where no
-    chain ends) divided by ``D - 1``, so that its mean over ``(T, B)`` is the reference's ``reduce_mean`` over all
-    ``B x T x (D - 1)`` (start, distance) entries, chains past the chunk's end counting as 0
-    (google-research/planet ``training/utility.py:217-227,233``). The agent scales it by ``overshooting_scale``
-    next to the one-step ``kl`` term's ``divergence_scale``: distance 1 has weight 1, distances ``2..D`` share one.
-
-    Raises:
-        ValueError: as :func:`overshooting_kl`.
-    """
+    """``sum_d max(0, kl[d-2, t] - free_nats) / (D - 1)`` ``(T, B)``: its mean is the reference's ``reduce_mean``
+    over ``B x T x (D - 1)`` (``training/utility.py:217-227,233``). ValueError: as :func:`overshooting_kl`."""
     kl, mask = overshooting_kl(rssm, post, prior, prev_action, is_first, distance)
     return (free_nats_hinge(kl, free_nats) * mask).sum(0) / (distance - 1)  # (D-1, T, B) -> (T, B)

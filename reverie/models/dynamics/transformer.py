@@ -361,6 +361,13 @@ class TransformerDynamics(nn.Module):
         stacked = {k: torch.stack([s[k] for s in states]) for k in self.feature_keys}  # (H+1) x (N, ...)
         return stacked, torch.stack(actions)  # (H+1) x (N, A) -> (H+1, N, A)
 
+    def prior(self, state: State, sample: bool = True) -> State:
+        """``state`` ``(..., ...)`` with its latent replaced by the prior's, ``p(z_t | h_t)`` from its own ``deter``:
+        what STORM acts on (``train.py:105-115``: the action of step ``t`` is chosen before ``o_t`` enters the
+        context, from ``calc_last_dist_feat``'s prior sample). The cache entries are unchanged."""
+        logits = self._logits(self.prior_net, state["deter"])
+        return {**state, "stoch": self._draw(logits, sample), "logits": logits}
+
     # ------------------------------------------------------------------------------------- starts and carries
     def starts(self, post: State, last: int = 0) -> State:
         """Imagination starts ``(N, ...)`` from an observed window's posterior ``(T, B, ...)``: every row

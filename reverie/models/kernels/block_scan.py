@@ -1,15 +1,7 @@
-"""The block-GRU RSSM's observe scan as one autograd node, its backward pass written out (replaces the step-by-step
-loop of :meth:`reverie.models.dynamics.BlockRSSM.observe` under autograd; measured in docs/changelog.md).
-
-The current DreamerV3 observes ``T = 64`` steps of ``B = 16`` rows per update, and at the widths of
-``bench/vs_jax.py`` (deter 64, hidden 64, 16 x 16 latents) every op of a step is tiny: a step costs its number of
-ops. Under autograd a step is ~60 recorded ops (each RMSNorm alone is six: PyTorch's CPU ``rms_norm`` decomposes
-when it records) and ~80 backward nodes run one by one through the engine. :func:`block_observe_scan` runs the
-forward loop without recording, writes what the backward needs into ``(T, B, ...)`` buffers (viewed per step once,
-no cast that does nothing dispatched), and its backward runs the reverse loop with the kernels autograd would
-call (``silu_backward``, ``sigmoid_backward``, ``tanh_backward``, the straight-through gradient of the unimix
-probabilities, RMSNorm's gradient written out), then forms every weight's gradient once from all steps
-(``G^T @ X`` over ``T*B`` rows).
+"""The block-GRU RSSM's observe scan as one autograd node, its backward written out (replaces the step-by-step loop
+of :meth:`reverie.models.dynamics.BlockRSSM.observe` under autograd; docs/speed.md). The forward loop runs without
+recording into ``(T, B, ...)`` buffers; the backward runs the reverse loop, then forms each weight's gradient once
+over ``T*B`` rows.
 
 One step (official ``rssm.py`` ``_core`` and ``_observe``; :class:`reverie.models.dynamics.block.BlockGRU`), row
 ``t`` of the precomputed inputs ``ax_t = in_action(prev_action_t)`` and ``ex_t = embed_t @ W_e^T + b_e``::
@@ -22,14 +14,9 @@ One step (official ``rssm.py`` ``_core`` and ``_observe``; :class:`reverie.model
     post:    logits = silu(rms(h' @ W_q^T + ex_t)) @ W_o^T + b_o                           (B, S*K)
     sample:  z' = one_hot(unimix draw from logits)    value one-hot, gradient of the unimix probabilities
 
-Values and draws are those of the loop: the same ops on the same values, and the uniforms of all steps drawn at once
-in the loop's order (the sampler's, :func:`reverie.models.distributions.unimix_index`, written out: the CDF search of
-step ``t`` is then its only per-step work); gradients agree up to the order of float additions:
-``tests/models/kernels/test_block_scan.py`` checks every input and parameter gradient against autograd over the
-loop in float64, and bfloat16 autocast within its tolerance. :func:`check_block_scan` refuses, when kernels are
-installed, an RSSM whose modules are not the ones the scan reads (``kernels=off`` runs edited modules as written).
-Not differentiable twice. It applies with ``dynlayers: 1`` and ``obslayers: 1`` (the official defaults); other
-depths run the loop.
+Values and draws are the loop's (all uniforms drawn at once in the loop's order); gradients agree up to float
+addition order (``tests/models/kernels/test_block_scan.py``, float64 and bf16). Not differentiable twice; applies
+with ``dynlayers: 1`` and ``obslayers: 1`` only.
 """
 
 from __future__ import annotations
@@ -48,15 +35,8 @@ _aten = torch.ops.aten
 
 @dataclass
 class BlockScanSpec:
-    """What the scan needs besides its differentiable inputs.
-
-    Fields:
-        keep: ``(T, B, 1)`` ``1 - is_first`` in the state's dtype. resets: ``T`` bools, steps where some row resets.
-        dtype: compute dtype (bf16 under autocast); the weights are cast to it once.
-        blocks, stoch, classes: ``G`` GRU blocks, ``S`` groups of ``K`` classes.
-        unimix: uniform mix of the latents (0.01). eps: the four RMSNorms' epsilons (in_deter, in_stoch, block
-            layer, posterior).
-    """
+    """The scan's non-differentiable inputs: ``keep`` ``(T, B, 1)``, ``resets`` (``T`` bools), compute ``dtype``,
+    ``G``, ``S``, ``K``, ``unimix`` and the four RMSNorms' ``eps`` (in_deter, in_stoch, block layer, posterior)."""
 
     keep: torch.Tensor
     resets: list[bool]
@@ -73,10 +53,7 @@ def _to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor, rstd: torch.Tensor) -> None:
-    """:class:`reverie.models.rmsnorm.RMSNorm` of ``x (B, n)`` written into ``out`` (``x``'s dtype), in float32 at
-    least as ``rms_norm`` computes it (``x * rsqrt(mean(x^2) + eps)``, back to ``x``'s dtype, times the scale: the
-    same values, without the op's own overhead on small rows); ``rstd (B, 1)`` float32 receives
-    ``rsqrt(mean(x^2) + eps)``."""
+    """RMSNorm of ``x (B, n)`` into ``out``, as ``rms_norm`` computes it; ``rstd (B, 1)`` gets the inverse RMS."""
     wide = torch.promote_types(x.dtype, torch.float32)
     xw = _to(x, wide)
     torch.rsqrt(torch.mean(xw * xw, -1, keepdim=True).add_(eps), out=rstd)
@@ -84,11 +61,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor, r
 
 
 def _rms_input_grad(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Gradient of ``x (B, n)`` through ``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x^2) + eps)``::
-
-        dx = rstd * (g w - (x rstd) mean(g w x rstd))
-
-    in float32 at least, returned in ``x``'s dtype."""
+    """Gradient of ``x (B, n)`` through ``y = x * rstd * weight``: ``rstd * (g w - (x rstd) mean(g w x rstd))``."""
     wide = torch.promote_types(x.dtype, torch.float32)
     gw = _to(grad, wide) * _to(weight, wide)
     xr = _to(x, wide) * rstd
@@ -96,7 +69,7 @@ def _rms_input_grad(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, wei
 
 
 def _rms_weight_grad(grads: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Gradient of the RMSNorm scale from all steps: ``sum over (T, B) of g * x * rstd`` ``(n,)`` in ``dtype``."""
+    """RMSNorm scale gradient ``(n,)``: ``sum over (T, B) of g * x * rstd``."""
     wide = torch.promote_types(x.dtype, torch.float32)
     return _to((_to(grads, wide) * _to(x, wide) * rstd).sum((0, 1)), dtype)
 
@@ -106,10 +79,8 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
 
 
 class _BlockObserveScan(torch.autograd.Function):
-    """``(ax, ex (T, B, hidden), deter0 (B, D), stoch0 (B, S, K), spec, W_d, b_d, n_d, W_s, b_s, n_s, W1 (G, D/G +
-    3*hidden, D/G), b1, n1, W2 (G, D/G, 3*D/G), b2, W_q (hidden, D), n_q, W_o (S*K, hidden), b_o) -> (deter
-    (T, B, D), logits (T, B, S*K), stoch (T, B, S, K))``: see the module docstring. ``deter`` in the state's dtype
-    (float32 under bf16 autocast), ``logits`` in the compute dtype, ``stoch`` float32 at least."""
+    """``(ax, ex (T, B, hidden), deter0 (B, D), stoch0 (B, S, K), spec, weights...) -> (deter (T, B, D), logits
+    (T, B, S*K), stoch (T, B, S, K))``; see the module docstring."""
 
     @staticmethod
     def forward(ctx, ax, ex, deter0, stoch0, spec, wd, bd, nd, ws, bs, ns, w1, b1, n1, w2, b2, wq, nq, wo, bo):
@@ -137,8 +108,7 @@ class _BlockObserveScan(torch.autograd.Function):
             rstd = new(4, T, B, 1, dtype=wide)
             deters, logits = new(T, B, D, dtype=sd), new(T, B, S * K, dtype=dt)
             probs, stochs = new(T, B, S, K, dtype=pd), new(T, B, S, K, dtype=pd)
-            # the draws of all steps (unimix_index's, one uniform per latent and step, drawn in the loop's order:
-            # rand of (T, B, S, 1) gives the numbers of T calls of (B, S, 1)), then per step only the CDF search
+            # all steps' uniforms at once: rand of (T, B, S, 1) gives the numbers of T calls of (B, S, 1)
             source = draws.source()
             if source is None:
                 u = torch.rand(T, B, S, 1, device=ax.device, dtype=torch.float32)
@@ -187,8 +157,7 @@ class _BlockObserveScan(torch.autograd.Function):
                 if uniform is not None:
                     index = torch.where(uniform[0][t], uniform[1][t], index)
                 s = stoch_t.zero_().scatter_(-1, index, 1.0)  # (B, S, K) one-hot
-        # saved through autograd (not as ctx attributes): freed after the backward pass, and a parameter changed
-        # in place before it raises autograd's usual error instead of silently entering the gradient
+        # saved through autograd, not on ctx: freed after backward, and in-place edits of a parameter raise
         ctx.save_for_backward(prev, z, a0, a1, n0, n1_, x, pre, npre, y, sr, cand, ct, upd, deters, q, nq_, p1,
                               rstd, probs, wd, ws, w1, w2, wq, wo, nd, ns, n1, nq)
         ctx.spec = spec
@@ -299,10 +268,8 @@ class _BlockObserveScan(torch.autograd.Function):
 
 
 def scan_applies(rssm: nn.Module) -> bool:
-    """Whether ``rssm``'s modules are the ones :func:`block_observe_scan` reads: one hidden block layer
-    (``dynlayers: 1``) of :class:`BlockLinear` -> :class:`RMSNorm` -> SiLU, the three input layers and the one
-    posterior layer (``obslayers: 1``) :class:`NormDense` of ``Dense -> RMSNorm -> SiLU``, :class:`Dense` output
-    layers, each of exactly these classes (a subclass may compute something else)."""
+    """Whether ``rssm``'s modules are exactly the classes :func:`block_observe_scan` reads (``dynlayers: 1``,
+    ``obslayers: 1``; a subclass may compute something else)."""
     from reverie.models.block_linear import BlockLinear
     from reverie.models.dynamics.block import BlockGRU
     from reverie.models.rms_mlp import Dense, RMSMLP
@@ -322,19 +289,10 @@ def scan_applies(rssm: nn.Module) -> bool:
 def block_observe_scan(rssm, action_x: torch.Tensor, embed_x: torch.Tensor, keep: torch.Tensor, resets: list[bool],
                        deter: torch.Tensor, stoch: torch.Tensor,
                        dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The sampled observe scan of a :class:`reverie.models.dynamics.BlockRSSM` ``rssm`` (:func:`scan_applies`) as
-    one autograd node.
-
-    Args:
-        action_x: ``(T, B, hidden)`` ``core.in_action(prev_action)`` (scaled, zero where is_first).
-        embed_x: ``(T, B, hidden)`` the embedding's part of the posterior's first layer, with its bias.
-        keep: ``(T, B, 1)`` ``1 - is_first`` in the state's dtype. resets: ``T`` bools, steps where some row resets.
-        deter, stoch: the state before the first step, ``(B, D)`` and ``(B, S, K)``.
-        dtype: compute dtype (the autocast dtype under autocast, else the weights').
-
-    Returns:
-        ``deter (T, B, D)``, ``logits (T, B, S*K)`` in ``dtype`` and ``stoch (T, B, S, K)`` one-hot (float32 at
-        least; straight-through): the posterior states, as the step-by-step loop computes them.
+    """The sampled observe scan of ``rssm`` as one autograd node: ``action_x`` (``core.in_action(prev_action)``) and
+    ``embed_x`` (the embedding's part of the posterior's first layer) ``(T, B, hidden)``, ``keep`` ``(T, B, 1)``,
+    state ``deter (B, D)``, ``stoch (B, S, K)`` -> posterior ``deter (T, B, D)``, ``logits (T, B, S*K)`` in
+    ``dtype``, straight-through one-hot ``stoch (T, B, S, K)``.
     """
     core, post = rssm.core, rssm.post_net
     block, norm = core.hidden[0], core.hidden[1]
@@ -350,15 +308,8 @@ def block_observe_scan(rssm, action_x: torch.Tensor, embed_x: torch.Tensor, keep
 
 
 class BlockScan:
-    """The observe scan of one :class:`reverie.models.dynamics.BlockRSSM` (``rssm.observe_kernel``, set by
-    :func:`reverie.models.kernels.install` where :func:`scan_applies`), callable as
-    ``(action_x, embed_x, keep, resets, deter, stoch) -> (deter, logits, stoch)`` (:func:`block_observe_scan`, the
-    compute dtype read from autocast). It runs on CPU, where it was measured; elsewhere it returns None and the
-    loop runs.
-
-    Raises:
-        ValueError: the scan does not reproduce the RSSM's loop (:func:`check_block_scan`).
-    """
+    """``rssm.observe_kernel``: :func:`block_observe_scan` with the dtype from autocast, on CPU only (elsewhere it
+    returns None and the loop runs). ValueError: the scan does not reproduce the loop (:func:`check_block_scan`)."""
 
     def __init__(self, rssm: nn.Module):
         check_block_scan(rssm)
@@ -376,13 +327,8 @@ class BlockScan:
 
 
 def check_block_scan(rssm: nn.Module) -> None:
-    """Refuse an RSSM whose observe loop the scan would not reproduce: three observe steps of both (random inputs,
-    a reset in the second, the same seed) must give the same draws and values within ``1e-4`` relative, so an edit
-    of a module's forward code that changes what it computes fails here.
-
-    Raises:
-        ValueError: naming what differs and the fix (``kernels=off`` runs the edited modules as written).
-    """
+    """ValueError unless three observe steps of the scan and the loop (a reset in the second, the same random
+    state) agree within ``1e-4`` relative."""
     dyn_dtype = rssm.core.gates.weight.dtype
     gen = torch.Generator().manual_seed(0)
     T, B = 3, 4
@@ -394,8 +340,7 @@ def check_block_scan(rssm: nn.Module) -> None:
     state["deter"] = torch.randn(B, rssm.deter, generator=gen, dtype=dyn_dtype)
     outs = []
     kernel = getattr(rssm, "observe_kernel", None)
-    # both runs draw from the CPU's global stream from the same point: its state is read and put back (never
-    # seeded: torch.manual_seed would also seed every CUDA device), and fork_rng hands it back as it was
+    # never torch.manual_seed (it would seed every CUDA device): read the CPU stream's state and put it back
     with torch.random.fork_rng(devices=[]), torch.enable_grad(), torch.autocast("cpu", enabled=False):
         start = torch.get_rng_state()
         try:

@@ -1,15 +1,6 @@
-"""The categorical RSSM's observe scan as one autograd node, its backward pass written out (replaces the step-by-step
-loop of :meth:`reverie.models.dynamics.CategoricalRSSM._observe_steps` under autograd; 1.056x / 1.035x paired at
-sizes xs / s, docs/changelog.md round 3).
-
-The observe scan runs ``T = 64`` steps of ``B = 16`` rows per DreamerV3 update. At that batch every op is small,
-so the cost of a step is the number of ops, and autograd adds its own per op: recording a node for each of the
-~25 ops of a step in the forward pass, and running each node through the engine in the backward pass. On the
-2-core CPU that bookkeeping was a third of the scan's time. :func:`observe_scan` runs the forward loop without
-recording and saves what the backward needs; its backward runs the reverse loop with the same kernels autograd
-would call (``native_layer_norm_backward``, ``silu_backward``, ``sigmoid_backward``, ``tanh_backward``, the
-straight-through gradient of the unimix probabilities), with no engine in between, and forms each weight's
-gradient once from all steps (``G^T @ X``, as :mod:`reverie.models.kernels.scan_linear` does for the per-op path).
+"""The categorical RSSM's observe scan as one autograd node, its backward written out (replaces the step-by-step
+loop of :meth:`reverie.models.dynamics.CategoricalRSSM._observe_steps` under autograd; docs/changelog.md round 3).
+The backward runs the reverse loop with the kernels autograd would call, then forms each weight's gradient once.
 
 One step (DreamerV3 2023 reference ``nets.py`` ``RSSM.obs_step`` with ``img_step`` inside; row ``t`` of each input):
 
@@ -20,11 +11,8 @@ One step (DreamerV3 2023 reference ``nets.py`` ``RSSM.obs_step`` with ``img_step
     post:     logits = silu(LN_post(h' @ W_h^T + e_t)) @ W_out^T + b_out  e_t = post_e(embed_t), precomputed
     sample:   s' = one_hot(unimix draw from logits)    value one-hot, gradient of the unimix probabilities
 
-Values and random draws are those of the step-by-step loop (except with ``B >= 256`` rows in bf16, where that
-loop reads the latent by row gathers: one rounding apart, so a draw can differ); gradients agree up to the order
-of float additions (``tests/models/kernels/test_observe_scan.py`` checks every input and parameter gradient against
-autograd in float64, and bf16 against the loop). Not differentiable twice. :func:`reverie.models.kernels.rssm.
-check_fused_scan` compares two steps of it with the loop whenever an RSSM is built with kernels.
+Values and draws are the loop's (with ``B >= 256`` rows in bf16 the loop gathers rows: a draw can differ);
+gradients agree up to float addition order (``tests/models/kernels/test_observe_scan.py``). Not differentiable twice.
 """
 
 from __future__ import annotations
@@ -43,16 +31,8 @@ _LN_GRADS = [True, True, True]  # native_layer_norm_backward: input, weight and 
 
 @dataclass
 class ScanSpec:
-    """What the scan needs besides its differentiable inputs.
-
-    Fields:
-        first: ``(T, B, 1)`` is_first as floats (the embedding's dtype).
-        resets: ``T`` bools, steps where some row resets (:func:`reverie.models.kernels.rssm.reset_steps`).
-        dtype: compute dtype (bf16 under autocast); the weights are cast to it once.
-        stoch, classes: ``S`` groups of ``K`` classes.
-        unimix: uniform mix of the latent distributions (reference ``unimix: 0.01``).
-        eps: the three LayerNorms' epsilons (input, GRU, posterior).
-    """
+    """The scan's non-differentiable inputs: ``first`` ``(T, B, 1)`` floats, ``resets`` (``T`` bools), compute
+    ``dtype``, ``S``, ``K``, ``unimix`` and the three LayerNorms' ``eps`` (input, GRU, posterior)."""
 
     first: torch.Tensor
     resets: list[bool]
@@ -64,10 +44,8 @@ class ScanSpec:
 
 
 class _ObserveScan(torch.autograd.Function):
-    """``(action_proj, embed_proj (T, B, U), deter0 (B, D), stoch0 (B, S, K), init_deter (B, D), init_stoch
-    (B, S, K), spec, W_z (U, S*K), W_gru (3D, U+D), W_h (U, D), W_out (S*K, U), b_out, LN weights and biases
-    (in, gru, post)) -> (deter (T, B, D), logits (T, B, S*K), stoch (T, B, S, K))``, ``stoch`` in float32 (float64
-    for float64 weights); see the module docstring."""
+    """``(action_proj, embed_proj (T, B, U), deter0 (B, D), stoch0 (B, S, K), init state, spec, weights...) ->
+    (deter (T, B, D), logits (T, B, S*K), stoch (T, B, S, K))``; see the module docstring."""
 
     @staticmethod
     def forward(ctx, action_proj, embed_proj, deter0, stoch0, init_deter, init_stoch, spec, w_z, w_gru, w_h, w_out,
@@ -77,8 +55,7 @@ class _ObserveScan(torch.autograd.Function):
         S, K = spec.stoch, spec.classes
         D = deter0.shape[-1]
         pd = torch.promote_types(dt, torch.float32)  # the sampler's probabilities: float32 at least
-        # the state's dtype: the GRU mixes the previous state as it is (float32 under bf16 autocast), as the
-        # per-op cell does; a reset brings in the initial state's dtype
+        # the state's dtype: the GRU mixes the previous state as it is (float32 under bf16 autocast), as GRUCell does
         sd = torch.promote_types(dt, deter0.dtype)
         if any(spec.resets):
             sd = torch.promote_types(sd, init_deter.dtype)
@@ -116,8 +93,7 @@ class _ObserveScan(torch.autograd.Function):
                 deters[t], logits_out[t], stochs[t] = h, logits, s
                 steps.append((z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, hd, q1, m3, r3,
                               q2, q3, probs))
-        # saved through autograd (not as ctx attributes): freed after the backward pass, and a parameter changed
-        # in place before it raises autograd's usual error instead of silently entering the gradient
+        # saved through autograd, not on ctx: freed after backward, and in-place edits of a parameter raise
         ctx.save_for_backward(*[x for step in steps for x in step], wz, wg, wh, wo, ln_in_w, ln_in_b, ln_gru_w,
                               ln_gru_b, ln_post_w, ln_post_b)
         ctx.spec, ctx.per_step = spec, len(steps[0])
@@ -170,8 +146,7 @@ class _ObserveScan(torch.autograd.Function):
                     dh = dh + g_deter[t]
                 if dh_next is not None:
                     dh = dh + dh_next
-                # GRU: h = lerp(hp, cand_t, update) in the state's dtype (lerp's own backward), the gates in the
-                # compute dtype
+                # GRU: h = lerp(hp, cand_t, update) in the state's dtype, the gates in the compute dtype
                 u_s = update.to(sd)
                 d_update = (dh * (cand_t.to(sd) - hp)).to(dt)
                 d_hp = dh * (1.0 - u_s)
@@ -211,18 +186,10 @@ class _ObserveScan(torch.autograd.Function):
 def observe_scan(rssm, action_proj: torch.Tensor, embed_proj: torch.Tensor, first: torch.Tensor, resets: list[bool],
                  deter: torch.Tensor, stoch: torch.Tensor, init: dict[str, torch.Tensor],
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The sampled observe scan of a :class:`reverie.models.dynamics.CategoricalRSSM` ``rssm`` as one autograd node.
-
-    Args:
-        action_proj, embed_proj: ``(T, B, U)`` ``in_a(prev_action)`` (zero where is_first) and ``post_e(embed)``.
-        first: ``(T, B, 1)`` is_first as floats. resets: ``T`` bools, steps where some row resets.
-        deter, stoch: the state before the first step, ``(B, D)`` and one-hot ``(B, S, K)``.
-        init: the learned initial state ``rssm.initial(B)`` (what ``is_first`` resets to).
-        dtype: compute dtype (the autocast dtype under autocast, else the weights').
-
-    Returns:
-        ``deter (T, B, D)`` and ``logits (T, B, S*K)`` in ``dtype``, ``stoch (T, B, S, K)`` one-hot (float32 at
-        least; straight-through): the posterior states, as the step-by-step loop computes them.
+    """The sampled observe scan of ``rssm`` as one autograd node: ``action_proj`` (``in_a(prev_action)``),
+    ``embed_proj`` (``post_e(embed)``) ``(T, B, U)``, ``first`` ``(T, B, 1)``, state ``deter (B, D)``, ``stoch
+    (B, S, K)``, ``init = rssm.initial(B)`` -> posterior ``deter (T, B, D)``, ``logits (T, B, S*K)`` in ``dtype``,
+    straight-through one-hot ``stoch (T, B, S, K)``.
     """
     ln_in, ln_gru, ln_post = rssm.in_norm[0], rssm.gru.norm, rssm.post_norm[0]
     spec = ScanSpec(first, resets, dtype, rssm.stoch, rssm.classes, rssm.unimix, (ln_in.eps, ln_gru.eps, ln_post.eps))

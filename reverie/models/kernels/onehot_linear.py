@@ -1,25 +1,10 @@
-"""Linear layers on ``cat(deter, one-hot stoch)`` features computed as row gathers (replaces ``F.linear`` on the dense
-features of :meth:`reverie.models.dynamics.CategoricalRSSM.features`; 128 -> 58 GFLOP per xs update, 1.51x in
-float32 and 1.09x in bf16 per update: docs/changelog.md, round 1).
+"""Linear layers on ``cat(deter, one-hot stoch)`` features as row gathers, replacing ``F.linear`` on
+:meth:`reverie.models.dynamics.CategoricalRSSM.features` (docs/changelog.md, round 1)::
 
-DreamerV3's model features are ``cat(h, z)`` with ``z`` ``S`` one-hot vectors of ``K`` classes (section 3), so
-1,024 of the 1,280 inputs of every head's first layer at size xs are zeros and ones. For a first layer
-``y = cat(h, z) @ W^T + b`` with ``W = [W_h | W_z]``::
+    y = h @ W_h^T + sum_s W_z[:, s*K + index_s] + b          W = [W_h | W_z], index_s = argmax of group s of z
 
-    y = h @ W_h^T + sum_s W_z[:, s*K + index_s] + b          index_s = argmax of group s of z
-
-so the one-hot part costs ``S`` row reads instead of an ``S*K``-wide product. :func:`onehot_linear` does that
-with a custom autograd function whose backward gives
-
-- the weight gradient of the ``W_z`` part by ``index_add`` (``S`` rows per sample, not a dense product);
-- the input gradient of ``h`` densely (``g @ W_h``);
-- the input gradient of ``z`` (``g @ W_z``, dense) only when ``z`` requires grad (the straight-through
-  world-model path); imagination for discrete actions never computes it.
-
-Values equal the dense ``F.linear(cat(h, z), W, b)`` up to float rounding
-(``tests/models/kernels/test_onehot_linear.py``
-checks forward and both gradients in float64). :class:`SplitFeat` carries the features in split form, and
-:class:`FeatLinear` (a drop-in ``nn.Linear``, same parameters and ``state_dict`` keys) takes either form.
+The backward: ``W_z``'s gradient by ``index_add``, ``h``'s densely, ``z``'s only when it requires grad.
+``tests/models/kernels/test_onehot_linear.py`` checks both against dense ``F.linear`` in float64.
 """
 
 from __future__ import annotations
@@ -32,8 +17,8 @@ from torch import nn
 
 
 def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
-    """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``: ``stoch @ [0, 1, .., K-1]``, a matrix-vector
-    product (about 10x faster on CPU than ``argmax`` over the short last dim; exact: one nonzero, small integers)."""
+    """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``, as ``stoch @ [0, 1, .., K-1]`` (faster
+    on CPU than ``argmax``)."""
     classes = torch.arange(stoch.shape[-1], device=stoch.device, dtype=torch.float32)
     with torch.autocast(stoch.device.type, enabled=False):  # float32: autocast would cast both to 16 bits
         return (stoch.detach().float() @ classes).long()
@@ -41,15 +26,8 @@ def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class SplitFeat:
-    """Model features ``cat(deter, flat stoch)`` kept in split form, for :class:`FeatLinear`.
-
-    Fields (leading dims ``(...)`` shared, e.g. ``(T, B)`` or ``(H+1, N)``):
-        deter: ``(..., D)`` float, or None when the features are the one-hot latent alone (``D = 0``).
-        stoch: ``(..., S, K)`` exact one-hot (maybe straight-through: value one-hot, gradient of the
-            probabilities), or None when no gradient to it is needed (then only ``index`` is used).
-        index: ``(..., S)`` int64 class index of each group: ``stoch.argmax(-1)``.
-        classes: ``K``.
-    """
+    """Model features ``cat(deter, flat stoch)`` in split form: ``deter`` ``(..., D)`` or None, ``stoch``
+    ``(..., S, K)`` exact one-hot or None (no gradient needed), ``index`` ``(..., S)`` int64, ``classes`` ``K``."""
 
     deter: torch.Tensor | None
     stoch: torch.Tensor | None
@@ -58,7 +36,7 @@ class SplitFeat:
 
     @classmethod
     def from_state(cls, deter: torch.Tensor | None, stoch: torch.Tensor) -> "SplitFeat":
-        """From ``deter (..., D)`` (or None) and an exact one-hot ``stoch (..., S, K)``; the index is its argmax."""
+        """From ``deter (..., D)`` (or None) and an exact one-hot ``stoch (..., S, K)``."""
         return cls(deter, stoch, one_hot_argmax(stoch), stoch.shape[-1])
 
     @property
@@ -68,12 +46,12 @@ class SplitFeat:
 
     @property
     def shape(self) -> torch.Size:
-        """``(..., D + S*K)``: the dense features' shape (what a readable module reads off its input)."""
+        """``(..., D + S*K)``: the dense features' shape."""
         return torch.Size((*self.lead, self.dim))
 
     @property
     def dim(self) -> int:
-        """Width of the dense features ``D + S*K``."""
+        """``D + S*K``."""
         return (0 if self.deter is None else self.deter.shape[-1]) + self.index.shape[-1] * self.classes
 
     def _map(self, fn) -> "SplitFeat":
@@ -81,18 +59,18 @@ class SplitFeat:
                          fn(self.index), self.classes)
 
     def __getitem__(self, item) -> "SplitFeat":
-        """Index the leading dims, e.g. ``feat[1:]`` on ``(H+1, N)`` features."""
+        """Index the leading dims."""
         return self._map(lambda t: t[item])
 
     def flatten(self, start: int, end: int) -> "SplitFeat":
-        """Flatten leading dims ``start..end`` (non-negative, within the leading dims)."""
+        """Flatten leading dims ``start..end`` (non-negative)."""
         return self._map(lambda t: t.flatten(start, end))
 
     def detach(self) -> "SplitFeat":
         return self._map(lambda t: t.detach())
 
     def to(self, dtype: torch.dtype) -> "SplitFeat":
-        """Cast ``deter`` and ``stoch`` (one-hot values are exact in every float dtype); ``index`` stays int64."""
+        """Cast ``deter`` and ``stoch``; ``index`` stays int64."""
         return SplitFeat(None if self.deter is None else self.deter.to(dtype),
                          None if self.stoch is None else self.stoch.to(dtype), self.index, self.classes)
 
@@ -108,15 +86,11 @@ class SplitFeat:
 
 
 _ONE_CALL_ELEMENTS = 1 << 21  # up to this many (M * S * O) the W_z gradient is one index_add on a repeated g
-# elements of g (rows x O) per block of index_add calls: 4096 rows at O = 256, 2048 at O = 512 (measured in
-# docs/changelog.md, round 4: 4096 rows ran 9-10% faster than 2048 at O = 256, the same at 512; 8192 no faster)
-_BLOCK_ELEMENTS = 1 << 20
+_BLOCK_ELEMENTS = 1 << 20  # elements of g (rows x O) per block of index_add calls
 
 
 class _OneHotLinear(torch.autograd.Function):
-    """``deter (M, D) or None, stoch (M, S, K) or None, flat (M, S) rows of W_z, weight (O, D + S*K), bias (O,)
-    or None -> (M, O)`` in the compute dtype ``dtype``; ``table`` is :func:`gather_table` ``(S*K, O)`` and ``w_h``
-    the ``W_h`` part ``(O, D)`` (or None), both in ``dtype``; see the module docstring."""
+    """``deter (M, D), stoch (M, S, K), flat (M, S), weight (O, D + S*K), bias (O,) -> (M, O)`` in ``dtype``."""
 
     @staticmethod
     def forward(ctx, deter, stoch, flat, weight, bias, dtype, table, w_h):
@@ -157,8 +131,7 @@ def flat_rows(index: torch.Tensor, classes: int) -> torch.Tensor:
 
 def onehot_weight_grad(grad: torch.Tensor, deter: torch.Tensor | None, flat: torch.Tensor,
                        weight: torch.Tensor) -> torch.Tensor:
-    """Gradient of ``weight (O, D + S*K)`` for the output gradient ``grad (M, O)`` at the input ``(deter (M, D) or
-    None, rows flat (M, S))``: ``grad^T @ deter`` for ``W_h``, :func:`_index_grad` for ``W_z``; in weight's dtype."""
+    """Gradient of ``weight (O, D + S*K)`` for ``grad (M, O)`` at ``deter (M, D)`` (or None) and ``flat (M, S)``."""
     d = 0 if deter is None else deter.shape[-1]
     grad_weight = torch.empty_like(weight)
     grad_weight[:, d:] = _index_grad(grad, flat, weight.shape[1] - d, weight.dtype).t()
@@ -168,8 +141,7 @@ def onehot_weight_grad(grad: torch.Tensor, deter: torch.Tensor | None, flat: tor
 
 
 def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
-    """Gradient of ``W_z^T`` ``(S*K, O)`` in ``dtype`` (float32: the sums run over up to ``M`` rows): row
-    ``flat[m, s]`` receives ``grad[m]`` for every ``m``, ``s``, by ``index_add``."""
+    """Gradient of ``W_z^T`` ``(S*K, O)`` in ``dtype``: row ``flat[m, s]`` receives ``grad[m]``."""
     grad_z = grad.new_zeros(rows, grad.shape[1], dtype=dtype)  # (S*K, O)
     m, groups = flat.shape
     if m * groups * grad.shape[1] <= _ONE_CALL_ELEMENTS:  # small batch: one call on g repeated S times
@@ -184,9 +156,8 @@ def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.
 
 
 def gather_table(weight: torch.Tensor, stoch_dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``W_z^T`` ``(S*K, O)`` contiguous, no gradient, in ``dtype`` (default the weight's): the rows
-    :func:`onehot_linear` sums (last ``stoch_dim`` input columns of ``weight (O, D + S*K)``). In a 16-bit compute
-    dtype each row is rounded as autocast rounds the dense weight; ``F.embedding_bag`` accumulates in float32."""
+    """``W_z^T`` ``(S*K, O)``: the last ``stoch_dim`` input columns of ``weight``, contiguous, without gradient, in
+    ``dtype`` (default the weight's)."""
     table = weight.detach()[:, weight.shape[1] - stoch_dim:].t()
     return table.to(dtype or weight.dtype).contiguous()
 
@@ -200,21 +171,9 @@ def _compute_dtype(weight: torch.Tensor, feat: "SplitFeat") -> torch.dtype:
 
 def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   table: torch.Tensor | None = None, w_h: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(feat.dense(), weight, bias)`` computed as ``deter @ W_h^T + sum of S rows of W_z + bias``.
-
-    Args:
-        feat: :class:`SplitFeat` with leading dims ``(...)``.
-        weight: ``(O, D + S*K)`` (the ``nn.Linear`` weight over ``cat(deter, flat stoch)``).
-        bias: ``(O,)`` or None.
-        table: :func:`gather_table` of ``weight`` in the compute dtype when the caller keeps one; None builds it.
-        w_h: ``weight[:, :D]`` in the compute dtype when the caller keeps it; None casts it.
-
-    Returns:
-        ``(..., O)``, in the autocast dtype when autocast is on (as ``nn.Linear`` would: the one-hot rows and
-        ``W_h`` rounded to it, sums in float32), else ``deter``'s dtype.
-
-    Raises:
-        ValueError: ``weight``'s input width differs from ``feat.dim``.
+    """``F.linear(feat.dense(), weight (O, D + S*K), bias (O,))`` ``(..., O)`` as row gathers, in the autocast dtype
+    if on, else ``deter``'s; ``table``/``w_h``: cached :func:`gather_table` and ``W_h`` in that dtype, or None.
+    ValueError: ``weight``'s input width differs from ``feat.dim``.
     """
     if weight.shape[1] != feat.dim:
         raise ValueError(f"onehot_linear: weight takes {weight.shape[1]} inputs but the features have {feat.dim} "
@@ -235,13 +194,8 @@ def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 class FeatLinear(nn.Linear):
-    """``nn.Linear`` that also takes :class:`SplitFeat` inputs (then :func:`onehot_linear`), for the first layer
-    of anything that reads the RSSM features. A dense tensor input is the plain ``nn.Linear``.
-
-    Each call builds the :func:`gather_table` of the weight as it is now. It kept one between calls under the
-    weight's version counter until issue 26: a write through ``weight.data`` (the target-network idiom) does not
-    bump that counter, so the layer read stale weights; rebuilding costs about 0.8% of an xs update (38 builds of
-    ~3 ms instead of 7, docs/changelog.md)."""
+    """``nn.Linear`` that also takes :class:`SplitFeat` inputs (through :func:`onehot_linear`). The gather table is
+    rebuilt each call: a cache would miss writes through ``weight.data`` (docs/changelog.md)."""
 
     def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
         if not isinstance(x, SplitFeat):
@@ -250,9 +204,8 @@ class FeatLinear(nn.Linear):
 
 
 def take_split_features(module: nn.Module) -> nn.Module:
-    """Make every ``nn.Linear`` under ``module`` (itself included) a :class:`FeatLinear`, in place, and return
-    ``module``: the same parameters, ``state_dict`` keys and forward on dense inputs; :class:`SplitFeat` inputs
-    then go through :func:`onehot_linear`. Part of :func:`reverie.models.kernels.install`."""
+    """Make every ``nn.Linear`` under ``module`` (itself included) a :class:`FeatLinear` in place; returns
+    ``module``."""
     for m in module.modules():
         if type(m) is nn.Linear:
             m.__class__ = FeatLinear

@@ -1,20 +1,6 @@
 """The categorical RSSM's fast paths (``kernels="auto"``), called from the methods of
-:class:`reverie.models.dynamics.CategoricalRSSM` marked "kernels"; each computes what the readable method does.
-
-- ``observe``: sampled, with autograd, on CPU the observe scan runs as one autograd node with its backward written
-  out (:mod:`.observe_scan`; 1.056x / 1.035x paired at sizes xs / s, docs/changelog.md round 3). Where that does
-  not apply (a GPU), the step-by-step loop runs with deferred weight gradients (:mod:`.scan_linear`: one product per
-  weight instead of one per step; 1.021x / 1.033x on CPU in round 2, before the fused scan replaced it there).
-- ``features``: the features as a :class:`.onehot_linear.SplitFeat`, so every head's first layer reads the
-  one-hot latent by row gathers (128 -> 58 GFLOP per xs update, round 1).
-- ``cell_input``: the input layer reads the latent by gathers from 256 rows on (imagination's ``T*B`` rows; in the
-  observe scan's ``B = 16`` rows the dense product is cheaper).
-- ``imagine``: the rollout without autograd keeps the class index instead of the one-hot latent (the same draws),
-  writing each step into preallocated ``(H+1, N, ...)`` buffers.
-
-:func:`check_fused_scan` runs at construction: the fused scan reproduces a fixed architecture (the module classes
-below and their forward code), so a model whose cell or layers were edited is refused with the fix instead of
-being silently replaced by the original computation.
+:class:`reverie.models.dynamics.CategoricalRSSM` marked "kernels"; each computes what the readable method does
+(docs/changelog.md rounds 1-3). :func:`check_fused_scan` refuses, at construction, an RSSM whose modules were edited.
 """
 
 from __future__ import annotations
@@ -32,48 +18,39 @@ from reverie.models.kernels.scan_linear import ScanLinears
 
 State = dict[str, torch.Tensor]
 
-# The cell's input layer takes the one-hot latent by row gathers from this many rows on (imagination: T*B); below,
-# in the observe scan (B rows per step), the dense product is cheaper than the gather's extra small ops.
+# from this many rows on (imagination's T*B) the input layer gathers the latent's rows; below (the observe scan's B
+# rows per step) the dense product is cheaper
 GATHER_MIN_ROWS = 256
-# what the fused scan reads the weights of: nn.Linear, or the FeatLinear install turned it into (the same forward on
-# a dense input; RSSMKernels makes in_z one: it reads the latent by gathers from GATHER_MIN_ROWS rows on)
-LINEARS = (nn.Linear, FeatLinear)
+LINEARS = (nn.Linear, FeatLinear)  # what the fused scan reads the weights of
 
 
 class RSSMKernels:
-    """The fast paths of one :class:`reverie.models.dynamics.CategoricalRSSM` (module docstring).
-
-    Raises:
-        ValueError: the RSSM's modules are not those the fused observe scan reproduces (:func:`check_fused_scan`).
-    """
+    """The fast paths of one :class:`reverie.models.dynamics.CategoricalRSSM`; ValueError as
+    :func:`check_fused_scan`."""
 
     def __init__(self, rssm: nn.Module):
         check_fused_scan(rssm)
         take_split_features(rssm.in_z)  # the input layer reads the latent by gathers (cell_input)
         self.rssm = rssm
 
-    # ----------------------------------------------------------------------------------------------- features
     def features(self, state: State) -> SplitFeat:
-        """``cat(deter, flat stoch)`` as a :class:`SplitFeat`: ``state["index"]`` where the state carries it (then
-        ``stoch`` may be absent when no gradient has to reach it), else the argmax of the exact one-hot ``stoch``."""
+        """``cat(deter, flat stoch)`` as a :class:`SplitFeat` (``stoch`` may be absent where ``index`` is given)."""
         index = state.get("index")
         if index is None:
             return SplitFeat.from_state(state["deter"], state["stoch"])
         return SplitFeat(state["deter"], state.get("stoch"), index, self.rssm.classes)
 
     def cell_input(self, state: State) -> torch.Tensor | SplitFeat:
-        """What the input layer ``in_z`` reads: the one-hot latent by gathers from :data:`GATHER_MIN_ROWS` rows on
-        (or when the state holds only the class index), else the flat one-hot ``(B, S*K)``."""
+        """``in_z``'s input: a :class:`SplitFeat` from :data:`GATHER_MIN_ROWS` rows on, else one-hot ``(B, S*K)``."""
         stoch, index = state.get("stoch"), state.get("index")
         if stoch is None or stoch.shape[:-2].numel() >= GATHER_MIN_ROWS:
             return SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.rssm.classes)
         return stoch.flatten(-2)  # (B, S, K) -> (B, S*K)
 
-    # ------------------------------------------------------------------------------------------------ observe
     def observe(self, action_proj: torch.Tensor, embed_proj: torch.Tensor, first: torch.Tensor,
                 is_first: torch.Tensor, state: State, init: State, sample: bool) -> State | None:
-        """The posterior states ``(T, B, ...)`` from the fused scan, or None where it does not apply (not sampled,
-        no autograd, not on CPU, or projections outside the compute dtype): then the step-by-step loop runs."""
+        """The posterior states ``(T, B, ...)`` from the fused scan; None (the loop runs) unless sampled, with
+        autograd, on CPU and in the compute dtype."""
         rssm = self.rssm
         dtype = compute_dtype(rssm)
         if not (sample and torch.is_grad_enabled() and action_proj.device.type == "cpu"
@@ -85,8 +62,8 @@ class RSSMKernels:
 
     @contextlib.contextmanager
     def deferred_weights(self) -> Iterator[None]:
-        """Within the block, the scan's linear layers (``in_z``, the GRU's, ``post_h``, ``post_out``) defer their
-        weight gradients to one product each (:class:`ScanLinears`), while autograd records; otherwise nothing."""
+        """Within the block, while autograd records, the scan's linear layers defer their weight gradients to one
+        product each (:class:`ScanLinears`)."""
         rssm = self.rssm
         layers = {"in_z": rssm.in_z, "gru": rssm.gru.linear, "post_h": rssm.post_h, "post_out": rssm.post_out}
         linears = ScanLinears(layers, compute_dtype(rssm))
@@ -102,11 +79,9 @@ class RSSMKernels:
             for layer in layers.values():
                 del layer.forward
 
-    # ------------------------------------------------------------------------------------------------ imagine
     def imagine(self, policy: Any, start: State, horizon: int) -> tuple[State, torch.Tensor]:
-        """:meth:`CategoricalRSSM.imagine` returning ``deter`` and ``index`` (and ``stoch`` with autograd): what
-        :meth:`features` reads. Without autograd the steps draw the class index alone (the same draws as
-        ``img_step``, whose ``stoch`` is its one-hot) and are written into preallocated buffers."""
+        """:meth:`CategoricalRSSM.imagine` ``(H+1, N, ...)`` with ``deter`` and ``index`` (``stoch`` too under
+        autograd); without autograd the steps draw the class index alone (the same draws)."""
         rssm, grad = self.rssm, torch.is_grad_enabled()
         keys = ("deter", "stoch", "index") if grad else ("deter", "index")
         steps = {k: _Steps(horizon + 1) for k in keys}
@@ -147,18 +122,15 @@ def compute_dtype(rssm: nn.Module) -> torch.dtype:
 
 
 def reset_steps(is_first: torch.Tensor) -> list[bool]:
-    """Which steps of ``is_first (T, B)`` reset any row; the fused scan skips ``x * keep + init * first`` on the
-    others (``x * 1 + init * 0`` is ``x`` exactly). Reading the flags is free on CPU; on an accelerator it would
-    be a host sync, so there every step resets."""
+    """Which steps of ``is_first (T, B)`` reset any row; all of them off CPU (reading the flags would sync)."""
     if is_first.device.type != "cpu":
         return [True] * is_first.shape[0]
     return is_first.any(1).tolist()
 
 
 class _Steps:
-    """Per-step tensors ``(N, ...)`` gathered into one ``(steps, N, ...)`` tensor: written into a preallocated
-    buffer when autograd is off at the first :meth:`put` (no list, no ``torch.stack`` copy), else kept in a list
-    and stacked once (autograd cannot record in-place writes into a shared buffer)."""
+    """Per-step tensors ``(N, ...)`` gathered into ``(steps, N, ...)``: a preallocated buffer without autograd, else
+    a list stacked once."""
 
     def __init__(self, steps: int):
         self.steps, self.buffer, self.items = steps, None, []
@@ -180,17 +152,8 @@ class _Steps:
 
 
 def check_fused_scan(rssm: nn.Module) -> None:
-    """Refuse an RSSM whose observe step the fused scan (:mod:`.observe_scan`) would not reproduce.
-
-    Two checks: the modules are the classes the scan reads the weights of (``GRUCell`` with its own forward,
-    LayerNorm + SiLU after the input and posterior layers, bias-free linear layers where the scan has no bias), and
-    two observe steps of the fused scan equal two steps of the readable loop (``_observe_steps``) on random inputs
-    with a reset in each (the same draws; ``1e-4`` relative): an edit of a module's forward code that changes what
-    it computes fails here.
-
-    Raises:
-        ValueError: naming what differs and the fix (``kernels=off`` runs the edited modules as written).
-    """
+    """ValueError unless the modules are the classes the fused scan reads and two observe steps of scan and loop
+    agree within ``1e-4`` relative (an edit of a module's forward code fails here)."""
     from reverie.models.dynamics.categorical import GRUCell  # here: that module builds this one
 
     def is_norm_silu(m: nn.Module) -> bool:
@@ -230,9 +193,7 @@ def _probe(rssm: nn.Module) -> list[str]:
     index = torch.randint(rssm.classes, (batch, rssm.stoch), generator=g).to(weight.device)
     stoch = torch.zeros(batch, rssm.stoch, rssm.classes, dtype=weight.dtype, device=weight.device)
     state = {"deter": randn(batch, rssm.deter), "stoch": stoch.scatter_(-1, index.unsqueeze(-1), 1.0)}
-    # Both runs draw from the weights' device's global stream, from the same point: its state is read and put back
-    # (never seeded: torch.manual_seed would also seed every CUDA device, lazily, past any fork), and fork_rng hands
-    # the CPU stream and that device's stream back as they were.
+    # never torch.manual_seed (it would seed every CUDA device): read the stream's state and put it back
     cuda = weight.device.type == "cuda"
     with torch.no_grad(), torch.random.fork_rng(devices=[weight.device] if cuda else []), \
             torch.autocast(weight.device.type, enabled=False):

@@ -1,12 +1,6 @@
-"""The unimix draw's inverse-CDF search as summed sign bits (replaces ``torch.searchsorted`` in
-:func:`reverie.models.distributions.unimix_index`).
-
-The draw of a categorical latent finds, per row, how many entries of the CDF are below a uniform target. Done as
-``(cdf - target < 0).sum(-1)`` through the float's sign bit (one subtraction, one arithmetic shift, one short sum)
-it is about 4x faster than ``searchsorted``'s per-row binary search on CPU at ``K = 32`` (the search 0.45 -> 0.10
-ms per imagination step at size s; docs/changelog.md, round 4), and with ``overwrite`` it works in the CDF's own
-buffer. The same counts as ``searchsorted`` for finite values
-(``tests/models/kernels/test_sampling.py``), so the same draws.
+"""The unimix draw's inverse-CDF search as summed sign bits, replacing ``torch.searchsorted`` in
+:func:`reverie.models.distributions.unimix_index`: the same counts for finite values (docs/changelog.md, round 4;
+``tests/models/kernels/test_sampling.py``).
 """
 
 from __future__ import annotations
@@ -18,18 +12,8 @@ _SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch
 
 
 def count_below(cdf: torch.Tensor, target: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
-    """Per row, how many entries of a nondecreasing ``cdf (..., K)`` are below ``target (..., 1)``: ``(..., 1)`` int32
-    (int64 for float64); the same numbers as ``torch.searchsorted(cdf, target)`` (left side).
-
-    Exact for finite values: IEEE subtraction gives ``a - b < 0`` exactly when ``a < b`` (with subnormals; a process
-    that sets ``torch.set_flush_denormal(True)`` could count a difference below ~1e-38 as not below) and ``+0`` when
-    equal (one exception: an entry ``-0.0`` counts as below a target ``+0.0``; a cumsum of probabilities has none).
-    ``overwrite=True`` works in ``cdf``'s memory (its values are lost; no new ``(..., K)`` tensor).
-
-    Raises:
-        TypeError: ``cdf - target`` is not a float tensor of 16, 32 or 64 bits (or, with ``overwrite``, not
-            ``cdf``'s dtype).
-    """
+    """``torch.searchsorted(cdf (..., K), target (..., 1))`` ``(..., 1)`` int32 (int64 for float64) for finite
+    values; ``overwrite=True`` works in ``cdf``'s memory. TypeError: not one float dtype of 16, 32 or 64 bits."""
     dtype = cdf.dtype if overwrite else torch.promote_types(cdf.dtype, target.dtype)
     if dtype not in _SAME_WIDTH_INT or (overwrite and target.dtype != dtype):
         raise TypeError(f"count_below needs float16/bfloat16/float32/float64 cdf and target (one dtype with "
