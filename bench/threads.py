@@ -9,8 +9,8 @@ Each trial runs ``python -m reverie train`` with make train's config (``exp=clas
 ``train.prefill + updates * 8`` env steps (train_ratio 128 at batch 16 x 64: one update per 8 env steps), with
 the evaluations, checkpoints, reports and video off (one 1-episode evaluation at the end), and reports the wall
 seconds from start to exit, the threads the run chose (its start-up line) and updates/s. ``busy``: a second Python
-process spins on one core (not pinned) for the whole trial. The settings alternate within a round (A B C, then
-C B A), so a drift in the machine's load hits all three; the table gives medians.
+process spins on one core for the whole trial (not pinned; ``--pin-spinner CPU`` pins it). The settings alternate
+within a round (A B C, then C B A), so a drift in the machine's load hits all three; the table gives medians.
 """
 
 from __future__ import annotations
@@ -48,11 +48,14 @@ def main() -> None:
     parser.add_argument("--load", nargs="+", default=["quiet", "busy"], choices=["quiet", "busy"])
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
                         help="which settings to run (e.g. a second round of two that one round left apart)")
+    parser.add_argument("--pin-spinner", type=int, default=None, metavar="CPU",
+                        help="pin the busy loop to this CPU (less run-to-run spread than letting it migrate)")
     args = parser.parse_args()
     settings = {name: SETTINGS[name] for name in args.settings}
     rows = []
     for load in args.load:
-        spinner = (subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None)
+        pin = "" if args.pin_spinner is None else f"import os; os.sched_setaffinity(0, {{{args.pin_spinner}}})\n"
+        spinner = (subprocess.Popen([sys.executable, "-c", pin + "while True: pass"]) if load == "busy" else None)
         try:
             walls: dict[str, list[float]] = {name: [] for name in settings}
             chosen: dict[str, str] = {}

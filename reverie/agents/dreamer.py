@@ -196,7 +196,7 @@ class DreamerV3(WorldModelAgent):
     def _model_step(self, data: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor],
                                                                    int]:
         """World model (eq. 4-5): losses, one guarded optimiser step; returns ``(metrics, posterior, skipped)``."""
-        losses, post, info = self.wm.loss(data)
+        losses, post, _, info = self.wm.loss(data)
         model_loss = objectives.weighted_sum(losses, self.loss_scales, "DreamerV3")
         grad_norm, skipped = self._step(self.model_opt, model_loss, self.wm.parameters(), self.model_clip)
         metrics = {f"loss/{k}": v.detach().mean() for k, v in losses.items()}

@@ -2,7 +2,7 @@
 dreamerv3_2025``. docs/dreamerv3.md has the table of what changed since the 2023 code, file and line on both sides.
 
 One update, one loss, one optimiser (``dreamerv3/agent.py`` ``Agent.loss``, ``imag_loss``, ``repl_loss``): the world
-model (:class:`reverie.models.world_model_2025.WorldModel2025`), policy (REINFORCE) and value on ``H`` imagined steps
+model (:func:`reverie.models.world_model_2025.world_model_2025`), policy (REINFORCE) and value on ``H`` imagined steps
 without gradients into the world model (``contdisc``: the continue probabilities discount the returns and weight the
 losses), and the replay value ``repval`` on replayed rows; total ``rec 1, rew 1, con 1, dyn 1, rep 0.1, policy 1,
 value 1, repval 0.3``, one backward pass, :class:`reverie.agents.optim.LaProp` over all parameters.
@@ -31,7 +31,7 @@ from reverie.models.distributions import TwoHotSymexp
 from reverie.models.dynamics import check_dynamics
 from reverie.models.kernels import install
 from reverie.models.rms_mlp import RMSMLP
-from reverie.models.world_model_2025 import WorldModel2025
+from reverie.models.world_model_2025 import world_model_2025
 from reverie.replay.buffer import LATENT_FLAG, latent_key
 from reverie.runtime.collectives import all_gather_cat
 from reverie.runtime.precision import autocast
@@ -140,10 +140,10 @@ class DreamerV3_2025(WorldModelAgent):
         self.actor_entropy = actor_entropy
         self.slow_fraction, self.slow_reg = slow_critic_fraction, slow_reg
         self.obs_keys = sorted(obs_shapes)
-        self.wm = WorldModel2025(obs_shapes, action_spec.dim, dynamics, units=units, enc_layers=enc_layers,
-                                 dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
-                                 cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
-                                 kernels=kernels, representation=representation, objectives=objectives)
+        self.wm = world_model_2025(obs_shapes, action_spec.dim, dynamics, units=units, enc_layers=enc_layers,
+                                     dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
+                                   cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
+                                   kernels=kernels, representation=representation, objectives=objectives)
         check_dynamics(self.wm.dynamics)
         self._context_spec = dict(self.wm.dynamics.context_spec())
         self._context = {name: latent_key(name) for name in self._context_spec}

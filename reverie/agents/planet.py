@@ -92,7 +92,7 @@ class PlaNet(WorldModelAgent):
     def model_loss(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
         """``(sum_k loss_scales[k] * mean of losses[k], losses (T, B) each, info)`` on tensors ``(T, B, ...)``
         (reference ``training/utility.py:233-257``)."""
-        losses, _, info = self.wm.loss(data)
+        losses, _, _, info = self.wm.loss(data)
         return objectives.weighted_sum(losses, self.loss_scales, "PlaNet"), losses, info
 
 

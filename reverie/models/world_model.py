@@ -1,34 +1,30 @@
-"""World model: encoders + dynamics + decoders, reward and continue heads (DreamerV3 section 3, eq. 4-5; PlaNet).
+"""The world model of every agent: encoders + dynamics + representation objective + reward and continue heads
+(DreamerV3 section 3, eq. 4-5; PlaNet eq. 3 and 7; the current official DreamerV3, e3f0224 ``agent.py:38-58``).
 
-``loss(batch)`` returns a dict of per-step losses ``(T, B)`` keyed by name: the representation objective's
-(:mod:`reverie.models.representation`: one per observation key for ``reconstruction``, the decoders' negative
-log-likelihood; ``barlow`` for ``r2``; ``infonce``), ``reward``, ``cont``, and the dynamics' own (``dyn``/``rep`` of
-the categorical RSSM, ``kl``/``global_kl``/``overshooting`` of the Gaussian one); the agent owns the scales
-(reference ``loss_scales``: dec/rew/cont 1.0, dyn 0.5, rep 0.1).
-
-Two families of output distributions (``likelihood``): ``"symlog"`` (DreamerV3: symlog squared error for vectors,
-squared error for images, a two-hot symlog categorical for the reward) and ``"gaussian"`` (PlaNet: fixed-std
-Gaussians, ``decoder_std``, with images bit-reduced to ``image_bits`` with dequantisation noise). Two families of
-networks (``nets``): ``"dreamer"`` (the DreamerV3 conv stacks and LayerNorm + SiLU MLPs) and ``"planet"`` (PlaNet's own
-``conv_ha`` stacks and ReLU feed-forward heads, :mod:`reverie.models.planet_nets`). Both switches pick the encoders
-and the reward head as well as the decoders, so they stay here; the decoders they build are handed to the
+``loss(batch)`` gives per-step losses ``(T, B)`` by name: the representation objective's (one per observation key for
+``reconstruction``; ``barlow``; ``infonce``), ``reward``, ``cont`` and the dynamics' own (``dyn``/``rep``,
+``kl``/``global_kl``/``overshooting``); the agent owns the scales. The networks are one configuration's
+:class:`Nets`: :func:`dreamer_nets` (2023), :func:`planet_nets` (PlaNet's ``conv_ha`` stacks and feed-forward
+heads, Gaussian likelihoods) or :func:`dreamer2025_nets` (2025); the decoders go to the
 :class:`reverie.models.representation.Reconstruction` objective, which owns them.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from reverie.models.conv import ConvDecoder, ConvEncoder
-from reverie.models.distributions import Bernoulli, FixedNormal, TwoHotSymlog, reduce_bits, symlog
-from reverie.models.dynamics import CategoricalRSSM, Dynamics, State
+from reverie.models.conv_simple import SimpleConvDecoder, SimpleConvEncoder
+from reverie.models.distributions import Bernoulli, FixedNormal, TwoHotSymexp, TwoHotSymlog, reduce_bits, symlog
+from reverie.models.dynamics import BlockRSSM, CategoricalRSSM, Dynamics, State
 from reverie.models.networks import MLP
 from reverie.models.planet_nets import ConvHaDecoder, ConvHaEncoder, FeedForward
 from reverie.models.representation import Reconstruction, make_representation
+from reverie.models.rms_mlp import RMSMLP
 from reverie.models.switch import resolve
 
 LIKELIHOODS = ("symlog", "gaussian")
@@ -79,66 +75,147 @@ def observation_layout(obs_shapes: dict[str, tuple[int, ...]], owner: str = "Wor
     return shapes, vector_keys, image_keys, image_shape
 
 
-class WorldModel(nn.Module):
-    """Encoder, dynamics and heads over dict observations of image and vector keys (multi-modal).
+class ModelLoss(NamedTuple):
+    """What :meth:`WorldModel.loss` returns."""
 
-    Image keys (3-dim shapes ``(C, H, W)``, uint8 pixels: :func:`reverie.types.is_image_key`) are concatenated
-    along channels and go through one :class:`ConvEncoder` (as the reference's ``MultiEncoder`` does; all
-    image keys need the same ``H x W``); vector keys ``(F,)`` are concatenated, symlog-squashed and go
-    through the MLP encoder. The embedding is ``cat(cnn, mlp)`` ``(..., E)``. The dynamics turn embeddings and
-    actions into states and features ``(..., F)``; decoding mirrors the encoders: one :class:`ConvDecoder`
-    predicts all image channels (split back per key) and the MLP decoder all vector features. Only shapes are
-    known here, so any 3-dim observation is treated as ``[0, 255]`` pixels.
+    losses: dict[str, torch.Tensor]  # (T, B) per loss key
+    post: State  # (T, B, ...)
+    feat: torch.Tensor  # (T, B, F), with gradient
+    info: dict[str, torch.Tensor]  # detached diagnostics
+
+
+class Nets(NamedTuple):
+    """The networks of one world-model configuration, as builders (:func:`dreamer_nets`, :func:`planet_nets`,
+    :func:`dreamer2025_nets`); ``width`` is the width of the features a head reads."""
+
+    name: str
+    image_encoder: Callable[[tuple[int, int, int]], nn.Module]  # (C, H, W) -> module with out_dim
+    vector_encoder: Callable[[int], nn.Module]  # F -> module with out_dim
+    image_decoder: Callable[[int, tuple[int, int, int], Any], nn.Module]  # (width, (C, H, W), dynamics)
+    vector_decoder: Callable[[int, list[int]], nn.Module]  # (width, [F_k]) -> (..., sum F_k)
+    reward_head: Callable[[int], nn.Module]
+    cont_head: Callable[[int], nn.Module]
+    reward: Callable[[torch.Tensor, bool], Any]  # (head output, fast) -> distribution with .mean
+    dynamics: Callable[[int, int, dict, str], Any]  # (action_dim, embed_dim, settings, kernels): the default
+    likelihood: str = "symlog"  # the decoders' (Reconstruction)
+    decoder_std: float = 1.0
+
+
+def dreamer_nets(units: int = 512, layers: int = 2, mlp_units: int | None = None, mlp_layers: int | None = None,
+                 cnn_depth: int = 32, cnn: dict | None = None, reward_bins: int = 255, likelihood: str = "symlog",
+                 decoder_std: float = 1.0) -> Nets:
+    """DreamerV3 2023 (``nets/``: ``ConvEncoder``/``ConvDecoder``, LayerNorm + SiLU :class:`MLP` heads of
+    ``units x layers``, the vector encoder/decoder ``mlp_units x mlp_layers``; ``agent.py`` two-hot symlog reward),
+    or its networks with PlaNet's Gaussian likelihoods. ValueError: ``mlp_units < 1`` or ``mlp_layers < 0``."""
+    vec_units = units if mlp_units is None else int(mlp_units)
+    vec_layers = layers if mlp_layers is None else int(mlp_layers)
+    if vec_units < 1 or vec_layers < 0:
+        raise ValueError(f"WorldModel: mlp_units must be >= 1 and mlp_layers >= 0; got {vec_units}, {vec_layers}")
+    gaussian = likelihood == "gaussian"
+    return Nets(
+        "dreamer",
+        image_encoder=lambda shape: ConvEncoder(shape, depth=cnn_depth, **(cnn or {})),
+        vector_encoder=lambda dim: MLP(dim, None, units=vec_units, layers=max(vec_layers, 1)),
+        image_decoder=lambda width, shape, dyn: ConvDecoder(width, shape, depth=cnn_depth, **(cnn or {})),
+        vector_decoder=lambda width, dims: MLP(width, sum(dims), units=vec_units, layers=vec_layers),
+        reward_head=lambda width: MLP(width, 1 if gaussian else reward_bins, units=units, layers=layers,
+                                      out_scale=0.0),
+        cont_head=lambda width: MLP(width, 1, units=units, layers=layers),
+        reward=(lambda out, fast: FixedNormal(out.squeeze(-1), decoder_std, event_dims=0)) if gaussian else
+        (lambda out, fast: TwoHotSymlog(out, fast=fast)),  # kernels: the sparse two-hot backward
+        dynamics=lambda action_dim, embed, settings, kernels: CategoricalRSSM(action_dim, embed,
+                                                                              **({"kernels": kernels} | settings)),
+        likelihood=likelihood, decoder_std=decoder_std)
+
+
+def planet_nets(head_units: int = 300, head_layers: int = 3, act: str = "relu", cnn_depth: int = 32,
+                decoder_std: float = 1.0) -> Nets:
+    """PlaNet (google-research/planet ``networks/conv_ha.py``, ``networks.feed_forward``; ``scripts/configs.py:
+    109-116``): ``conv_ha`` stacks (64x64 images only) and ReLU feed-forward networks of ``head_layers x
+    head_units``, fixed-std Gaussian likelihoods."""
+    def ff(width: int, out: int | None) -> nn.Module:
+        return FeedForward(width, out, units=head_units, layers=head_layers if out is not None else
+                           max(head_layers, 1), act=act)
+
+    return Nets(
+        "planet",
+        image_encoder=lambda shape: ConvHaEncoder(shape, depth=cnn_depth),
+        vector_encoder=lambda dim: ff(dim, None),
+        image_decoder=lambda width, shape, dyn: ConvHaDecoder(width, shape, depth=cnn_depth),
+        vector_decoder=lambda width, dims: ff(width, sum(dims)),
+        reward_head=lambda width: ff(width, 1),
+        cont_head=lambda width: ff(width, 1),
+        reward=lambda out, fast: FixedNormal(out.squeeze(-1), decoder_std, event_dims=0),
+        dynamics=lambda action_dim, embed, settings, kernels: CategoricalRSSM(action_dim, embed,
+                                                                              **({"kernels": kernels} | settings)),
+        likelihood="gaussian", decoder_std=decoder_std)
+
+
+def dreamer2025_nets(units: int = 1024, enc_layers: int = 3, dec_layers: int = 3, reward_layers: int = 1,
+                     cont_layers: int = 1, cnn_depth: int = 64, cnn: dict | None = None,
+                     reward_bins: int = 255) -> Nets:
+    """The current official DreamerV3 (danijar/dreamerv3 at e3f0224, ``rssm.py`` ``Encoder``/``Decoder``,
+    ``agent.py:38-58``): :class:`SimpleConvEncoder`/:class:`SimpleConvDecoder` (``cnn``; ``bspace`` is the decoder's),
+    RMSNorm :class:`RMSMLP` networks of ``units``, one output layer per vector key (``DictHead``, ``rssm.py:297-305``),
+    the ``rewhead`` two-hot symexp reward (``outscale`` 0) and the ``conhead`` (``outscale`` 1), the block-GRU RSSM."""
+    cnn = dict(cnn or {})
+    dec_cnn = {k: cnn.pop(k) for k in ("bspace",) if k in cnn}
+
+    def image_decoder(width: int, shape: tuple[int, int, int], dyn: Any) -> nn.Module:
+        deter = getattr(dyn, "deter")
+        if width != dyn.feat_dim:
+            raise ValueError("WorldModel: the 2025 image decoder reads every feature (head_inputs.decoder=features)")
+        return SimpleConvDecoder(deter, width - deter, shape, depth=cnn_depth, units=units, **cnn, **dec_cnn)
+
+    return Nets(
+        "dreamer2025",
+        image_encoder=lambda shape: SimpleConvEncoder(shape, depth=cnn_depth, **cnn),
+        vector_encoder=lambda dim: RMSMLP(dim, None, units, enc_layers),
+        image_decoder=image_decoder,
+        vector_decoder=lambda width, dims: RMSMLP(width, sum(dims), units, dec_layers, out_split=dims),
+        reward_head=lambda width: RMSMLP(width, reward_bins, units, reward_layers, outscale=0.0),
+        cont_head=lambda width: RMSMLP(width, 1, units, cont_layers, outscale=1.0),
+        reward=lambda out, fast: TwoHotSymexp(out, fast=fast),  # kernels: the sparse two-hot backward
+        dynamics=lambda action_dim, embed, settings, kernels: BlockRSSM(action_dim, embed, **settings))  # its own
+
+
+class WorldModel(nn.Module):
+    """Encoders, dynamics, representation objective and reward and continue heads over dict observations of image
+    ``(C, H, W)`` (uint8, concatenated along channels, one image encoder, as the reference's ``MultiEncoder``) and
+    vector ``(F,)`` keys (concatenated, symlog-squashed, one vector encoder); the embedding is their concatenation
+    ``(..., E)``. One class for every agent; the networks are one configuration's :class:`Nets`.
 
     Args:
-        obs_shapes: ``{key: shape}`` of the observation keys to encode and reconstruct.
-        action_dim: ``A``.
-        dynamics: ``factory(action_dim=A, embed_dim=E) -> Dynamics`` (:mod:`reverie.models.dynamics`; e.g.
-            ``functools.partial(CategoricalRSSM, deter=256)``, or the config's ``_partial_`` block); None: a
-            :class:`CategoricalRSSM` with the reference's defaults and this model's ``kernels``.
-        units, layers: width and depth of the reward and continue heads (size presets).
-        mlp_units, mlp_layers: width and depth of the vector (MLP) encoder and decoder; None: ``units`` /
-            ``layers``. The 2023 reference keeps them at 1024 x 5 at every size (``configs.yaml`` ``encoder`` /
-            ``decoder`` ``mlp_units``/``mlp_layers``: its size presets' patterns ``.*\\.units`` and ``.*\\.layers``
-            do not match these keys).
-        likelihood: ``"symlog"`` (DreamerV3) or ``"gaussian"`` (PlaNet; see the module docstring).
-        reward_bins: bins of the two-hot reward head (``"symlog"``; reference 255).
-        decoder_std: fixed std of the Gaussian observation and reward likelihoods (``"gaussian"``; PlaNet 1.0).
-        image_bits: bit depth images are reduced to with dequantisation noise (PlaNet 5; 8 keeps the pixels).
-        cnn_depth: channel multiplier of the conv stacks (size preset ``cnn_depth``; reference s=32).
-        cnn: further :class:`ConvEncoder`/:class:`ConvDecoder` keyword arguments (``channels``, ``kernel``,
-            ``stride``, ``padding``, ``min_res``, ``norm``, ``act``); defaults are the reference's.
-        kernels: ``"auto"``: :func:`reverie.models.kernels.install` may set ``fast`` (the two-hot reward loss's
-            kernel, :mod:`reverie.models.kernels.two_hot`); ``"off"``: plain autograd, whatever installs.
-        nets: ``"dreamer"`` (:class:`ConvEncoder`/:class:`ConvDecoder` and :class:`MLP` heads of ``units x layers``)
-            or ``"planet"`` (with ``likelihood="gaussian"``: PlaNet's ``conv_ha`` :class:`ConvHaEncoder`/
-            :class:`ConvHaDecoder` with channel multiplier ``cnn_depth``, 64x64 images only, and :class:`FeedForward`
-            reward/continue heads and vector encoder/decoder of ``head_layers x head_units`` with ``act``; ``cnn``,
-            ``units`` and ``layers`` are then unused).
-        head_units, head_layers, act: PlaNet's feed-forward networks (reference ``num_units`` 300, ``num_layers`` 3,
-            ``activation`` relu; google-research/planet ``scripts/configs.py:109-116``); ``nets="planet"`` only.
-        representation: the representation objective (:mod:`reverie.models.representation`): ``"reconstruction"``
-            (decoders of this model's ``nets`` and ``likelihood``), ``"r2"`` or ``"infonce"`` (no decoders).
-        objectives: the objectives' settings, ``{name: {setting: value}}`` (``agent.module.objectives``).
+        obs_shapes: ``{key: shape}``. action_dim: ``A``.
+        dynamics: ``factory(action_dim=A, embed_dim=E) -> Dynamics``, or settings of the configuration's default
+            dynamics (a dict), or None (the default: :class:`CategoricalRSSM`; 2025: :class:`BlockRSSM`).
+        nets: ``"dreamer"`` (:func:`dreamer_nets` of ``units``, ``layers``, ``mlp_units``, ``mlp_layers``,
+            ``cnn_depth``, ``cnn``, ``reward_bins``, ``likelihood``), ``"planet"`` (:func:`planet_nets` of
+            ``head_units``, ``head_layers``, ``act``, ``cnn_depth``; ``likelihood="gaussian"`` only), or a
+            :class:`Nets` (e.g. :func:`dreamer2025_nets`).
+        likelihood, decoder_std: ``"symlog"`` or ``"gaussian"`` (PlaNet: fixed-std Gaussians of ``decoder_std``).
+        image_bits: bit depth images are reduced to, with dequantisation noise in training (PlaNet 5; 8: off).
+        cont_discount: the continue target ``(1 - is_terminal) * cont_discount`` (2025 ``contdisc``; 1.0: 2023).
+        kernels: ``"auto"`` (``install`` may set ``fast``: the two-hot reward loss's kernel) or ``"off"``.
+        representation, objectives: the representation objective and its settings (docs/representation.md).
         head_inputs: ``{head: part}`` for ``decoder``, ``reward``, ``cont``: ``"features"`` (``cat(h, z)``, the
-            default), ``"h"`` (the deterministic part) or ``"z"`` (the latent) (STORM: decoder ``z``, reward and
-            cont ``h``); a partial head is a :class:`FeaturePart` around the network.
+            default), ``"h"`` or ``"z"`` (STORM: decoder ``z``, reward and cont ``h``), via :class:`FeaturePart`.
 
     Raises:
-        ValueError: an observation shape that is neither ``(F,)`` nor ``(C, H, W)``; image keys of different
-            sizes; an image size the conv stack cannot take (see :func:`reverie.models.conv.conv_plan`); an
-            unknown ``likelihood``, ``nets`` or ``kernels``; ``nets="planet"`` with ``likelihood="symlog"``;
-            ``decoder_std <= 0`` or ``image_bits`` outside ``1..8``; an unknown objective or setting; an unknown
-            ``head_inputs`` key or part, or a part of a dynamics whose features are not ``cat(h, flat z)``.
+        ValueError: a shape neither ``(F,)`` nor ``(C, H, W)``; image keys of different sizes; no observation keys;
+            an image size the conv stack cannot take; an unknown ``likelihood``, ``nets``, ``kernels``, objective or
+            setting; ``nets="planet"`` with ``likelihood="symlog"``; ``decoder_std <= 0``; ``image_bits`` outside
+            ``1..8``; an unknown ``head_inputs`` key or part, or ``h``/``z`` of features that are not ``cat(h, z)``.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
-                 dynamics: Callable[..., Dynamics] | None = None, units: int = 512, layers: int = 2,
+                 dynamics: Callable[..., Dynamics] | dict | None = None, units: int = 512, layers: int = 2,
                  likelihood: str = "symlog", reward_bins: int = 255, decoder_std: float = 1.0, image_bits: int = 8,
-                 cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto", nets: str = "dreamer",
+                 cnn_depth: int = 32, cnn: dict | None = None, kernels: str = "auto", nets: str | Nets = "dreamer",
                  head_units: int = 300, head_layers: int = 3, act: str = "relu", mlp_units: int | None = None,
                  mlp_layers: int | None = None, representation: str = "reconstruction",
-                 objectives: dict | None = None, head_inputs: dict[str, str] | None = None):
+                 objectives: dict | None = None, head_inputs: dict[str, str] | None = None,
+                 cont_discount: float = 1.0):
         super().__init__()
         head_inputs = {h: "features" for h in HEADS} | dict(head_inputs or {})
         if set(head_inputs) - set(HEADS) or set(head_inputs.values()) - set(HEAD_INPUTS):
@@ -147,41 +224,34 @@ class WorldModel(nn.Module):
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
                              f"got {likelihood!r}, {decoder_std}, {image_bits}")
-        if nets not in NETS or (nets == "planet" and likelihood != "gaussian"):
+        if isinstance(nets, str) and (nets not in NETS or (nets == "planet" and likelihood != "gaussian")):
             raise ValueError(f"WorldModel: nets must be 'dreamer' or, with likelihood='gaussian', 'planet'; got "
                              f"nets={nets!r} with likelihood={likelihood!r}")
-        self.nets = nets
-        self.likelihood, self.decoder_std, self.image_bits = likelihood, float(decoder_std), int(image_bits)
+        if nets == "dreamer":
+            nets = dreamer_nets(units, layers, mlp_units, mlp_layers, cnn_depth, cnn, reward_bins, likelihood,
+                                decoder_std)
+        elif nets == "planet":
+            nets = planet_nets(head_units, head_layers, act, cnn_depth, decoder_std)
+        self.nets = nets.name
+        self.likelihood, self.decoder_std, self.image_bits = nets.likelihood, nets.decoder_std, int(image_bits)
+        self.cont_discount = float(cont_discount)
+        self._reward = nets.reward
         self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
         self.fast = False  # install: the two-hot reward loss's kernel
         self.obs_shapes, self.vector_keys, self.image_keys, image_shape = observation_layout(obs_shapes)
         embed = 0
-        self.encoder = None  # the vector MLP (name kept from the vector-only model for checkpoints)
+        self.encoder = None  # the vector encoder (name kept from the vector-only model for checkpoints)
         self.image_encoder = None
         if self.image_keys:
-            self.image_encoder = (ConvHaEncoder(image_shape, depth=cnn_depth) if nets == "planet"
-                                  else ConvEncoder(image_shape, depth=cnn_depth, **(cnn or {})))
+            self.image_encoder = nets.image_encoder(image_shape)
             embed += self.image_encoder.out_dim
-
-        vec_units = units if mlp_units is None else int(mlp_units)
-        vec_layers = layers if mlp_layers is None else int(mlp_layers)
-        if vec_units < 1 or vec_layers < 0:
-            raise ValueError(f"WorldModel: mlp_units must be >= 1 and mlp_layers >= 0; got {vec_units}, {vec_layers}")
-
-        def mlp(in_dim: int, out_dim: int | None, depth: int, out_scale: float = 1.0, width: int = units
-                ) -> nn.Module:
-            if nets == "planet":  # reference networks.feed_forward (scripts/configs.py:112-116)
-                return FeedForward(in_dim, out_dim, units=head_units,
-                                   layers=head_layers if out_dim is not None else max(head_layers, 1), act=act)
-            return MLP(in_dim, out_dim, units=width, layers=depth, out_scale=out_scale)
-
         if self.vector_keys:
-            self.encoder = mlp(self._vector_dim, None, max(vec_layers, 1), width=vec_units)
+            self.encoder = nets.vector_encoder(self._vector_dim)
             embed += self.encoder.out_dim
         if embed == 0:
             raise ValueError("WorldModel: no observation keys to encode")
-        if dynamics is None:
-            self.dynamics = CategoricalRSSM(action_dim, embed, kernels=kernels)
+        if dynamics is None or isinstance(dynamics, dict):
+            self.dynamics = nets.dynamics(action_dim, embed, dict(dynamics or {}), kernels)
         else:
             self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
         feat = self.dynamics.feat_dim
@@ -194,22 +264,19 @@ class WorldModel(nn.Module):
         def reconstruction() -> Reconstruction:  # this model's decoders, built only when the objective needs them
             image_decoder = decoder = None
             if self.image_keys:
-                image_decoder = head(lambda width: ConvHaDecoder(width, image_shape, depth=cnn_depth)
-                                     if nets == "planet" else
-                                     ConvDecoder(width, image_shape, depth=cnn_depth, **(cnn or {})), "decoder")
+                image_decoder = head(lambda width: nets.image_decoder(width, image_shape, self.dynamics), "decoder")
             if self.vector_keys:
-                decoder = head(lambda width: mlp(width, self._vector_dim, vec_layers, width=vec_units), "decoder")
+                dims = [self.obs_shapes[k][0] for k in self.vector_keys]
+                decoder = head(lambda width: nets.vector_decoder(width, dims), "decoder")
             return Reconstruction(self.obs_shapes, self.image_keys, self.vector_keys, image_decoder, decoder,
-                                  likelihood, decoder_std)
+                                  nets.likelihood, nets.decoder_std)
 
-        # registered between the dynamics and the heads: the decoders' parameters keep their place in
-        # parameters() (and so in saved optimiser states) from before the objective was a piece of its own
+        # between the dynamics and the heads: the parameter order saved optimiser states rely on
         self.representation = make_representation(representation, objectives, feat_dim=feat, embed_dim=embed,
                                                   reconstruction=reconstruction, owner="WorldModel")
         self.register_load_state_dict_pre_hook(decoder_keys_moved)
-        self.reward_head = head(lambda width: mlp(width, reward_bins if likelihood == "symlog" else 1, layers,
-                                                  out_scale=0.0), "reward")
-        self.cont_head = head(lambda width: mlp(width, 1, layers), "cont")
+        self.reward_head = head(nets.reward_head, "reward")
+        self.cont_head = head(nets.cont_head, "cont")
 
     def _feature_parts(self, head_inputs: dict[str, str]) -> dict[str, tuple[int, int]]:
         """``{part: (start, stop)}`` columns of the features; ``h`` and ``z`` only for a dynamics whose features are
@@ -300,12 +367,10 @@ class WorldModel(nn.Module):
             parts.append(self.encoder(symlog(x)))  # (..., units)
         return torch.cat(parts, -1)
 
-    def reward(self, feat: torch.Tensor) -> TwoHotSymlog | FixedNormal:
-        """Reward distribution ``(...)`` from features ``(..., F)``: two-hot symlog (``"symlog"``) or a normal with
-        std ``decoder_std`` (``"gaussian"``); ``.mean`` is the predicted reward either way."""
-        if self.likelihood == "gaussian":
-            return FixedNormal(self.reward_head(feat).squeeze(-1), self.decoder_std, event_dims=0)
-        return TwoHotSymlog(self.reward_head(feat), fast=self.fast)  # kernels: the sparse two-hot backward
+    def reward(self, feat: torch.Tensor) -> TwoHotSymlog | TwoHotSymexp | FixedNormal:
+        """Reward distribution ``(...)`` from features ``(..., F)``, the configuration's: two-hot symlog (2023),
+        two-hot symexp (2025) or a normal of std ``decoder_std`` (PlaNet); ``.mean`` is the predicted reward."""
+        return self._reward(self.reward_head(feat), self.fast)
 
     def cont(self, feat: torch.Tensor) -> Bernoulli:
         """Continue (``1 - is_terminal``) distribution ``(...)`` from features ``(..., F)``."""
@@ -320,19 +385,18 @@ class WorldModel(nn.Module):
         """
         return decode(self, feat)
 
-    def loss(self, batch: dict[str, torch.Tensor],
-             state: State | None = None) -> tuple[dict[str, torch.Tensor], State, dict[str, torch.Tensor]]:
+    def loss(self, batch: dict[str, torch.Tensor], state: State | None = None) -> ModelLoss:
         """Per-step world-model losses on a replay batch (DreamerV3 eq. 4-5; PlaNet eq. 3 and 7).
 
         Args:
             batch: ``(T, B, ...)`` tensors: observation keys (images uint8 ``(T, B, C, H, W)``, vectors
                 ``(T, B, F_k)``), ``prev_action (T, B, A)``, ``reward``, ``is_first``, ``is_terminal`` ``(T, B)``.
-            state: dynamics state before the batch, or None.
+            state: dynamics state ``(B, ...)`` before the batch, or None (the initial state).
 
         Returns:
-            ``(losses, posterior, info)``: ``losses[k]`` is ``(T, B)`` for every key in :attr:`loss_keys` (an
-            image key's loss sums over ``C x H x W`` scaled pixels); ``posterior`` states ``(T, B, ...)``; ``info``
-            the dynamics' and the objective's detached diagnostics (the unclipped KL, entropies, ``r2/...``). With
+            :class:`ModelLoss` ``(losses, post, feat, info)``: ``losses[k]`` ``(T, B)`` for every key in
+            :attr:`loss_keys` (an image key's sums over ``C x H x W``); the posterior ``(T, B, ...)``; its features
+            ``(T, B, F)`` with their gradient; the detached diagnostics (KL, entropies, ``r2/...``). With
             ``image_bits < 8`` the images are bit-reduced with dequantisation noise first (PlaNet).
         """
         batch = self.preprocess(batch, noise=True)  # image_bits < 8: uint8 -> float pixel values, dequantised
@@ -342,9 +406,10 @@ class WorldModel(nn.Module):
         losses, rep_info = self.representation.loss(feat, embed, batch)
         losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
         cont = self.cont(feat)
-        losses["cont"] = -cont.log_prob(1.0 - batch["is_terminal"].to(cont.logits.dtype))
+        target = (1.0 - batch["is_terminal"].to(cont.logits.dtype)) * self.cont_discount  # 2025 contdisc
+        losses["cont"] = -cont.log_prob(target)
         dynamics_losses, info = self.dynamics.loss(post, prior, batch["prev_action"], batch["is_first"])
-        return losses | dynamics_losses, post, info | rep_info
+        return ModelLoss(losses | dynamics_losses, post, feat, info | rep_info)
 
 
 class NoDecoder(RuntimeError):

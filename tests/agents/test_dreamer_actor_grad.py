@@ -30,7 +30,7 @@ def trained_agent(actor_grad_disc):
             p.add_(0.3 * torch.randn_like(p))
     data = agent._update_inputs(vector_batch(A=3, seed=5))
     with torch.no_grad():
-        _, post, _ = agent.wm.loss(data)
+        post = agent.wm.loss(data).post
     start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
     return agent, start, torch.ones(start["deter"].shape[0])
 

@@ -66,7 +66,7 @@ def test_continuous_actor_gradient_is_the_reference_with_the_baseline_gradient()
             p.add_(0.3 * torch.randn_like(p))
     data = agent._update_inputs(vector_batch(seed=5, discrete=False))
     with torch.no_grad():
-        _, post, _ = agent.wm.loss(data)
+        post = agent.wm.loss(data).post
     start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
     start_cont = torch.ones(start["deter"].shape[0])
     rng, norm = torch.get_rng_state(), copy.deepcopy(agent.retnorm.state_dict())

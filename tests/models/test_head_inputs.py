@@ -65,6 +65,6 @@ def test_a_loss_runs_with_partial_heads():
     batch = {"image": torch.randint(0, 256, (T, B, 3, 16, 16), dtype=torch.uint8), "vector": torch.randn(T, B, 3),
              "prev_action": torch.zeros(T, B, 2), "reward": torch.zeros(T, B),
              "is_first": torch.zeros(T, B, dtype=torch.bool), "is_terminal": torch.zeros(T, B)}
-    losses, _, _ = wm.loss(batch)
+    losses, *_ = wm.loss(batch)
     assert set(losses) == {"image", "vector", "reward", "cont", "dyn", "rep"}
     assert all(v.shape == (T, B) and torch.isfinite(v).all() for v in losses.values())

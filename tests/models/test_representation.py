@@ -15,7 +15,7 @@ from reverie.models.dynamics import CategoricalRSSM
 from reverie.models.representation import (BarlowTwins, InfoNCE, Reconstruction, barlow_twins, check_objectives,
                                            info_nce)
 from reverie.models.world_model import NoDecoder, WorldModel
-from reverie.models.world_model_2025 import WorldModel2025
+from reverie.models.world_model_2025 import world_model_2025
 
 
 def rssm():
@@ -70,6 +70,27 @@ def test_barlow_twins_equals_the_reference_formula_written_as_loops():
     assert loss.item() == pytest.approx(plain_barlow(x1, x2, 5e-4), rel=1e-12)
     loss32, _, _ = barlow_twins(torch.tensor(x1, dtype=torch.float32), torch.tensor(x2, dtype=torch.float32), 5e-4)
     assert loss32.item() == pytest.approx(plain_barlow(x1, x2, 5e-4), rel=1e-5)
+
+
+def test_under_bf16_autocast_the_invariance_term_keeps_float32_accuracy():
+    """R2-Dreamer's formula reads the invariance term off the diagonal of ``z1^T z2 / N``, a matrix product that bf16
+    autocast computes in bf16 (8 significant bits): near c_ii = 1, where a trained model sits, ``(c_ii - 1)^2`` is
+    then mostly rounding. :func:`barlow_twins` computes the diagonal as an elementwise sum in float32; its error
+    against float64 must be far below the formula's in bf16 (the counter-check: that formula, as written)."""
+    rng = np.random.default_rng(0)
+    x1 = rng.normal(size=(512, 64))
+    x2 = x1 + 0.05 * rng.normal(size=(512, 64))  # c_ii ~ 0.9988: the invariance is 6.6e-4
+    _, truth, _ = barlow_twins(torch.tensor(x1), torch.tensor(x2), 5e-4)  # float64
+    a, b = torch.tensor(x1, dtype=torch.float32), torch.tensor(x2, dtype=torch.float32)
+    with torch.autocast("cpu", torch.bfloat16):
+        _, ours, _ = barlow_twins(a, b, 5e-4)
+        z1, z2 = (a - a.mean(0)) / (a.std(0) + 1e-8), (b - b.mean(0)) / (b.std(0) + 1e-8)
+        c = z1.T @ z2 / len(a)  # the reference's cross-correlation (dreamer.py:394), here in bf16
+        formula = (c.diagonal().float() - 1.0).pow(2).sum()
+    assert c.dtype == torch.bfloat16 and ours.dtype == torch.float32
+    ours_error, formula_error = abs(ours.item() - truth.item()), abs(formula.item() - truth.item())
+    assert ours_error < 1e-3 * truth.item()
+    assert formula_error > 0.3 * truth.item()  # bf16 rounding of c_ii (steps of 2^-8 near 1) against 1 - c_ii ~ 3e-3
 
 
 def test_info_nce_by_hand():
@@ -139,7 +160,7 @@ def test_the_objective_trains_projector_dynamics_and_encoder_through_the_posteri
     wm = WorldModel({"vector": (4,), "image": (3, 16, 16)}, 3, rssm(), units=16, layers=1, cnn_depth=2,
                     kernels="off", representation=representation)
     data = batch(image=True)
-    losses, _, _ = wm.loss(data)
+    losses, *_ = wm.loss(data)
     key = wm.representation.loss_keys[0]
     modules = {"encoder": wm.encoder, "image encoder": wm.image_encoder, "dynamics": wm.dynamics,
                "projector": wm.representation, "reward": wm.reward_head, "cont": wm.cont_head}
@@ -163,7 +184,7 @@ def test_heads_and_kl_terms_are_the_same_losses_whatever_the_objective(model, re
         torch.manual_seed(0)
         if model == "2023":
             return WorldModel({"vector": (4,)}, 3, rssm(), units=16, layers=1, kernels="off", representation=rep)
-        return WorldModel2025({"vector": (4,)}, 3, dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4,
+        return world_model_2025({"vector": (4,)}, 3, dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4,
                                                        kernels="off"), units=8, kernels="off", representation=rep)
 
     recon, other = build("reconstruction"), build(representation)
@@ -188,7 +209,7 @@ def test_world_models_with_each_objective():
                         kernels="off", representation=rep)
         assert set(wm.loss_keys) == keys | {"reward", "cont", "dyn", "rep"} and wm.decodes is decodes
         assert (wm.decoder is None) is (not decodes) and (wm.image_decoder is None) is (not decodes)
-        losses, _, _ = wm.loss(batch(image=True))
+        losses, *_ = wm.loss(batch(image=True))
         assert set(losses) == set(wm.loss_keys) and all(v.shape == (6, 5) for v in losses.values())
         if not decodes:
             assert not any("decoder" in n for n, _ in wm.named_parameters())  # no decoder is built at all
@@ -226,7 +247,7 @@ def test_checkpoints_from_before_the_objective_load(model):
         shapes = {"vector": (4,), "image": (3, 16, 16)}
         if model == "2023":
             return WorldModel(shapes, 3, rssm(), units=16, layers=1, cnn_depth=2)
-        return WorldModel2025(shapes, 3, dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4), units=8,
+        return world_model_2025(shapes, 3, dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4), units=8,
                               cnn_depth=2, cnn={"min_res": 4})
 
     saved, fresh = build(0), build(1)

@@ -52,7 +52,7 @@ def test_world_model_loss_shapes(T, B):
     batch = {"vector": torch.randn(T, B, 4), "extra": torch.randn(T, B, 2), "prev_action": torch.zeros(T, B, 3),
              "is_first": torch.zeros(T, B, dtype=torch.bool), "reward": torch.randn(T, B),
              "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
-    losses, post, _ = wm.loss(batch)
+    losses, post, *_ = wm.loss(batch)
     assert set(losses) == set(wm.loss_keys) == {"vector", "extra", "reward", "cont", "dyn", "rep"}
     assert all(v.shape == (T, B) for v in losses.values())
     assert post["deter"].shape == (T, B, 16) and post["stoch"].shape == (T, B, 4, 5)
@@ -87,7 +87,7 @@ def test_multimodal_world_model_loss_shapes_and_keys(T, B):
     batch = image_batch(T, B)
     embed = wm.encode(batch)
     assert embed.shape == (T, B, 64 + 16)  # cat(cnn (T, B, 64), mlp (T, B, units))
-    losses, post, _ = wm.loss(batch)
+    losses, post, *_ = wm.loss(batch)
     assert set(losses) == set(wm.loss_keys) == {"image", "vector", "reward", "cont", "dyn", "rep"}
     assert all(v.shape == (T, B) for v in losses.values())
     dists = wm.decode(wm.dynamics.features(post))
@@ -99,7 +99,7 @@ def test_image_only_world_model_and_image_loss_value():
     wm = small_image_model({"image": (3, 16, 16)})
     assert wm.encoder is None and wm.decoder is None and wm.loss_keys[0] == "image"
     batch = image_batch(2, 3, dict_obs=False)
-    losses, post, _ = wm.loss(batch)
+    losses, post, *_ = wm.loss(batch)
     pred = wm.image_decoder(wm.dynamics.features(post))  # (T, B, 3, 16, 16)
     expected = ((pred - (batch["image"].float() / 255 - 0.5)) ** 2).sum((-3, -2, -1))
     torch.testing.assert_close(losses["image"], expected)
@@ -116,7 +116,7 @@ def test_image_keys_are_concatenated_along_channels_and_split_back():
 
 def test_world_model_image_loss_trains_the_encoder():
     wm = small_image_model({"image": (3, 16, 16), "vector": (4,)})
-    losses, _, _ = wm.loss(image_batch(2, 2))
+    losses, *_ = wm.loss(image_batch(2, 2))
     grads = torch.autograd.grad(losses["image"].mean(), list(wm.image_encoder.parameters()))
     assert all(g.abs().sum() > 0 for g in grads)
 

@@ -55,7 +55,7 @@ def make_batch() -> dict[str, np.ndarray]:
 def world_model_grads(agent: DreamerV3, batch: dict[str, np.ndarray]) -> None:
     """The first part of DreamerV3._update: scaled world-model loss, backward (grads left in .grad)."""
     data = agent.wm.tensors(batch)
-    losses, _, _ = agent.wm.loss(data)
+    losses, *_ = agent.wm.loss(data)
     loss = sum(agent.loss_scales[k] * v.mean() for k, v in losses.items())
     agent.wm.zero_grad(set_to_none=True)
     loss.backward()

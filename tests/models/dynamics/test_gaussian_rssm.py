@@ -188,7 +188,7 @@ def test_gaussian_world_model_loss_keys_and_gradients(obs_shapes, nets, overshoo
               "is_first": torch.zeros(T, B, dtype=torch.bool)}
     batch["is_first"][0] = True
     torch.manual_seed(1)
-    losses, post, info = wm.loss(batch)
+    losses, post, _, info = wm.loss(batch)
     expected = {*obs_shapes, "reward", "cont", "kl", "global_kl"} | ({"overshooting"} if overshooting else set())
     assert set(losses) == set(wm.loss_keys) == expected
     assert all(v.shape == (T, B) and torch.isfinite(v).all() for v in losses.values())
