@@ -61,8 +61,10 @@ class SessionReport:
         if self.heldout is not None:
             from reverie.data.heldout import heldout_errors
 
-            self.logger.scalars(heldout_errors(self.agent, self.heldout, self.batch[1],
-                                               int(self.cfg.pretrain.heldout_sequences)))
+            errors = heldout_errors(self.agent, self.heldout, self.batch[1], int(self.cfg.pretrain.heldout_sequences))
+            self.logger.scalars(errors)
+            self.quality |= {k: v for k, v in errors.items()  # the summary's held-out quality (a sweep objective)
+                             if k.startswith("heldout/quality/") and not re.search(r"_k\d+$", k)}
 
     def play(self, episodes: int, seed: int) -> dict[str, Any]:
         """:func:`reverie.loop.evaluate.evaluate` of ``episodes`` episodes in ``train.eval_mode`` with the env copies

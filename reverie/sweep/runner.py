@@ -28,6 +28,10 @@ def check_configs(spec: SweepSpec, configs: list[dict[str, Any]]) -> int:
     from reverie.configs.compose import ConfigError, load_config
     from reverie.sweep.space import overrides
 
+    if spec.command == "pretrain" and not str(spec.data).startswith("minari:") and not Path(spec.data).exists():
+        raise SweepSpecError(f"sweep {spec.name}: data {spec.data!r} does not exist (a folder of episode_<n>.npz "
+                             f"files, a Minari dataset folder, minari:<id> or a run directory; `reverie record` "
+                             f"makes one)")
     steps = 0
     for params in configs:
         try:
@@ -58,6 +62,7 @@ def trial_setup(spec: SweepSpec, sweep_dir: Path, cluster: bool) -> dict[str, An
     ``reverie`` (on a cluster, the workers' installed one)."""
     return {"sweep_dir": str(sweep_dir.resolve()), "base": list(spec.base), "seeds": list(spec.seeds),
             "threads": max(1, int(spec.cpus)), "cwd": os.getcwd(), "metric": spec.metric,
+            "command": spec.command, "data": spec.data,
             "python_path": None if cluster else str(Path(reverie.__file__).resolve().parents[1])}
 
 

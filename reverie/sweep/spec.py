@@ -27,10 +27,13 @@ METRICS = ("eval_return",)
 """Trial metrics: ``eval_return`` = mean return of the last evaluation (``summary.json``; higher is better), and
 the prediction quality of the run's last open-loop report, a ``summary.json`` entry as well (:data:`QUALITY`:
 ``quality/<key>_psnr`` or ``_ssim``, their ``_recon`` and ``_onestep`` forms; higher is better)."""
-QUALITY = re.compile(r"^quality/\w+_(psnr|ssim)(_recon|_onestep)?$")
+QUALITY = re.compile(r"^(heldout/)?quality/\w+_(psnr|ssim)(_recon|_onestep)?$")
+COMMANDS = ("train", "pretrain")
+"""What each trial runs: ``reverie train`` (env steps; ``budget`` sets ``train.steps``) or ``reverie pretrain DATA``
+(the dataset ``data``, no env steps; ``budget`` sets ``pretrain.updates``): every trial learns from the same rows."""
 
-TOP_KEYS = ("name", "base", "budget", "space", "search", "seeds", "metric", "resources", "max_concurrent",
-            "retries", "scheduler")
+TOP_KEYS = ("name", "command", "data", "base", "budget", "space", "search", "seeds", "metric", "resources",
+            "max_concurrent", "retries", "scheduler")
 SEARCH_KEYS = ("algorithm", "samples", "seed")
 RESOURCE_KEYS = ("cpus", "gpus")
 ASHA_KEYS = ("grace_steps", "reduction_factor")
@@ -82,6 +85,7 @@ class SweepSpec:
         retries: Ray Tune ``FailureConfig.max_failures``.
         asha: None, or ``{"grace_steps": int, "reduction_factor": float}`` for the ASHA scheduler.
         source: the parsed YAML mapping (saved as ``<sweep>/sweep.yaml``).
+        command, data: ``"train"``, or ``"pretrain"`` with its dataset (:data:`COMMANDS`).
     """
 
     name: str
@@ -98,6 +102,8 @@ class SweepSpec:
     retries: int = 2
     asha: dict | None = None
     source: dict = dataclasses.field(default_factory=dict, compare=False)
+    command: str = "train"
+    data: str | None = None
 
     @property
     def grid_params(self) -> tuple[Param, ...]:
@@ -139,11 +145,18 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
     if not name or "/" in name or name.startswith("."):
         raise SweepSpecError(f"{where}: name {name!r} must be a plain directory name (no '/')")
     base = _overrides(data.get("base"), where)
+    command = str(data.get("command") or "train")
+    if command not in COMMANDS:
+        raise SweepSpecError(f"{where}: command {command!r} is not one of {', '.join(COMMANDS)}")
+    dataset = data.get("data")
+    if (command == "pretrain") != (dataset is not None):
+        raise SweepSpecError(f"{where}: 'data' (a dataset folder, minari:<id> or a run) goes with command: pretrain "
+                             f"and only with it; got command {command!r} and data {dataset!r}")
+    length = "pretrain.updates" if command == "pretrain" else "train.steps"
     if data.get("budget") is not None:
-        if any(o.split("=", 1)[0] == "train.steps" for o in base):
-            raise SweepSpecError(f"{where}: both 'budget' and train.steps in base set the env steps per trial; "
-                                 "keep one")
-        base.append(f"train.steps={_positive_int(data['budget'], 'budget', where)}")
+        if any(o.split("=", 1)[0] == length for o in base):
+            raise SweepSpecError(f"{where}: both 'budget' and {length} in base set each trial's length; keep one")
+        base.append(f"{length}={_positive_int(data['budget'], 'budget', where)}")
     params = _space(data.get("space"), where)
     swept = {p.key for p in params}
     clash = [o for o in base if o.lstrip("+~").split("=", 1)[0] in swept]
@@ -189,13 +202,16 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise SweepSpecError(f"{where}: retries must be an integer >= 0 (runs of a failed trial), got {retries!r}")
     asha = _asha(data.get("scheduler"), where)
+    if asha and command == "pretrain":
+        raise SweepSpecError(f"{where}: scheduler.asha reads each trial's evaluations in the env as it trains; "
+                             f"command: pretrain trials are judged at their end: drop the scheduler")
     if asha and algorithm == "optuna":
         raise SweepSpecError(f"{where}: scheduler.asha works with search.algorithm grid or random (one seed per Ray "
                              f"trial); Optuna trials run their seeds in turn. Drop the scheduler or use random search")
     return SweepSpec(name=name, base=tuple(base), params=params, algorithm=algorithm, samples=samples,
                      search_seed=search_seed, seeds=seeds, metric=metric, cpus=cpus, gpus=gpus,
                      max_concurrent=max_concurrent, retries=retries, asha=asha,
-                     source=data)
+                     source=data, command=command, data=None if dataset is None else str(dataset))
 
 
 def _check_keys(mapping: dict, known: tuple[str, ...], where: str) -> None:

@@ -42,10 +42,12 @@ def trial_dir(sweep_dir: str | Path, params: dict[str, Any], seed: int) -> Path:
     return Path(sweep_dir) / "trials" / trial_name(config_id(params), seed)
 
 
-def train_command(run_dir: Path, params: dict[str, Any], seed: int, base: list[str], threads: int) -> list[str]:
-    """The ``python -m reverie train`` command: base overrides, swept values, seed, run_dir, ``threads``."""
-    cmd = [sys.executable, "-m", "reverie", "train", *base, *overrides(params), f"seed={seed}",
-           f"run_dir={_quoted(run_dir)}"]
+def train_command(run_dir: Path, params: dict[str, Any], seed: int, base: list[str], threads: int,
+                  command: str = "train", data: str | None = None) -> list[str]:
+    """The ``python -m reverie train`` (or ``pretrain DATA``) command: base overrides, swept values, seed, run_dir,
+    ``threads``."""
+    head = [sys.executable, "-m", "reverie", command, *([data] if command == "pretrain" else [])]
+    cmd = [*head, *base, *overrides(params), f"seed={seed}", f"run_dir={_quoted(run_dir)}"]
     if not any(o.split("=", 1)[0] == "threads" for o in base):
         cmd.append(f"threads={threads}")
     return cmd
@@ -93,7 +95,8 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
             return json.loads((run_dir / name).read_text(encoding="utf-8"))
     _set_aside_failed_attempt(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = train_command(run_dir, params, seed, list(setup["base"]), int(setup["threads"]))
+    cmd = train_command(run_dir, params, seed, list(setup["base"]), int(setup["threads"]),
+                        setup.get("command", "train"), setup.get("data"))
     meta = {"config_id": config_id(params), "params": params, "seed": seed, "command": cmd}
     (run_dir / TRIAL_META).write_text(json.dumps(meta, indent=2, default=str), encoding="utf-8")
     env = dict(os.environ, OMP_NUM_THREADS=str(setup["threads"]), MKL_NUM_THREADS=str(setup["threads"]))

@@ -1,6 +1,7 @@
 """`reverie record` -> `reverie pretrain` -> `reverie train init_from=RUN`, debug runs through the CLI."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -49,6 +50,8 @@ def test_pretrain_writes_a_normal_run_directory(pretrained, data):
     assert (pretrained / "plots" / "openloop_reward_10.png").is_file()
     summary = json.loads((pretrained / "summary.json").read_text())
     assert summary["env_steps"] == 0 and summary["updates"] == 20 and [e[0] for e in summary["evals"]] == [20]
+    held = sorted(k for k in reported[-1] if k.startswith("heldout/quality/") and not re.search(r"_k\d+$", k))
+    assert held and all(summary[k] == reported[-1][k] for k in held)  # the last report's held-out quality
     assert {(s["step"], s["mode"]) for s in read_jsonl(pretrained / "scores.jsonl")} == {(20, "eval")}
     first, last = (load_checkpoint(p) for p in list_checkpoints(pretrained / "checkpoints"))
     assert first["counters"]["updates"] == 10 and last["counters"]["env_steps"] == 0

@@ -24,7 +24,7 @@ def spec_of(**changes):
 # --- errors ------------------------------------------------------------------------------------------------------
 
 def test_unknown_top_level_key_names_it_and_the_nearest_known_key():
-    with pytest.raises(SweepSpecError, match=r"unknown key 'seed' \(did you mean 'seeds'\?\); known keys: name, base"):
+    with pytest.raises(SweepSpecError, match=r"unknown key 'seed' \(did you mean 'seeds'\?\); known keys: name, command, data, base"):
         parse_spec({**GRID, "seed": 3})
 
 
@@ -206,3 +206,34 @@ def test_optuna_search_space_maps_each_distribution_to_a_tune_domain():
 def test_a_prediction_quality_metric_is_a_sweep_objective():
     for metric in ("quality/image_psnr", "quality/image_ssim_onestep", "quality/vector_psnr_recon"):
         assert parse_spec({**GRID, "metric": metric}).metric == metric
+
+
+def test_pretrain_trials_learn_from_one_dataset_for_their_budget_of_updates(tmp_path):
+    spec = parse_spec({**GRID, "command": "pretrain", "data": str(tmp_path), "budget": 300,
+                       "metric": "heldout/quality/image_psnr"})
+    assert (spec.command, spec.data, spec.metric) == ("pretrain", str(tmp_path), "heldout/quality/image_psnr")
+    assert spec.base[-1] == "pretrain.updates=300" and not any(o.startswith("train.steps") for o in spec.base)
+    cmd = train_command(Path("/s/x"), {"agent.train_ratio": 64}, 1, list(spec.base), threads=1,
+                        command=spec.command, data=spec.data)
+    assert cmd[3:6] == ["pretrain", str(tmp_path), "exp=debug"] and "agent.train_ratio=64" in cmd
+    assert train_command(Path("/s/x"), {}, 0, [], threads=1)[3] == "train"  # the default
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"command": "pretrain"}, "'data' .* goes with command: pretrain and only with it"),
+    ({"data": "d"}, "'data' .* goes with command: pretrain and only with it"),
+    ({"command": "replay", "data": "d"}, "command 'replay' is not one of train, pretrain"),
+    ({"command": "pretrain", "data": "d", "scheduler": {"asha": {"grace_steps": 10}}}, "drop the scheduler"),
+    ({"command": "pretrain", "data": "d", "budget": 10, "base": ["exp=debug", "pretrain.updates=5"]},
+     "both 'budget' and pretrain.updates"),
+])
+def test_pretrain_sweep_errors(change, message):
+    with pytest.raises(SweepSpecError, match=message):
+        parse_spec({**GRID, **change})
+
+
+def test_a_missing_dataset_is_refused_before_ray_starts(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**GRID, "command": "pretrain", "data": str(tmp_path / "nothing")}))
+    assert cmd_sweep([str(path), "--dir", str(tmp_path / "sweep")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "sweep").exists()
