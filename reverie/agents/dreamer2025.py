@@ -141,7 +141,7 @@ class DreamerV3_2025(WorldModelAgent):
         self.slow_fraction, self.slow_reg = slow_critic_fraction, slow_reg
         self.obs_keys = sorted(obs_shapes)
         self.wm = world_model_2025(obs_shapes, action_spec.dim, dynamics, units=units, enc_layers=enc_layers,
-                                     dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
+                                   dec_layers=dec_layers, reward_layers=reward_layers, cont_layers=cont_layers,
                                    cnn_depth=cnn_depth, cnn=cnn, cont_discount=self.gamma if contdisc else 1.0,
                                    kernels=kernels, representation=representation, objectives=objectives)
         check_dynamics(self.wm.dynamics)

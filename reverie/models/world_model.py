@@ -11,6 +11,7 @@ heads, Gaussian likelihoods) or :func:`dreamer2025_nets` (2025); the decoders go
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -101,6 +102,21 @@ class Nets(NamedTuple):
     decoder_std: float = 1.0
 
 
+def two_hot_symlog_reward(out: torch.Tensor, fast: bool) -> TwoHotSymlog:
+    """The 2023 reward: two-hot symlog over the head's bins ``(..., K)`` (``fast``: the sparse two-hot backward)."""
+    return TwoHotSymlog(out, fast=fast)
+
+
+def two_hot_symexp_reward(out: torch.Tensor, fast: bool) -> TwoHotSymexp:
+    """The 2025 reward: two-hot over symexp-spaced bins ``(..., K)`` (``rewhead``)."""
+    return TwoHotSymexp(out, fast=fast)
+
+
+def fixed_normal_reward(out: torch.Tensor, fast: bool, std: float = 1.0) -> FixedNormal:
+    """PlaNet's reward: a normal of fixed ``std`` around the head's output ``(..., 1)``."""
+    return FixedNormal(out.squeeze(-1), std, event_dims=0)
+
+
 def dreamer_nets(units: int = 512, layers: int = 2, mlp_units: int | None = None, mlp_layers: int | None = None,
                  cnn_depth: int = 32, cnn: dict | None = None, reward_bins: int = 255, likelihood: str = "symlog",
                  decoder_std: float = 1.0) -> Nets:
@@ -121,8 +137,7 @@ def dreamer_nets(units: int = 512, layers: int = 2, mlp_units: int | None = None
         reward_head=lambda width: MLP(width, 1 if gaussian else reward_bins, units=units, layers=layers,
                                       out_scale=0.0),
         cont_head=lambda width: MLP(width, 1, units=units, layers=layers),
-        reward=(lambda out, fast: FixedNormal(out.squeeze(-1), decoder_std, event_dims=0)) if gaussian else
-        (lambda out, fast: TwoHotSymlog(out, fast=fast)),  # kernels: the sparse two-hot backward
+        reward=partial(fixed_normal_reward, std=decoder_std) if gaussian else two_hot_symlog_reward,
         dynamics=lambda action_dim, embed, settings, kernels: CategoricalRSSM(action_dim, embed,
                                                                               **({"kernels": kernels} | settings)),
         likelihood=likelihood, decoder_std=decoder_std)
@@ -145,7 +160,7 @@ def planet_nets(head_units: int = 300, head_layers: int = 3, act: str = "relu", 
         vector_decoder=lambda width, dims: ff(width, sum(dims)),
         reward_head=lambda width: ff(width, 1),
         cont_head=lambda width: ff(width, 1),
-        reward=lambda out, fast: FixedNormal(out.squeeze(-1), decoder_std, event_dims=0),
+        reward=partial(fixed_normal_reward, std=decoder_std),
         dynamics=lambda action_dim, embed, settings, kernels: CategoricalRSSM(action_dim, embed,
                                                                               **({"kernels": kernels} | settings)),
         likelihood="gaussian", decoder_std=decoder_std)
@@ -175,7 +190,7 @@ def dreamer2025_nets(units: int = 1024, enc_layers: int = 3, dec_layers: int = 3
         vector_decoder=lambda width, dims: RMSMLP(width, sum(dims), units, dec_layers, out_split=dims),
         reward_head=lambda width: RMSMLP(width, reward_bins, units, reward_layers, outscale=0.0),
         cont_head=lambda width: RMSMLP(width, 1, units, cont_layers, outscale=1.0),
-        reward=lambda out, fast: TwoHotSymexp(out, fast=fast),  # kernels: the sparse two-hot backward
+        reward=two_hot_symexp_reward,
         dynamics=lambda action_dim, embed, settings, kernels: BlockRSSM(action_dim, embed, **settings))  # its own
 
 
@@ -191,8 +206,9 @@ class WorldModel(nn.Module):
             dynamics (a dict), or None (the default: :class:`CategoricalRSSM`; 2025: :class:`BlockRSSM`).
         nets: ``"dreamer"`` (:func:`dreamer_nets` of ``units``, ``layers``, ``mlp_units``, ``mlp_layers``,
             ``cnn_depth``, ``cnn``, ``reward_bins``, ``likelihood``), ``"planet"`` (:func:`planet_nets` of
-            ``head_units``, ``head_layers``, ``act``, ``cnn_depth``; ``likelihood="gaussian"`` only), or a
-            :class:`Nets` (e.g. :func:`dreamer2025_nets`).
+            ``head_units``, ``head_layers``, ``act``, ``cnn_depth``; ``likelihood="gaussian"`` only; both also of
+            ``decoder_std``), or a :class:`Nets` (e.g. :func:`dreamer2025_nets`), which then sets the likelihood
+            and ``decoder_std`` itself (the arguments of that name are only checked).
         likelihood, decoder_std: ``"symlog"`` or ``"gaussian"`` (PlaNet: fixed-std Gaussians of ``decoder_std``).
         image_bits: bit depth images are reduced to, with dequantisation noise in training (PlaNet 5; 8: off).
         cont_discount: the continue target ``(1 - is_terminal) * cont_discount`` (2025 ``contdisc``; 1.0: 2023).
@@ -232,6 +248,9 @@ class WorldModel(nn.Module):
                                 decoder_std)
         elif nets == "planet":
             nets = planet_nets(head_units, head_layers, act, cnn_depth, decoder_std)
+        elif not isinstance(nets, Nets):
+            raise ValueError(f"WorldModel: nets must be 'dreamer', 'planet' or a Nets (e.g. dreamer2025_nets(...)); "
+                             f"got {nets!r}")
         self.nets = nets.name
         self.likelihood, self.decoder_std, self.image_bits = nets.likelihood, nets.decoder_std, int(image_bits)
         self.cont_discount = float(cont_discount)

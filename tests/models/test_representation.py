@@ -185,7 +185,7 @@ def test_heads_and_kl_terms_are_the_same_losses_whatever_the_objective(model, re
         if model == "2023":
             return WorldModel({"vector": (4,)}, 3, rssm(), units=16, layers=1, kernels="off", representation=rep)
         return world_model_2025({"vector": (4,)}, 3, dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4,
-                                                       kernels="off"), units=8, kernels="off", representation=rep)
+                                                         kernels="off"), units=8, kernels="off", representation=rep)
 
     recon, other = build("reconstruction"), build(representation)
     shared = {k: v for k, v in recon.state_dict().items() if not k.startswith("representation.")}
@@ -248,7 +248,7 @@ def test_checkpoints_from_before_the_objective_load(model):
         if model == "2023":
             return WorldModel(shapes, 3, rssm(), units=16, layers=1, cnn_depth=2)
         return world_model_2025(shapes, 3, dict(deter=16, hidden=8, stoch=3, classes=4, blocks=4), units=8,
-                              cnn_depth=2, cnn={"min_res": 4})
+                                cnn_depth=2, cnn={"min_res": 4})
 
     saved, fresh = build(0), build(1)
     old = legacy(saved.state_dict())

@@ -135,7 +135,8 @@ def test_bad_observation_shapes_fail_with_a_clear_error():
 
 
 @pytest.mark.parametrize("kwargs", [dict(nets="planet"), dict(nets="sheeprl", likelihood="gaussian"),
-                                    dict(likelihood="beta"), dict(likelihood="gaussian", image_bits=9)])
+                                    dict(likelihood="beta"), dict(likelihood="gaussian", image_bits=9),
+                                    dict(nets=None), dict(nets={"name": "dreamer"})])
 def test_bad_nets_and_likelihood_fail_with_a_clear_error(kwargs):
     """PlaNet's networks come with its Gaussian likelihoods only (the two-hot reward head is DreamerV3's)."""
     with pytest.raises(ValueError, match="WorldModel: (nets must be|need likelihood)"):
