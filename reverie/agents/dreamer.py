@@ -128,7 +128,7 @@ class DreamerV3(WorldModelAgent):
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              representation=representation, objectives=objectives,
-                             head_inputs=dict(head_inputs) if head_inputs else None)
+                             head_inputs=head_inputs)
         check_dynamics(self.wm.dynamics)
         self._build_behavior(self.wm.dynamics.feat_dim, units, layers, unimix)
         self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",

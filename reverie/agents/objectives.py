@@ -62,9 +62,10 @@ def storm_lambda_return(reward: torch.Tensor, value: torch.Tensor, termination: 
 
 
 def kth_percentile(x: torch.Tensor, q: float) -> torch.Tensor:
-    """The ``int(q * n)``-th smallest entry of ``x`` (STORM ``agents.py`` ``percentile``; no interpolation)."""
+    """The ``int(q * n)``-th smallest entry of ``x`` (STORM ``agents.py`` ``percentile``; no interpolation); at least
+    the smallest (where STORM's ``kthvalue`` would get ``k = 0``: fewer than ``1 / q`` entries)."""
     flat = x.flatten()
-    return torch.kthvalue(flat, int(q * flat.numel())).values
+    return torch.kthvalue(flat, max(1, int(q * flat.numel()))).values
 
 
 class Reinforce:

@@ -164,7 +164,8 @@ class Storm(DreamerV3):
         if act_on not in ("prior", "posterior"):
             raise ValueError(f"agent=storm: agent.module.act_on must be 'prior' (STORM's) or 'posterior', got "
                              f"{act_on!r}")
-        if imag_contexts < 0 or imag_context < 1:
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (imag_contexts, imag_context)) or \
+                imag_contexts < 0 or imag_context < 1:
             raise ValueError(f"agent=storm: need agent.module.imag_contexts >= 0 (0: start from the training "
                              f"window's posteriors) and agent.module.imag_context >= 1; got {imag_contexts}, "
                              f"{imag_context}")

@@ -165,8 +165,11 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         self.logger.episode(step, step * self.repeat, ep["return"], ep["length"], mode="train")
 
     def learning(self) -> bool:
-        """True once the prefill is done and replay holds more than one sequence of ``batch_length`` rows."""
-        return self.loop.env_steps >= self.prefill and self.replay.num_rows > self.batch[1] + self.context
+        """True once the prefill is done and replay holds more than one sequence of ``batch_length`` rows (and of the
+        agent's imagination contexts, ``imagine_batch``)."""
+        extra = getattr(self.agent, "imagine_batch", None)
+        rows = max(self.batch[1] + self.context, extra[1] if extra else 0)
+        return self.loop.env_steps >= self.prefill and self.replay.num_rows > rows
 
     def owed(self) -> int:
         """The updates the schedule owes for the env steps (and episodes) just collected: rank 0's count on every

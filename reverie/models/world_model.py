@@ -233,10 +233,13 @@ class WorldModel(nn.Module):
                  objectives: dict | None = None, head_inputs: dict[str, str] | None = None,
                  cont_discount: float = 1.0):
         super().__init__()
-        head_inputs = {h: "features" for h in HEADS} | dict(head_inputs or {})
-        if set(head_inputs) - set(HEADS) or set(head_inputs.values()) - set(HEAD_INPUTS):
-            raise ValueError(f"WorldModel: head_inputs maps {HEADS} to one of {HEAD_INPUTS}; got "
-                             f"{dict(head_inputs)} (agent.module.head_inputs)")
+        given = head_inputs if head_inputs is not None else {}
+        bad = ([f"{given!r} (not a mapping)"] if not hasattr(given, "items") else
+               [f"{k}: {v!r}" for k, v in given.items() if k not in HEADS or v not in HEAD_INPUTS])
+        if bad:
+            raise ValueError(f"WorldModel: agent.module.head_inputs maps {', '.join(HEADS)} to one of "
+                             f"{', '.join(HEAD_INPUTS)}, e.g. {{reward: h}}; bad: {'; '.join(bad)}")
+        head_inputs = {h: "features" for h in HEADS} | dict(given)
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
                              f"got {likelihood!r}, {decoder_std}, {image_bits}")

@@ -39,6 +39,10 @@ def check_configs(spec: SweepSpec, configs: list[dict[str, Any]]) -> int:
         except ConfigError as err:
             raise SweepSpecError(f"sweep {spec.name}: configuration {params} is not a valid `reverie train` "
                                  f"config: {err}") from err
+        heldout = cfg.pretrain.get("heldout") if spec.command == "pretrain" else None
+        if heldout and not str(heldout).startswith("minari:") and not Path(str(heldout)).exists():
+            raise SweepSpecError(f"sweep {spec.name}: pretrain.heldout {heldout!r} does not exist (`reverie record` "
+                                 f"makes one, from other env seeds)")
         steps = steps or int(cfg.train.steps)
     return steps
 

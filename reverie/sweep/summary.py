@@ -134,10 +134,11 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
         best = {"config_id": top["config_id"], "params": params, "metric": spec.metric,
                 "mean": float(top["mean"]), "ci": [float(top["mean_lo"]), float(top["mean_hi"])],
                 "seeds": int(top["seeds"]), "overrides": [*spec.base, *overrides(params)],
-                "command": "reverie train " + " ".join([*spec.base, *overrides(params)])}
+                "command": " ".join(["reverie", spec.command, *([spec.data] if spec.command == "pretrain" else []),
+                                     *spec.base, *overrides(params)])}
         (sweep_dir / "best.json").write_text(json.dumps(best, indent=2), encoding="utf-8")
     compared = None
-    if plots and len(pairs):
+    if plots and len(pairs) and spec.command == "train":  # `reverie compare` reads episodes in the env
         plot_params(spec, trials, configs, sweep_dir / "params")
         compared = run_compare(trials, configs["config_id"].iloc[0], pairs["config_id"].iloc[0], sweep_dir / "compare")
     elif plots and best is not None:
@@ -155,7 +156,10 @@ def summary_markdown(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFram
     from reverie.scores.plots import markdown_table
 
     counts = trials["status"].value_counts()
-    lines = [f"# Sweep {spec.name}: {spec.metric} (final evaluation's mean return; higher is better)", "",
+    what = ("final evaluation's mean return" if spec.metric == "eval_return" else
+            "prediction quality of the last open-loop report" + (" on the held-out data" if
+                                                                  spec.metric.startswith("heldout/") else ""))
+    lines = [f"# Sweep {spec.name}: {spec.metric} ({what}; higher is better)", "",
              f"{len(trials)} trials: {int(counts.get('finished', 0))} finished, {int(counts.get('stopped', 0))} "
              f"stopped early, {int(counts.get('incomplete', 0))} incomplete. Base: `{' '.join(spec.base) or '(none)'}`"
              f"; seeds {list(spec.seeds)}; search {spec.algorithm}.", ""]

@@ -125,7 +125,8 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
         return {"stopped": True}  # Tune stopped the trial: nothing to report, nothing failed
     if not (run_dir / SUMMARY).is_file():
         tail = (run_dir / LOG).read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        raise TrialError(f"trial {run_dir.name} failed: `reverie train` exited with status {proc.returncode} without "
+        raise TrialError(f"trial {run_dir.name} failed: `reverie {setup.get('command', 'train')}` exited with status "
+                         f"{proc.returncode} without "
                          f"writing {SUMMARY}. Last lines of {run_dir / LOG}:\n" + "\n".join(tail))
     return json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch.nn.functional as F
 import torch
 
 from reverie.envs import make_vector_env
@@ -64,6 +65,8 @@ def action_source(agent: Any, spec: ActionSpec, actions: Any, horizon: int, seed
     device = next(agent.parameters()).device  # where the imagined actions go
     if isinstance(actions, str) and actions == "policy":
         actor = getattr(agent, "actor", None)
+        if actor is None and hasattr(getattr(agent, "ac", None), "policy"):  # agent=storm: its actor-critic's
+            return lambda i, feat: F.one_hot(agent.ac.policy(feat).probs.argmax(-1), spec.dim).to(feat.dtype)
         if actor is None:
             raise ValueError(f"{type(agent).__name__} has no actor network to act in imagination; use "
                              f"--actions random or an (H, A) .npy file of actions")

@@ -145,3 +145,36 @@ def test_storm_atari100k_is_storms_protocol():
         (64, 512, 2, 8)
     assert (module.imag_contexts, module.imag_context, module.horizon, module.act_on) == (1024, 8, 16, "prior")
     assert (train.steps, train.prefill, train.eval_episodes, train.eval_mode) == (102000, 1024, 20, "sample")
+
+
+def test_few_imagination_starts_and_long_contexts_do_not_break_a_run(tmp_path):
+    """STORM's k-th percentile of fewer than 20 returns is the smallest (its kthvalue would get k = 0), and a
+    context window longer than the replay holds waits for the rows, as the training batch does."""
+    from reverie.agents.objectives import kth_percentile
+
+    assert kth_percentile(torch.tensor([3.0, 1.0, 2.0]), 0.05) == 1.0  # int(0.15) = 0 -> the smallest
+    assert kth_percentile(torch.arange(100.0), 0.05) == 4.0  # the 5th smallest, as STORM
+    run_dir = tmp_path / "few"
+    assert main(["train", "exp=debug", "agent=storm", f"run_dir={run_dir}", "train.steps=80", "train.eval_every=0",
+                 "agent.module.imag_contexts=1"]) == 0
+    run_dir = tmp_path / "long"
+    assert main(["train", "exp=debug", "agent=storm", f"run_dir={run_dir}", "train.steps=80", "train.eval_every=0",
+                 "agent.module.imag_context=100"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["updates"] == 0  # 80 rows never hold 101
+
+
+def test_a_fractional_number_of_contexts_is_refused(tmp_path, capsys):
+    run_dir = tmp_path / "frac"
+    assert main(["train", "exp=debug", "agent=storm", f"run_dir={run_dir}", "agent.module.imag_contexts=1.5"]) == 2
+    assert "agent.module.imag_contexts >= 0" in capsys.readouterr().err and not run_dir.exists()
+
+
+def test_reverie_imagine_acts_with_storms_policy():
+    """`reverie imagine` (``--actions policy``, its default) takes STORM's most probable action; before, it refused
+    a STORM run ("no actor network")."""
+    from reverie.viz.imagine import action_source
+
+    agent = _storm()
+    feat = torch.randn(1, agent.wm.dynamics.feat_dim)
+    act = action_source(agent, ActionSpec(True, 3), "policy", 4, 0)(0, feat)
+    assert torch.equal(act, torch.nn.functional.one_hot(agent.ac.policy(feat).probs.argmax(-1), 3).float())

@@ -52,11 +52,13 @@ def test_the_default_heads_read_both_parts():
     assert not any(isinstance(m, FeaturePart) for m in wm.modules())  # the default model is built as before
 
 
-def test_bad_head_inputs_are_refused():
-    with pytest.raises(ValueError, match="head_inputs maps"):
+def test_bad_head_inputs_are_refused_naming_the_entry():
+    with pytest.raises(ValueError, match="head_inputs maps .*; bad: reward: 'hidden'$"):
         _model(reward="hidden")
-    with pytest.raises(ValueError, match="head_inputs maps"):
-        _model(value="h")
+    with pytest.raises(ValueError, match="bad: value: 'h'$"):
+        _model(value="h", reward="h")
+    with pytest.raises(ValueError, match=r"bad: 'h' \(not a mapping\)"):
+        WorldModel({"vector": (3,)}, 2, units=8, layers=1, head_inputs="h")
 
 
 def test_a_loss_runs_with_partial_heads():

@@ -232,8 +232,13 @@ def test_pretrain_sweep_errors(change, message):
         parse_spec({**GRID, **change})
 
 
-def test_a_missing_dataset_is_refused_before_ray_starts(tmp_path, capsys):
+def test_a_missing_dataset_or_heldout_set_is_refused_before_ray_starts(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**GRID, "command": "pretrain", "data": str(tmp_path / "nothing")}))
     assert cmd_sweep([str(path), "--dir", str(tmp_path / "sweep")]) == 2
-    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "sweep").exists()
+    assert "data" in (err := capsys.readouterr().err) and "does not exist" in err and not (tmp_path / "sweep").exists()
+    (tmp_path / "data").mkdir()
+    base = ["exp=debug", f"pretrain.heldout={tmp_path / 'no_heldout'}"]
+    path.write_text(yaml.safe_dump({**GRID, "base": base, "command": "pretrain", "data": str(tmp_path / "data")}))
+    assert cmd_sweep([str(path), "--dir", str(tmp_path / "sweep"), "--dry-run"]) == 2
+    assert "pretrain.heldout" in capsys.readouterr().err and not (tmp_path / "sweep").exists()
