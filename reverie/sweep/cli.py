@@ -73,7 +73,13 @@ def cmd_sweep(argv: list[str]) -> int:
         return 2
     print(Path(summary["summary_md"]).read_text(encoding="utf-8"))
     print(f"wrote {sweep_dir}/: summary.md, summary.csv, trials.csv" +
-          (", best.json, params.png, compare/" if summary["best"] else ""))
+          (", best.json, params.png" if summary["best"] else "") +
+          (", compare/" if summary["best"] and spec.command == "train" else ""))
+    best = summary["best"]
+    if summary["finished"] and (best is None or best["mean"] != best["mean"]):  # no finished trial wrote the metric
+        print(f"warning: {spec.metric} is in no finished trial's summary.json (prediction quality is written for "
+              f"image keys only, and only by runs whose open-loop reports are on); choose another metric",
+              file=sys.stderr)
     failed = summary.get("failed") or []
     if failed:
         print(f"{len(failed)} trial(s) failed after their retries: {', '.join(failed)}; see their train.log. Run the "

@@ -36,8 +36,8 @@ MAX_COMPARISONS = 12
 
 
 def trial_table(spec: SweepSpec, sweep_dir: str | Path) -> pd.DataFrame:
-    """One row per trial directory of this sweep: ``config_id, seed, status, eval_return, env_steps, wall_s, run_dir``
-    and one column per swept parameter. ``status`` is ``finished`` (``summary.json``), ``stopped`` (early, by
+    """One row per trial directory of this sweep: ``config_id, seed, status, value`` (the sweep's metric from the
+    trial's ``summary.json``), ``eval_return, env_steps, wall_s, run_dir`` and one column per swept parameter. ``status`` is ``finished`` (``summary.json``), ``stopped`` (early, by
     ASHA) or ``incomplete`` (failed, interrupted or not started).
 
     Grid/random sweeps list every planned trial (also those never started); Optuna sweeps list the directories.
@@ -62,22 +62,23 @@ def trial_table(spec: SweepSpec, sweep_dir: str | Path) -> pd.DataFrame:
         elif (run_dir / STOPPED).is_file():
             status, record = "stopped", json.loads((run_dir / STOPPED).read_text(encoding="utf-8"))
         rows.append({"config_id": cid, "seed": seed, "status": status,
+                     "value": float(record.get(spec.metric, np.nan)),
                      "eval_return": float(record.get("eval_return", np.nan)),
                      "env_steps": record.get("env_steps", np.nan), "wall_s": record.get("wall_s", np.nan),
                      "run_dir": str(run_dir), **{k: params[k] for k in keys}})
-    columns = ["config_id", "seed", "status", "eval_return", "env_steps", "wall_s", "run_dir", *keys]
+    columns = ["config_id", "seed", "status", "value", "eval_return", "env_steps", "wall_s", "run_dir", *keys]
     return pd.DataFrame(rows, columns=columns)
 
 
 def config_table(trials: pd.DataFrame, keys: list[str], reps: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per configuration: ``mean, mean_lo, mean_hi, iqm, iqm_lo, iqm_hi`` of the final eval return over its finished
+    """Per configuration: ``mean, mean_lo, mean_hi, iqm, iqm_lo, iqm_hi`` of the trial metric (``value``) over its finished
     seeds (95% bootstrap CIs from ``reverie.scores.aggregate.aggregates``), ``seeds`` finished / ``runs`` planned,
     ``wall_s`` summed over its trials; sorted by mean, best first. Configurations with no finished seed keep NaNs."""
     from reverie.scores.aggregate import aggregates
 
     finished = trials[trials["status"] == "finished"]
-    matrices = {cid: part["eval_return"].to_numpy(np.float64)[:, None]  # (R,) -> (R, 1): seeds x one task
-                for cid, part in finished.groupby("config_id", sort=False) if np.isfinite(part["eval_return"]).all()}
+    matrices = {cid: part["value"].to_numpy(np.float64)[:, None]  # (R,) -> (R, 1): seeds x one task
+                for cid, part in finished.groupby("config_id", sort=False) if np.isfinite(part["value"]).all()}
     agg = aggregates(matrices, reps=reps, seed=seed) if matrices else pd.DataFrame(
         columns=["method", "metric", "value", "lo", "hi"])
     rows = []
@@ -103,7 +104,7 @@ def comparisons(trials: pd.DataFrame, configs: pd.DataFrame, reps: int = 2000, s
     if len(scored) < 2:
         return pd.DataFrame(columns=["config_id", "diff", "lo", "hi", "p_permutation", "p_welch"])
     finished = trials[trials["status"] == "finished"]
-    returns = {cid: part["eval_return"].to_numpy(np.float64)[:, None] for cid, part in finished.groupby("config_id")}
+    returns = {cid: part["value"].to_numpy(np.float64)[:, None] for cid, part in finished.groupby("config_id")}
     best = scored["config_id"].iloc[0]
     rows = []
     for cid in scored["config_id"].iloc[1:1 + MAX_COMPARISONS]:
@@ -224,7 +225,7 @@ def plot_params(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFrame, st
         numeric = all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in values)
         position = (lambda v: float(v)) if numeric else (lambda v: float(values.index(v)))
         x = np.array([position(v) for v in finished[param.key]])
-        ax.scatter(x, finished["eval_return"], s=14, color=COLORS[0], alpha=0.6, label="trial (seed)")
+        ax.scatter(x, finished["value"], s=14, color=COLORS[0], alpha=0.6, label="trial (seed)")
         scored = configs[configs["seeds"] > 0]
         cx = np.array([position(v) for v in scored[param.key]])
         err = np.abs(np.stack([scored["mean"] - scored["mean_lo"], scored["mean_hi"] - scored["mean"]]))

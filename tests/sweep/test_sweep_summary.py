@@ -93,3 +93,37 @@ def test_a_directory_holding_another_sweep_is_refused(tmp_path):
     prepare_dir(parse_spec(SPEC), tmp_path)  # the same sweep again: fine (that is how a sweep is continued)
     with pytest.raises(SweepSpecError, match="holds a different sweep"):
         prepare_dir(parse_spec({**SPEC, "seeds": 5}), tmp_path)
+
+
+def test_a_pretrain_sweep_summary_names_its_command_and_metric(sweep, tmp_path, capsys):
+    """A `command: pretrain` sweep's best.json reruns `reverie pretrain DATA`, summary.md says what the quality metric
+    is, no `reverie compare` of env episodes is attempted, and the CLI warns when no trial wrote the metric."""
+    from reverie.sweep.cli import cmd_sweep
+
+    _, sweep_dir = sweep
+    raw = {**SPEC, "command": "pretrain", "data": str(tmp_path), "metric": "heldout/quality/image_psnr"}
+    spec = parse_spec(raw)
+    write_summary(spec, sweep_dir)
+    best = json.loads((sweep_dir / "best.json").read_text())
+    assert best["command"].startswith(f"reverie pretrain {tmp_path} exp=debug agent.train_ratio=")
+    assert "prediction quality of the last open-loop report on the held-out data" in (sweep_dir / "summary.md").read_text()
+    assert not (sweep_dir / "compare").exists()
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    prepare_dir(spec, sweep_dir)
+    assert cmd_sweep([str(path), "--dir", str(sweep_dir), "--summary-only"]) == 0
+    assert "heldout/quality/image_psnr is in no finished trial's summary.json" in capsys.readouterr().err
+
+
+def test_the_summary_ranks_by_the_sweeps_metric_not_the_return(tmp_path):
+    """A quality sweep's best configuration is the one with the best quality, here the one with the lower return."""
+    spec = parse_spec({**SPEC, "metric": "quality/image_psnr"})
+    for params in configurations(spec):
+        for seed, final in zip(spec.seeds, RETURNS[params["agent.train_ratio"]]):
+            run = make_trial(tmp_path, params, seed, final)
+            summary = json.loads((run / "summary.json").read_text())
+            summary["quality/image_psnr"] = 30.0 - final / 10  # ratio 32: 29, 28, 27; ratio 128: 20, 16, 12
+            (run / "summary.json").write_text(json.dumps(summary))
+    write_summary(spec, tmp_path, plots=False)
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["params"] == {"agent.train_ratio": 32} and best["mean"] == pytest.approx(28.0)
