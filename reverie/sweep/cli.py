@@ -75,8 +75,7 @@ def cmd_sweep(argv: list[str]) -> int:
     print(f"wrote {sweep_dir}/: summary.md, summary.csv, trials.csv" +
           (", best.json, params.png" if summary["best"] else "") +
           (", compare/" if summary["best"] and spec.command == "train" else ""))
-    best = summary["best"]
-    if summary["finished"] and (best is None or best["mean"] != best["mean"]):  # no finished trial wrote the metric
+    if summary["finished"] and not summary.get("scored", True):
         print(f"warning: {spec.metric} is in no finished trial's summary.json (prediction quality is written for "
               f"image keys only, and only by runs whose open-loop reports are on); choose another metric",
               file=sys.stderr)

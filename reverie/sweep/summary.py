@@ -148,7 +148,8 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
     (sweep_dir / "summary.md").write_text(text, encoding="utf-8")
     counts = trials["status"].value_counts()
     return {"trials": len(trials), "finished": int(counts.get("finished", 0)), "stopped": int(counts.get("stopped", 0)),
-            "incomplete": int(counts.get("incomplete", 0)), "best": best, "summary_md": str(sweep_dir / "summary.md")}
+            "incomplete": int(counts.get("incomplete", 0)), "best": best, "summary_md": str(sweep_dir / "summary.md"),
+            "scored": best is not None and bool(np.isfinite(best["mean"]))}  # some finished trial wrote the metric
 
 
 def summary_markdown(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFrame, pairs: pd.DataFrame,
