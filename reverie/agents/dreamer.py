@@ -205,12 +205,18 @@ class DreamerV3(WorldModelAgent):
 
     def _update(self, data: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         metrics, post, skipped = self._model_step(data)
-        last = min(self.imag_last, data["is_first"].shape[0])  # K rows (0: all T)
-        start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}  # (K*B, ...), time-major
+        behavior, behavior_skipped = self._behavior(*self._posterior_starts(post, data))
+        return metrics | behavior, skipped + behavior_skipped
+
+    def _posterior_starts(self, post: dict[str, torch.Tensor],
+                          data: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(start (K*B, ...), start_cont (K*B,))``: the detached posteriors of the window's last ``K = imag_last``
+        rows (0: all ``T``), time-major, and their continue flags ``1 - is_terminal``."""
+        last = min(self.imag_last, data["is_first"].shape[0])
+        start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}
         rows = slice(-last, None) if last else slice(None)
         start_cont = 1.0 - data["is_terminal"][rows].flatten(0, 1).to(data["reward"].dtype)  # (K, B) -> (K*B,)
-        behavior, behavior_skipped = self._behavior(start, start_cont)
-        return metrics | behavior, skipped + behavior_skipped
+        return start, start_cont
 
     def _estimator(self) -> Reinforce | Backprop:
         if self.estimator == "reinforce":

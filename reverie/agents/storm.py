@@ -199,8 +199,7 @@ class Storm(DreamerV3):
             data = self._inputs(batch)
             metrics, post, skipped = self._model_step(data)
             if contexts is None:  # the window's last imag_last rows (0: every row), as agent=dreamerv3
-                last = min(self.imag_last, data["is_first"].shape[0])
-                start = {k: v.detach() for k, v in self.wm.dynamics.starts(post, last).items()}
+                start, _ = self._posterior_starts(post, data)
             else:
                 start = self.context_starts(self._inputs(contexts))
             behavior, behavior_skipped = self._behavior(start, None)

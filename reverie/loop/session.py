@@ -76,6 +76,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         self.overlap = bool(tc.get("async_collect", False))
         self._build_envs()
         self._build_agent_and_replay()
+        self.imagine = getattr(self.agent, "imagine_batch", None)  # (N, C + 1): agent=storm's imagination contexts
         self._build_logger()
         every = {"log": counted.log_every, "eval": counted.eval_every, "checkpoint": counted.checkpoint_every,
                  "report": counted.get("report_every", 0)}
@@ -167,8 +168,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
     def learning(self) -> bool:
         """True once the prefill is done and replay holds more than one sequence of ``batch_length`` rows (and of the
         agent's imagination contexts, ``imagine_batch``)."""
-        extra = getattr(self.agent, "imagine_batch", None)
-        rows = max(self.batch[1] + self.context, extra[1] if extra else 0)
+        rows = max(self.batch[1] + self.context, self.imagine[1] if self.imagine else 0)
         return self.loop.env_steps >= self.prefill and self.replay.num_rows > rows
 
     def owed(self) -> int:
@@ -183,9 +183,8 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         agent has replay context."""
         B, T = self.batch
         batch = self.replay.sample(B, T + self.context, online=self.online, index=bool(self.context))
-        extra = getattr(self.agent, "imagine_batch", None)  # (N, C + 1): agent=storm's imagination contexts
-        if extra:
-            batch["imagine"] = self.replay.sample(*extra)
+        if self.imagine:
+            batch["imagine"] = self.replay.sample(*self.imagine)
         return batch
 
     def update_once(self, batch: dict[str, np.ndarray] | None = None) -> bool:

@@ -42,6 +42,12 @@ class EvalProgress:
             self.progress.status(None, restart=False)
 
 
+def step_means(quality: dict[str, float]) -> dict[str, float]:
+    """The entries of ``quality`` that are means over the open loop, not one step's (``..._k<k>``): what
+    ``summary.json`` keeps (a sweep's metric)."""
+    return {k: v for k, v in quality.items() if not re.search(r"_k\d+$", k)}
+
+
 class SessionReport:
     """The evaluation and report steps of :class:`reverie.loop.session.Session`."""
 
@@ -57,14 +63,13 @@ class SessionReport:
         with ``pretrain.heldout``, also the open-loop error on the held-out data (``heldout/...``)."""
         result = report(self.agent, self.replay, self.logger, self.step, length=self.batch[1])
         if result is not None:  # the summary's prediction quality: the last report's means over the open loop
-            self.quality = {k: v for k, v in result.quality.items() if not re.search(r"_k\d+$", k)}
+            self.quality = step_means(result.quality)
         if self.heldout is not None:
             from reverie.data.heldout import heldout_errors
 
             errors = heldout_errors(self.agent, self.heldout, self.batch[1], int(self.cfg.pretrain.heldout_sequences))
             self.logger.scalars(errors)
-            self.quality |= {k: v for k, v in errors.items()  # the summary's held-out quality (a sweep objective)
-                             if k.startswith("heldout/quality/") and not re.search(r"_k\d+$", k)}
+            self.quality |= step_means({k: v for k, v in errors.items() if k.startswith("heldout/quality/")})
 
     def play(self, episodes: int, seed: int) -> dict[str, Any]:
         """:func:`reverie.loop.evaluate.evaluate` of ``episodes`` episodes in ``train.eval_mode`` with the env copies

@@ -117,6 +117,18 @@ def fixed_normal_reward(out: torch.Tensor, fast: bool, std: float = 1.0) -> Fixe
     return FixedNormal(out.squeeze(-1), std, event_dims=0)
 
 
+def categorical_rssm(action_dim: int, embed: int, settings: dict, kernels: str) -> CategoricalRSSM:
+    """The 2023 and PlaNet configurations' default dynamics: :class:`CategoricalRSSM` of ``settings``, with the
+    model's ``kernels`` unless the settings name their own."""
+    return CategoricalRSSM(action_dim, embed, **({"kernels": kernels} | settings))
+
+
+def block_rssm(action_dim: int, embed: int, settings: dict, kernels: str) -> BlockRSSM:
+    """The 2025 configuration's default dynamics: :class:`BlockRSSM` of ``settings`` alone (its own ``kernels``
+    setting, as the 2025 agent's config block gives it)."""
+    return BlockRSSM(action_dim, embed, **settings)
+
+
 def dreamer_nets(units: int = 512, layers: int = 2, mlp_units: int | None = None, mlp_layers: int | None = None,
                  cnn_depth: int = 32, cnn: dict | None = None, reward_bins: int = 255, likelihood: str = "symlog",
                  decoder_std: float = 1.0) -> Nets:
@@ -138,8 +150,7 @@ def dreamer_nets(units: int = 512, layers: int = 2, mlp_units: int | None = None
                                       out_scale=0.0),
         cont_head=lambda width: MLP(width, 1, units=units, layers=layers),
         reward=partial(fixed_normal_reward, std=decoder_std) if gaussian else two_hot_symlog_reward,
-        dynamics=lambda action_dim, embed, settings, kernels: CategoricalRSSM(action_dim, embed,
-                                                                              **({"kernels": kernels} | settings)),
+        dynamics=categorical_rssm,
         likelihood=likelihood, decoder_std=decoder_std)
 
 
@@ -161,8 +172,7 @@ def planet_nets(head_units: int = 300, head_layers: int = 3, act: str = "relu", 
         reward_head=lambda width: ff(width, 1),
         cont_head=lambda width: ff(width, 1),
         reward=partial(fixed_normal_reward, std=decoder_std),
-        dynamics=lambda action_dim, embed, settings, kernels: CategoricalRSSM(action_dim, embed,
-                                                                              **({"kernels": kernels} | settings)),
+        dynamics=categorical_rssm,
         likelihood="gaussian", decoder_std=decoder_std)
 
 
@@ -191,7 +201,7 @@ def dreamer2025_nets(units: int = 1024, enc_layers: int = 3, dec_layers: int = 3
         reward_head=lambda width: RMSMLP(width, reward_bins, units, reward_layers, outscale=0.0),
         cont_head=lambda width: RMSMLP(width, 1, units, cont_layers, outscale=1.0),
         reward=two_hot_symexp_reward,
-        dynamics=lambda action_dim, embed, settings, kernels: BlockRSSM(action_dim, embed, **settings))  # its own
+        dynamics=block_rssm)
 
 
 class WorldModel(nn.Module):

@@ -28,23 +28,31 @@ def check_configs(spec: SweepSpec, configs: list[dict[str, Any]]) -> int:
     from reverie.configs.compose import ConfigError, load_config
     from reverie.sweep.space import overrides
 
-    if spec.command == "pretrain" and not str(spec.data).startswith("minari:") and not Path(spec.data).exists():
-        raise SweepSpecError(f"sweep {spec.name}: data {spec.data!r} does not exist (a folder of episode_<n>.npz "
-                             f"files, a Minari dataset folder, minari:<id> or a run directory; `reverie record` "
-                             f"makes one)")
     steps = 0
-    for params in configs:
+    for i, params in enumerate(configs):
         try:
             cfg = load_config([*spec.base, *overrides(params), "seed=0"])
         except ConfigError as err:
             raise SweepSpecError(f"sweep {spec.name}: configuration {params} is not a valid `reverie train` "
                                  f"config: {err}") from err
-        heldout = cfg.pretrain.get("heldout") if spec.command == "pretrain" else None
-        if heldout and not str(heldout).startswith("minari:") and not Path(str(heldout)).exists():
-            raise SweepSpecError(f"sweep {spec.name}: pretrain.heldout {heldout!r} does not exist (`reverie record` "
-                                 f"makes one, from other env seeds)")
+        if i == 0 and spec.command == "pretrain":  # read as `reverie pretrain` will, before any trial starts
+            check_datasets(spec, cfg)
         steps = steps or int(cfg.train.steps)
     return steps
+
+
+def check_datasets(spec: SweepSpec, cfg: Any) -> None:
+    """A pretrain sweep's dataset and held-out set, read and checked against the env config as each trial's
+    ``reverie pretrain`` will (:func:`reverie.data.load_dataset`). SweepSpecError: what it names."""
+    from reverie.data import DatasetError, load_dataset
+
+    for key, source in (("data", spec.data), ("pretrain.heldout", cfg.pretrain.get("heldout"))):
+        if source:
+            try:
+                load_dataset(str(source), cfg.env)
+            except DatasetError as err:
+                raise SweepSpecError(f"sweep {spec.name}: {key} {source!r}: {err} (`reverie record` makes one; "
+                                     f"a held-out set from other env seeds)") from err
 
 
 def prepare_dir(spec: SweepSpec, sweep_dir: Path) -> None:

@@ -29,7 +29,7 @@ import pandas as pd
 
 from reverie.sweep.space import config_id, configurations, overrides
 from reverie.sweep.spec import SweepSpec
-from reverie.sweep.trial import STOPPED, SUMMARY, TRIAL_META
+from reverie.sweep.trial import STOPPED, SUMMARY, TRIAL_META, command_args
 
 MAX_COMPARISONS = 12
 """Best-vs-other comparisons computed (the closest configurations by mean first)."""
@@ -37,8 +37,9 @@ MAX_COMPARISONS = 12
 
 def trial_table(spec: SweepSpec, sweep_dir: str | Path) -> pd.DataFrame:
     """One row per trial directory of this sweep: ``config_id, seed, status, value`` (the sweep's metric from the
-    trial's ``summary.json``), ``eval_return, env_steps, wall_s, run_dir`` and one column per swept parameter. ``status`` is ``finished`` (``summary.json``), ``stopped`` (early, by
-    ASHA) or ``incomplete`` (failed, interrupted or not started).
+    trial's ``summary.json``), ``eval_return, env_steps, wall_s, run_dir`` and one column per swept parameter.
+    ``status`` is ``finished`` (``summary.json``), ``stopped`` (early, by ASHA) or ``incomplete`` (failed,
+    interrupted or not started).
 
     Grid/random sweeps list every planned trial (also those never started); Optuna sweeps list the directories.
     """
@@ -71,9 +72,10 @@ def trial_table(spec: SweepSpec, sweep_dir: str | Path) -> pd.DataFrame:
 
 
 def config_table(trials: pd.DataFrame, keys: list[str], reps: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per configuration: ``mean, mean_lo, mean_hi, iqm, iqm_lo, iqm_hi`` of the trial metric (``value``) over its finished
-    seeds (95% bootstrap CIs from ``reverie.scores.aggregate.aggregates``), ``seeds`` finished / ``runs`` planned,
-    ``wall_s`` summed over its trials; sorted by mean, best first. Configurations with no finished seed keep NaNs."""
+    """Per configuration: ``mean, mean_lo, mean_hi, iqm, iqm_lo, iqm_hi`` of the trial metric (``value``) over its
+    finished seeds (95% bootstrap CIs from ``reverie.scores.aggregate.aggregates``), ``seeds`` finished / ``runs``
+    planned, ``wall_s`` summed over its trials; sorted by mean, best first. Configurations with no finished seed keep
+    NaNs."""
     from reverie.scores.aggregate import aggregates
 
     finished = trials[trials["status"] == "finished"]
@@ -135,8 +137,8 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
         best = {"config_id": top["config_id"], "params": params, "metric": spec.metric,
                 "mean": float(top["mean"]), "ci": [float(top["mean_lo"]), float(top["mean_hi"])],
                 "seeds": int(top["seeds"]), "overrides": [*spec.base, *overrides(params)],
-                "command": " ".join(["reverie", spec.command, *([spec.data] if spec.command == "pretrain" else []),
-                                     *spec.base, *overrides(params)])}
+                "command": " ".join(["reverie", *command_args(spec.command, spec.data), *spec.base,
+                                     *overrides(params)])}
         (sweep_dir / "best.json").write_text(json.dumps(best, indent=2), encoding="utf-8")
     compared = None
     if plots and len(pairs) and spec.command == "train":  # `reverie compare` reads episodes in the env

@@ -42,12 +42,17 @@ def trial_dir(sweep_dir: str | Path, params: dict[str, Any], seed: int) -> Path:
     return Path(sweep_dir) / "trials" / trial_name(config_id(params), seed)
 
 
+def command_args(command: str, data: str | None) -> list[str]:
+    """The command word and its positional argument: ``["train"]`` or ``["pretrain", data]``."""
+    return [command, *([data] if command == "pretrain" else [])]
+
+
 def train_command(run_dir: Path, params: dict[str, Any], seed: int, base: list[str], threads: int,
                   command: str = "train", data: str | None = None) -> list[str]:
     """The ``python -m reverie train`` (or ``pretrain DATA``) command: base overrides, swept values, seed, run_dir,
     ``threads``."""
-    head = [sys.executable, "-m", "reverie", command, *([data] if command == "pretrain" else [])]
-    cmd = [*head, *base, *overrides(params), f"seed={seed}", f"run_dir={_quoted(run_dir)}"]
+    cmd = [sys.executable, "-m", "reverie", *command_args(command, data), *base, *overrides(params), f"seed={seed}",
+           f"run_dir={_quoted(run_dir)}"]
     if not any(o.split("=", 1)[0] == "threads" for o in base):
         cmd.append(f"threads={threads}")
     return cmd
@@ -126,8 +131,8 @@ def run_seed(run_dir: Path, params: dict[str, Any], seed: int, setup: dict[str, 
     if not (run_dir / SUMMARY).is_file():
         tail = (run_dir / LOG).read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         raise TrialError(f"trial {run_dir.name} failed: `reverie {setup.get('command', 'train')}` exited with status "
-                         f"{proc.returncode} without "
-                         f"writing {SUMMARY}. Last lines of {run_dir / LOG}:\n" + "\n".join(tail))
+                         f"{proc.returncode} without writing {SUMMARY}. Last lines of {run_dir / LOG}:\n"
+                         + "\n".join(tail))
     return json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
 
 

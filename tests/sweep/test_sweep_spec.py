@@ -237,7 +237,9 @@ def test_a_missing_dataset_or_heldout_set_is_refused_before_ray_starts(tmp_path,
     path.write_text(yaml.safe_dump({**GRID, "command": "pretrain", "data": str(tmp_path / "nothing")}))
     assert cmd_sweep([str(path), "--dir", str(tmp_path / "sweep")]) == 2
     assert "data" in (err := capsys.readouterr().err) and "does not exist" in err and not (tmp_path / "sweep").exists()
-    (tmp_path / "data").mkdir()
+    from reverie.cli import main
+
+    assert main(["record", "--out", str(tmp_path / "data"), "--episodes", "2", "exp=debug"]) == 0
     base = ["exp=debug", f"pretrain.heldout={tmp_path / 'no_heldout'}"]
     path.write_text(yaml.safe_dump({**GRID, "base": base, "command": "pretrain", "data": str(tmp_path / "data")}))
     assert cmd_sweep([str(path), "--dir", str(tmp_path / "sweep"), "--dry-run"]) == 2
