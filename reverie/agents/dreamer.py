@@ -56,11 +56,11 @@ class Actor(nn.Module):
         mean, std = out.chunk(2, -1)
         return BoundedNormal(mean, std, self.min_std, self.max_std)
 
-    def sample(self, out: torch.Tensor, fast: bool = False) -> torch.Tensor:
+    def sample(self, out: torch.Tensor) -> torch.Tensor:
         """A sample ``(..., A)`` of ``dist(out)`` without building the distribution (imagination's hot path; discrete:
-        :func:`reverie.models.distributions.unimix_sample`, the same law; ``fast``: its sampling kernel)."""
+        :func:`reverie.models.distributions.unimix_sample`, the same law)."""
         if self.spec.discrete:
-            return unimix_sample(out.detach(), self.unimix, fast=fast)
+            return unimix_sample(out.detach(), self.unimix)
         return self.dist(out).sample()
 
 
@@ -123,7 +123,6 @@ class DreamerV3(WorldModelAgent):
         self.model_clip, self.ac_clip = model_clip, ac_clip
         self.obs_keys = sorted(obs_shapes)
         kernels = "auto" if resolve(kernels) and not compile else "off"  # compile traces the readable modules
-        self.fast = False  # install (below): the kernels in this agent's own losses and draws
         self.wm = WorldModel(obs_shapes, action_spec.dim, dynamics or partial(CategoricalRSSM, kernels=kernels),
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
@@ -220,7 +219,7 @@ class DreamerV3(WorldModelAgent):
 
     def _estimator(self) -> Reinforce | Backprop:
         if self.estimator == "reinforce":
-            return Reinforce(self.actor, fast=self.fast)
+            return Reinforce(self.actor)
         return Backprop(self.actor)
 
     def _behavior(self, start: dict[str, torch.Tensor],
@@ -256,7 +255,7 @@ class DreamerV3(WorldModelAgent):
 
         with torch.no_grad():
             slow_target = TwoHotSymlog(self.slow_critic(feat[:-1].detach())).mean
-        critic_dist = TwoHotSymlog(critic_out[:-1], fast=self.fast)
+        critic_dist = TwoHotSymlog(critic_out[:-1])
         critic_loss = objectives.critic_loss(critic_dist, ret, slow_target, weight, self.slow_reg).mean()
         critic_norm, critic_skipped = self._step(self.critic_opt, critic_loss, self.critic.parameters(), self.ac_clip)
         if not critic_skipped:  # the slow critic follows a critic step that was taken, as the 2025 agent's value

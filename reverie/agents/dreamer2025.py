@@ -130,7 +130,6 @@ class DreamerV3_2025(WorldModelAgent):
             raise ValueError(f"DreamerV3_2025: replay_context must be 0 (no context) or 1 (one context row, the "
                              f"official default), got {replay_context!r}")
         self.replay_context = int(replay_context)
-        self.fast = False  # install (below): the kernels of the value losses and the policy's draw
         scales = LOSS_SCALES | dict(loss_scales or {})
         if imag_last < 0 or (imag_last == 1 and scales.get("repval")):
             raise ValueError(f"DreamerV3_2025: imag_last must be 0 (all rows) or >= 2 with the replay value loss on "
@@ -281,7 +280,7 @@ class DreamerV3_2025(WorldModelAgent):
         dynamics, actor = self.wm.dynamics, self.actor
 
         def policy(state: dict[str, torch.Tensor]) -> torch.Tensor:
-            return actor.sample(actor.net(dynamics.features(state)), fast=self.fast)
+            return actor.sample(actor.net(dynamics.features(state)))
 
         with torch.no_grad():
             states, actions = dynamics.imagine(policy, start, self.horizon)  # (H+1, N, ...)
@@ -296,7 +295,7 @@ class DreamerV3_2025(WorldModelAgent):
         metrics into ``imag``."""
         feat, cont = imag["feat"], imag["cont"]
         value_out = self.critic(feat[:-1])  # (H, N, 255): the loss's rows, with gradient
-        with torch.no_grad():  # one softmax for the values and (kernels) the loss's gradient; row H only bootstraps
+        with torch.no_grad():  # the values: one softmax; row H only bootstraps
             probs = torch.softmax(value_out, -1, dtype=torch.promote_types(value_out.dtype, torch.float32))
             last = TwoHotSymexp(self.critic(feat[-1:])).mean  # (1, N)
             value = torch.cat([TwoHotSymexp(value_out, probs=probs).mean, last])  # (H+1, N)
@@ -312,7 +311,7 @@ class DreamerV3_2025(WorldModelAgent):
         entropy = policy.entropy()  # (H, N)
         policy_loss = objectives.reinforce_policy_loss(policy.log_prob(imag["action"][:-1]), adv, entropy, weight,
                                                        self.actor_entropy)
-        value_loss = objectives.critic_loss(TwoHotSymexp(value_out, probs=probs, fast=self.fast), ret, imag["slow"],
+        value_loss = objectives.critic_loss(TwoHotSymexp(value_out), ret, imag["slow"],
                                             weight, self.slow_reg)
         imag["ret"], imag["retnorm"] = ret, stats
         imag["metrics"] = {"return/mean": ret.mean(), "return/scale": scale.detach().clone(),
@@ -332,7 +331,7 @@ class DreamerV3_2025(WorldModelAgent):
             slow = TwoHotSymexp(self.slow_critic(feat)).mean  # (K-1, B)
         ret = replay_returns(rows["reward"], rows["boot"], rows["is_terminal"], rows["is_last"], self.gamma, self.lam)
         weight = 1.0 - rows["is_last"][:-1].float()  # (K-1, B)
-        return objectives.critic_loss(TwoHotSymexp(value_out, fast=self.fast), ret, slow, weight, self.slow_reg)
+        return objectives.critic_loss(TwoHotSymexp(value_out), ret, slow, weight, self.slow_reg)
 
     def _optimize(self, loss: torch.Tensor, finite_returns: bool,
                   retnorm: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:

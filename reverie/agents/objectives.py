@@ -70,12 +70,12 @@ def kth_percentile(x: torch.Tensor, q: float) -> torch.Tensor:
 
 class Reinforce:
     """REINFORCE (2023 ``actor_grad_disc: reinforce``; the 2025 agent's only estimator): the rollout samples without
-    gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps at once. ``fast``: the sampling kernel."""
+    gradient; :meth:`loss` evaluates ``pi(. | s_t)`` on all ``H`` steps at once."""
 
     grad = False  # the rollout runs under no_grad
 
-    def __init__(self, actor: nn.Module, fast: bool = False):
-        self.actor, self.fast = actor, fast
+    def __init__(self, actor: nn.Module):
+        self.actor = actor
 
     def value(self, critic: nn.Module, feat: torch.Tensor, critic_out: torch.Tensor) -> torch.Tensor:
         """The critic's values ``(H+1, N)``, constants, from the critic loss's own pass ``critic_out (H+1, N, 255)``."""
@@ -83,7 +83,7 @@ class Reinforce:
 
     def act(self, feat: torch.Tensor) -> torch.Tensor:
         """A one-hot action ``(N, A)`` from features ``(N, F)``."""
-        return self.actor.sample(self.actor.net(feat), fast=self.fast)
+        return self.actor.sample(self.actor.net(feat))
 
     def loss(self, feat: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,
              entropy_scale: float) -> tuple[torch.Tensor, torch.Tensor]:

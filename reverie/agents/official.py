@@ -90,7 +90,9 @@ def _rows(order: list[tuple[str, int]], want: list[tuple[str, int]]) -> np.ndarr
 def _official_model(agent, dynamics: str, owner: str) -> tuple:
     """``(wm, dynamics, D, S*K)``; NotImplementedError unless the dynamics class is ``dynamics``, reconstruction."""
     wm = agent.wm
-    if type(wm.dynamics).__name__ != dynamics or wm.representation.name != "reconstruction":
+    # the readable class (kernels=auto swaps in a subclass computing the same, with the same parameters)
+    readable = next(c for c in type(wm.dynamics).__mro__ if not c.__module__.startswith("reverie.models.kernels"))
+    if readable.__name__ != dynamics or wm.representation.name != "reconstruction":
         raise NotImplementedError(f"{owner}: only the official model maps ({dynamics} dynamics, "
                                   f"representation=reconstruction)")
     dyn = wm.dynamics

@@ -16,29 +16,6 @@ from reverie.models import draws
 from reverie.models.conv import ImageMSE, float32_or_wider, scale_image
 
 
-class FastPaths:
-    """Plug points for the hand-written kernels, filled by importing :mod:`reverie.models.kernels`; read only with
-    ``fast=True``.
-
-    - ``two_hot_log_prob(logits, index, weight, probs) -> (...)``: :meth:`TwoHotSymlog.log_prob_mix`'s sum.
-    - ``count_below(cdf (..., K), target (..., 1), overwrite) -> (..., 1)``: ``torch.searchsorted(cdf, target)``.
-    - ``straight_through(logits, probs, index, unimix) -> (..., K)``: :func:`unimix_sample`'s graph.
-    """
-
-    two_hot_log_prob = None
-    count_below = None
-    straight_through = None
-
-    @classmethod
-    def get(cls, name: str):
-        """The plugged-in function ``name``; RuntimeError if :mod:`reverie.models.kernels` was never imported."""
-        fn = getattr(cls, name)
-        if fn is None:
-            raise RuntimeError(f"fast=True asks for the {name} kernel, but reverie.models.kernels was never imported "
-                               f"to plug it in: build through an agent (it installs the kernels) or pass fast=False")
-        return fn
-
-
 def symlog(x: torch.Tensor) -> torch.Tensor:
     """``sign(x) * log(1 + |x|)`` (DreamerV3 eq. 9). Any shape."""
     return torch.sign(x) * torch.log1p(torch.abs(x))
@@ -80,7 +57,7 @@ class TwoHotSymlog(td.Distribution):
 
     ``logits`` ``(..., K)`` (any float dtype; computed in float32 at least); ``bins`` ``(K,)``, default
     :func:`symlog_bins`; ``probs``: the float32 ``softmax(logits)`` without autograd where the caller has it
-    (reused by ``mean`` and ``log_prob``'s backward); ``fast``: ``log_prob`` through its kernel (:class:`FastPaths`).
+    (reused by ``mean``).
     ``mean``/``mode`` ``(...)`` in symexp space, exactly 0 for all-zero logits (hence zero-initialised heads).
     ``log_prob(x)`` ``(...)``: cross-entropy of the two-hot encoding of ``symlog(x)``. ValueError: ``bins`` or
     ``probs`` not matching ``logits``.
@@ -92,9 +69,8 @@ class TwoHotSymlog(td.Distribution):
     _squash = staticmethod(symlog)  # target value -> bin space
     _unsquash = staticmethod(symexp)  # expected bin -> value
 
-    def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None, probs: torch.Tensor | None = None,
-                 fast: bool = False):
-        self.fast, self.dtype = bool(fast), _at_least_float32(logits.dtype)
+    def __init__(self, logits: torch.Tensor, bins: torch.Tensor | None = None, probs: torch.Tensor | None = None):
+        self.dtype = _at_least_float32(logits.dtype)
         default_bins = bins is None
         if default_bins:
             bins = _default_bins(logits.shape[-1], logits.device, self._space)
@@ -167,8 +143,6 @@ class TwoHotSymlog(td.Distribution):
             index += [below, above]
             weight += [scale * w_below, scale * w_above]
         index, weight = torch.stack(index, -1), torch.stack(weight, -1)  # (..., 2 * len(values))
-        if self.fast:
-            return FastPaths.get("two_hot_log_prob")(self.logits, index, weight, self._given_probs)
         picked = self.log_probs.gather(-1, index)  # (..., 2 * len(values))
         # 0 * -inf would be NaN (a -inf logit next to a target exactly on a bin)
         return torch.where(weight != 0, picked * weight, picked.new_zeros(())).sum(-1)
@@ -237,43 +211,31 @@ def one_hot_sample(probs: torch.Tensor) -> torch.Tensor:
     return one_hot_index(unimix_index(probs, 0.0), probs.shape[-1], probs.dtype)
 
 
-def unimix_index(probs: torch.Tensor, unimix: float, fast: bool = False, overwrite: bool = False) -> torch.Tensor:
+def unimix_index(probs: torch.Tensor, unimix: float) -> torch.Tensor:
     """Class index ``(...)`` int64 of one draw from ``(1 - unimix) * probs + unimix / K`` (``probs (..., K)``):
-    one uniform ``u``; ``u < unimix`` picks a uniform class, otherwise the inverse CDF of ``probs``. ``fast``: the
-    count_below kernel; with ``overwrite=True`` it works in ``probs``' memory (its values are lost)."""
+    one uniform ``u``; ``u < unimix`` picks a uniform class, otherwise the inverse CDF of ``probs``."""
     with torch.no_grad():
         if draws.source() is not None:
             return draws.source().categorical(probs, unimix)
         k = probs.shape[-1]
         u = torch.rand(probs.shape[:-1] + (1,), device=probs.device, dtype=torch.float32)  # (..., 1)
-        cdf = probs.cumsum_(-1) if fast and overwrite else probs.cumsum(-1)  # (..., K); cdf[..., -1] ~ 1
+        cdf = probs.cumsum(-1)  # (..., K); cdf[..., -1] ~ 1
         target = ((u - unimix) * (1.0 / (1.0 - unimix))).to(cdf.dtype)
-        if fast:
-            below = FastPaths.get("count_below")(cdf, target, True)  # (..., 1): classes with cdf < target
-        else:
-            below = torch.searchsorted(cdf, target)  # (..., 1): classes with cdf < target
+        below = torch.searchsorted(cdf, target)  # (..., 1): classes with cdf < target
         index = below.clamp_(max=k - 1).long()  # a target above the rounded cdf[..., -1] lands on class K-1
         if unimix > 0.0:
             index = torch.where(u < unimix, (u * (k / unimix)).long().clamp_(max=k - 1), index)
         return index.squeeze(-1)
 
 
-def unimix_sample_index(logits: torch.Tensor, unimix: float = 0.01, fast: bool = False) -> torch.Tensor:
-    """Class index ``(...)`` int64: :func:`unimix_sample`'s draw from ``logits (..., K)``, without the one-hot."""
-    probs = torch.softmax(logits.detach(), -1, dtype=_at_least_float32(logits.dtype))
-    return unimix_index(probs, unimix, fast, overwrite=True)
-
-
-def unimix_sample(logits: torch.Tensor, unimix: float = 0.01, fast: bool = False) -> torch.Tensor:
+def unimix_sample(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     """Straight-through one-hot sample ``(..., K)`` of ``UnimixCategorical(logits (..., K), unimix)``:
-    ``one_hot + probs - sg(probs)`` (Bengio et al. 2013; DreamerV3 section 3). ``fast``: through the kernels."""
+    ``one_hot + probs - sg(probs)`` (Bengio et al. 2013; DreamerV3 section 3)."""
     dtype = _at_least_float32(logits.dtype)
     probs = torch.softmax(logits.detach(), -1, dtype=dtype)
-    index = unimix_index(probs, unimix, fast)
+    index = unimix_index(probs, unimix)
     if not (logits.requires_grad and torch.is_grad_enabled()):
         return one_hot_index(index, logits.shape[-1], dtype)
-    if fast:
-        return FastPaths.get("straight_through")(logits, probs, index, unimix)
     mixed = unimix_probs(logits.to(dtype), unimix)  # (..., K), with the gradient
     return one_hot_index(index, logits.shape[-1], dtype) + (mixed - mixed.detach())
 

@@ -44,8 +44,6 @@ class FeaturePart(nn.Module):
         self.net, self.start, self.stop = net, start, stop
 
     def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        if not torch.is_tensor(feat):  # the one-hot kernel's split features: the dense tensor
-            feat = feat.dense()
         return self.net(feat[..., self.start:self.stop])
 
 
@@ -96,23 +94,23 @@ class Nets(NamedTuple):
     vector_decoder: Callable[[int, list[int]], nn.Module]  # (width, [F_k]) -> (..., sum F_k)
     reward_head: Callable[[int], nn.Module]
     cont_head: Callable[[int], nn.Module]
-    reward: Callable[[torch.Tensor, bool], Any]  # (head output, fast) -> distribution with .mean
+    reward: Callable[[torch.Tensor], Any]  # head output -> distribution with .mean
     dynamics: Callable[[int, int, dict, str], Any]  # (action_dim, embed_dim, settings, kernels): the default
     likelihood: str = "symlog"  # the decoders' (Reconstruction)
     decoder_std: float = 1.0
 
 
-def two_hot_symlog_reward(out: torch.Tensor, fast: bool) -> TwoHotSymlog:
-    """The 2023 reward: two-hot symlog over the head's bins ``(..., K)`` (``fast``: the sparse two-hot backward)."""
-    return TwoHotSymlog(out, fast=fast)
+def two_hot_symlog_reward(out: torch.Tensor) -> TwoHotSymlog:
+    """The 2023 reward: two-hot symlog over the head's bins ``(..., K)``."""
+    return TwoHotSymlog(out)
 
 
-def two_hot_symexp_reward(out: torch.Tensor, fast: bool) -> TwoHotSymexp:
+def two_hot_symexp_reward(out: torch.Tensor) -> TwoHotSymexp:
     """The 2025 reward: two-hot over symexp-spaced bins ``(..., K)`` (``rewhead``)."""
-    return TwoHotSymexp(out, fast=fast)
+    return TwoHotSymexp(out)
 
 
-def fixed_normal_reward(out: torch.Tensor, fast: bool, std: float = 1.0) -> FixedNormal:
+def fixed_normal_reward(out: torch.Tensor, std: float = 1.0) -> FixedNormal:
     """PlaNet's reward: a normal of fixed ``std`` around the head's output ``(..., 1)``."""
     return FixedNormal(out.squeeze(-1), std, event_dims=0)
 
@@ -222,7 +220,7 @@ class WorldModel(nn.Module):
         likelihood, decoder_std: ``"symlog"`` or ``"gaussian"`` (PlaNet: fixed-std Gaussians of ``decoder_std``).
         image_bits: bit depth images are reduced to, with dequantisation noise in training (PlaNet 5; 8: off).
         cont_discount: the continue target ``(1 - is_terminal) * cont_discount`` (2025 ``contdisc``; 1.0: 2023).
-        kernels: ``"auto"`` (``install`` may set ``fast``: the two-hot reward loss's kernel) or ``"off"``.
+        kernels: ``"auto"`` (``install`` may swap in fast modules: the dynamics, the one-hot input layers) or ``"off"``.
         representation, objectives: the representation objective and its settings (docs/representation.md).
         head_inputs: ``{head: part}`` for ``decoder``, ``reward``, ``cont``: ``"features"`` (``cat(h, z)``, the
             default), ``"h"`` or ``"z"`` (STORM: decoder ``z``, reward and cont ``h``), via :class:`FeaturePart`.
@@ -268,8 +266,7 @@ class WorldModel(nn.Module):
         self.likelihood, self.decoder_std, self.image_bits = nets.likelihood, nets.decoder_std, int(image_bits)
         self.cont_discount = float(cont_discount)
         self._reward = nets.reward
-        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
-        self.fast = False  # install: the two-hot reward loss's kernel
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may swap modules in here
         self.obs_shapes, self.vector_keys, self.image_keys, image_shape = observation_layout(obs_shapes)
         embed = 0
         self.encoder = None  # the vector encoder (name kept from the vector-only model for checkpoints)
@@ -402,7 +399,7 @@ class WorldModel(nn.Module):
     def reward(self, feat: torch.Tensor) -> TwoHotSymlog | TwoHotSymexp | FixedNormal:
         """Reward distribution ``(...)`` from features ``(..., F)``, the configuration's: two-hot symlog (2023),
         two-hot symexp (2025) or a normal of std ``decoder_std`` (PlaNet); ``.mean`` is the predicted reward."""
-        return self._reward(self.reward_head(feat), self.fast)
+        return self._reward(self.reward_head(feat))
 
     def cont(self, feat: torch.Tensor) -> Bernoulli:
         """Continue (``1 - is_terminal``) distribution ``(...)`` from features ``(..., F)``."""

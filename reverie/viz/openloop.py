@@ -76,14 +76,9 @@ def objective_name(wm: Any) -> str:
     return str(getattr(getattr(wm, "representation", None), "name", "reconstruction"))
 
 
-def dense(feat: Any) -> torch.Tensor:
-    """Features as a dense tensor ``(..., F)`` (the kernels' split features are rebuilt; a tensor is itself)."""
-    return feat.dense() if hasattr(feat, "dense") else feat
-
-
-def cosine(a: Any, b: Any) -> torch.Tensor:
+def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The cosine between features ``a`` and ``b`` ``(..., F)`` along ``F`` -> ``(...)`` float32 (0 where one is 0)."""
-    a, b = dense(a).float(), dense(b).float()
+    a, b = a.float(), b.float()
     return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(1e-12)
 
 

@@ -135,8 +135,6 @@ def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: boo
     autograd's gradient of ``reference_loss(agent, feat, actions, reward, cont)`` on that update's own rollout
     (``feat (H+1, N, F)`` dense, ``reward``/``cont (H+1, N)`` as the update builds them), with the networks as
     the update used them (before the step)."""
-    from reverie.models.kernels.onehot_linear import SplitFeat
-
     torch.manual_seed(0)
     agent = DreamerV3({"vector": (4,)}, ActionSpec(discrete, 2), **TINY)
     agent.update(vector_batch())  # move the heads off their zero-initialised outputs
@@ -148,8 +146,7 @@ def check_gradient_at_step(name: str, reference_loss, atol: float, discrete: boo
     def reference_then_step(*args, **kwargs):
         states, actions = rollout["out"]
         with torch.no_grad():
-            feat = dynamics.features(states)
-            feat = feat.dense() if isinstance(feat, SplitFeat) else feat  # (H+1, N, F), dense
+            feat = dynamics.features(states).as_subclass(torch.Tensor)  # (H+1, N, F), a plain tensor
             reward = torch.cat([torch.zeros_like(feat[:1, :, 0]), agent.wm.reward(feat[1:]).mean])
             cont = torch.cat([torch.ones_like(feat[:1, :, 0]), agent.wm.cont(feat[1:]).mode])
         loss = reference_loss(agent, feat, actions, reward, cont)

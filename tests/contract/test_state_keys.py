@@ -120,7 +120,7 @@ def _allowed(rel: str, name: str) -> bool:
 
 def test_the_entry_names_are_those_of_the_shipped_dynamics():
     names = state_entry_names()
-    assert {"deter", "stoch", "logits", "mean", "std", "index"} <= names  # index: the kernels' imagination
+    assert {"deter", "stoch", "logits", "mean", "std"} <= names
 
 
 def test_no_module_outside_the_dynamics_names_a_state_entry():

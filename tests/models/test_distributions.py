@@ -3,7 +3,6 @@ import math
 import pytest
 import torch
 
-import reverie.models.kernels  # noqa: F401  (plugs the kernels the fast=True cases run into FastPaths)
 from reverie.models.distributions import (Bernoulli, BoundedNormal, SymlogMSE, TwoHotSymlog, UnimixCategorical,
                                           symexp, symlog, symlog_bins, two_hot)
 
@@ -101,17 +100,15 @@ def test_two_hot_log_prob_equals_dense_two_hot_cross_entropy():
     torch.testing.assert_close(dist.mean, symexp((torch.softmax(logits, -1) * dist.bins).sum(-1)))
 
 
-@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("shape", [(7,), (3, 4)])
-def test_two_hot_log_prob_gradient_equals_the_dense_cross_entropy_gradient(shape, fast):
-    """The readable gather and the kernel's sparse backward (reverie/models/kernels/two_hot.py: softmax * sum of
-    weights - scattered weights) both give autograd's gradient of the dense two-hot cross-entropy, for one target
-    and for a weighted mix of two (the critic loss)."""
+def test_two_hot_log_prob_gradient_equals_the_dense_cross_entropy_gradient(shape):
+    """The gather of two bins gives autograd's gradient of the dense two-hot cross-entropy, for one target and for a
+    weighted mix of two (the critic loss)."""
     torch.manual_seed(0)
     logits = torch.randn(*shape, 255, dtype=torch.float64, requires_grad=True)
     ret, slow = torch.randn(*shape) * 30, torch.randn(*shape)
     upstream = torch.randn(*shape, dtype=torch.float64)
-    mixed = TwoHotSymlog(logits, fast=fast).log_prob_mix([ret, slow], [1.0, 0.7])
+    mixed = TwoHotSymlog(logits).log_prob_mix([ret, slow], [1.0, 0.7])
     (grad,) = torch.autograd.grad((mixed * upstream).sum(), logits)
     dense_logits = logits.detach().clone().requires_grad_(True)
     bins = symlog_bins(255).double()
@@ -122,15 +119,14 @@ def test_two_hot_log_prob_gradient_equals_the_dense_cross_entropy_gradient(shape
     assert mixed.dtype == torch.float64  # float64 logits: float64 throughout
     torch.testing.assert_close(mixed, dense, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-12)
-    single = TwoHotSymlog(logits.detach(), fast=fast).log_prob(ret)
+    single = TwoHotSymlog(logits.detach()).log_prob(ret)
     torch.testing.assert_close(single.double(), (two_hot(symlog(ret.double()), bins) * logp.detach()).sum(-1),
                                rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("fast", [False, True])
-def test_two_hot_reads_bfloat16_logits_and_returns_their_gradient_dtype(fast):
+def test_two_hot_reads_bfloat16_logits_and_returns_their_gradient_dtype():
     logits = torch.randn(5, 255).bfloat16().requires_grad_(True)
-    dist = TwoHotSymlog(logits, fast=fast)
+    dist = TwoHotSymlog(logits)
     assert dist.mean.dtype == torch.float32
     torch.testing.assert_close(dist.mean, TwoHotSymlog(logits.detach().float()).mean)
     dist.log_prob(torch.tensor([0.0, 1.0, -5.0, 100.0, 3.0])).sum().backward()
@@ -157,13 +153,13 @@ def test_two_hot_mean_without_autograd_in_chunks_equals_the_whole(monkeypatch):
 
 
 def test_two_hot_given_probs_give_the_same_mean_loss_and_gradient():
-    """The critic's shared softmax: probs given to TwoHotSymlog serve mean and the kernel's backward; the same as the
-    readable log-likelihood."""
+    """The critic's shared softmax: probs given to TwoHotSymlog serve mean; the log-likelihood and its gradient are
+    the plain ones."""
     torch.manual_seed(0)
     logits = torch.randn(4, 6, 255, requires_grad=True)
     target, slow = torch.randn(4, 6) * 10, torch.randn(4, 6)
     probs = torch.softmax(logits.detach(), -1)
-    plain, given = TwoHotSymlog(logits), TwoHotSymlog(logits, probs=probs, fast=True)
+    plain, given = TwoHotSymlog(logits), TwoHotSymlog(logits, probs=probs)
     with torch.no_grad():
         torch.testing.assert_close(given.mean, plain.mean)
     loss_plain = plain.log_prob_mix([target, slow], [1.0, 0.5]).sum()
@@ -184,7 +180,7 @@ def test_two_hot_given_probs_fall_back_to_log_softmax_for_underflowed_targets():
     probs = torch.softmax(logits, -1)
     assert 0.0 < probs[0, 127].item() < 1e-38 and probs[1, 127].item() == 0.0
     target = torch.zeros(2)
-    given = TwoHotSymlog(logits, probs=probs, fast=True).log_prob(target)
+    given = TwoHotSymlog(logits, probs=probs).log_prob(target)
     plain = TwoHotSymlog(logits).log_prob(target)
     torch.testing.assert_close(given, plain)
     torch.testing.assert_close(given, torch.tensor([-100.0, -200.0]))
@@ -198,13 +194,13 @@ def test_two_hot_given_probs_zero_weight_bin_with_zero_probability_gives_a_finit
     probs = torch.softmax(logits, -1)
     assert probs[0, 128].item() == 0.0
     target = torch.zeros(1)  # exactly on bin 127: weight 1 there, 0 on bin 128
-    given = TwoHotSymlog(logits, probs=probs, fast=True).log_prob(target)
+    given = TwoHotSymlog(logits, probs=probs).log_prob(target)
     torch.testing.assert_close(given, TwoHotSymlog(logits).log_prob(target))
     assert given.item() == 0.0
 
 
-@pytest.mark.parametrize("fast, given", [(False, False), (True, False), (True, True)])
-def test_two_hot_minus_inf_logit_next_to_a_target_on_a_bin_gives_no_nan(fast, given):
+@pytest.mark.parametrize("given", [False, True])
+def test_two_hot_minus_inf_logit_next_to_a_target_on_a_bin_gives_no_nan(given):
     """A target exactly on a bin puts weight 0 on its neighbour; with that neighbour's logit -inf (a masked bin) its
     log-probability is -inf and 0 * -inf would be NaN. The loss is the log-probability of the target's bin, and the
     gradient is softmax - one_hot(target bin), 0 at the -inf bin."""
@@ -215,7 +211,7 @@ def test_two_hot_minus_inf_logit_next_to_a_target_on_a_bin_gives_no_nan(fast, gi
                           requires_grad=True)
     target = symexp(torch.tensor([0.0, 2.0]))
     probs = torch.softmax(logits.detach(), -1) if given else None
-    lp = TwoHotSymlog(logits, bins, probs=probs, fast=fast).log_prob(target)
+    lp = TwoHotSymlog(logits, bins, probs=probs).log_prob(target)
     logp = torch.log_softmax(logits.detach(), -1)
     torch.testing.assert_close(lp, torch.stack([logp[0, 2], logp[1, 4]]))
     assert torch.isfinite(lp).all()

@@ -85,8 +85,8 @@ class BlockGRU(nn.Module):
 class BlockRSSM(RowState, nn.Module):
     """The official RSSM as a :class:`reverie.models.dynamics.Dynamics`; :class:`RowState` gives the official
     ``starts``, ``truncate``, ``entry_space`` (``rssm.py:40-60``). Defaults: ``configs.yaml`` ``dyn.rssm`` (deter 8192,
-    hidden 1024, stoch 32, classes 64, blocks 8). ``kernels="auto"`` lets :func:`reverie.models.kernels.install` set
-    ``fast`` (sampling kernels) and ``observe_kernel`` (:mod:`reverie.models.kernels.block_scan`); ``"off"``: neither.
+    hidden 1024, stoch 32, classes 64, blocks 8). ``kernels="auto"`` lets :func:`reverie.models.kernels.install`
+    swap in the subclass whose observe scan is one autograd node (:mod:`reverie.models.kernels.block_scan`).
     """
 
     loss_keys = ("dyn", "rep")
@@ -99,10 +99,7 @@ class BlockRSSM(RowState, nn.Module):
                  unimix: float = 0.01, free_nats: float = 1.0, outscale: float = 1.0, action_clip: float = 1.0,
                  kernels: str = "auto"):
         super().__init__()
-        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may set fast
-        self.fast = False  # install: the sampling kernels
-        # install: the fused observe scan (reverie.models.kernels.block_scan.BlockScan), used where not None
-        self.observe_kernel = None
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may swap in its subclass
         self.deter, self.stoch, self.classes, self.unimix, self.free_nats = deter, stoch, classes, unimix, free_nats
         self.action_dim, self.embed_dim, self.action_clip = action_dim, embed_dim, float(action_clip)
         self.feat_dim = deter + stoch * classes
@@ -131,7 +128,7 @@ class BlockRSSM(RowState, nn.Module):
     def _draw(self, logits: torch.Tensor, sample: bool) -> torch.Tensor:
         """Straight-through one-hot sample of the unimix latents ``(..., S, K)`` float32, or the mode."""
         if sample:
-            return unimix_sample(logits, self.unimix, fast=self.fast)
+            return unimix_sample(logits, self.unimix)
         return one_hot_index(logits.argmax(-1), self.classes, torch.promote_types(logits.dtype, torch.float32))
 
     def _step(self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -148,33 +145,32 @@ class BlockRSSM(RowState, nn.Module):
         # state-independent parts for all rows at once: the action projection, the posterior's embed columns
         action = scale_action(prev_action, self.action_clip) * keep.to(prev_action.dtype)  # (T, B, A)
         action_x = self.core.in_action(action)  # (T, B, hidden)
-        shared_weight = self.core.shared_weight()
-        first, rest = self._posterior_layers()
+        first, _ = self._posterior_layers()
         embed_x = F.linear(embed, first.weight[:, self.deter:], first.bias)  # (T, B, hidden)
-        deter_weight = first.weight[:, :self.deter]
         resets = is_first.any(1).tolist() if is_first.device.type == "cpu" else [True] * T  # no host sync off CPU
-        scan = None
-        if self.observe_kernel is not None and sample and torch.is_grad_enabled():  # kernels: one autograd node
-            scan = self.observe_kernel(action_x, embed_x, keep.to(deter.dtype), resets, deter, stoch)
-        if scan is not None:
-            deter, logits, stoch = scan
-            post = {"deter": deter, "stoch": stoch,
-                    "logits": logits.unflatten(-1, (self.stoch, self.classes))}  # (T, B, S*K) -> (T, B, S, K)
-        else:
-            out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
-            for t in range(T):
-                if resets[t]:
-                    k = keep[t].to(deter.dtype)
-                    deter, stoch = deter * k, stoch * k.unsqueeze(-1)
-                deter = self.core.step(deter, stoch.flatten(-2), action_x[t], shared_weight)  # (B, S, K) -> (B, S*K)
-                logits = rest(F.linear(deter.to(embed_x.dtype), deter_weight) + embed_x[t])  # (B, S*K)
-                logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
-                stoch = self._draw(logits, sample)
-                for key, value in (("deter", deter), ("stoch", stoch), ("logits", logits)):
-                    out[key].append(value)
-            post = {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
+        post = self._posterior_steps(action_x, embed_x, keep, resets, deter, stoch, sample)
         prior_logits = self._logits(self.prior_net, post["deter"])  # all rows at once: (T, B, D) -> (T, B, S, K)
         return post, {"deter": post["deter"], "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
+
+    def _posterior_steps(self, action_x: torch.Tensor, embed_x: torch.Tensor, keep: torch.Tensor, resets: list[bool],
+                         deter: torch.Tensor, stoch: torch.Tensor, sample: bool) -> State:
+        """The observe scan, step by step: projections ``(T, B, hidden)``, ``keep (T, B, 1)`` bool (False where
+        ``is_first``), ``resets`` (``T`` bools: a step with a reset), the state before -> posterior ``(T, B, ...)``."""
+        shared_weight = self.core.shared_weight()
+        first, rest = self._posterior_layers()
+        deter_weight = first.weight[:, :self.deter]
+        out: dict[str, list[torch.Tensor]] = {k: [] for k in self.state_keys}
+        for t in range(len(resets)):
+            if resets[t]:
+                k = keep[t].to(deter.dtype)
+                deter, stoch = deter * k, stoch * k.unsqueeze(-1)
+            deter = self.core.step(deter, stoch.flatten(-2), action_x[t], shared_weight)  # (B, S, K) -> (B, S*K)
+            logits = rest(F.linear(deter.to(embed_x.dtype), deter_weight) + embed_x[t])  # (B, S*K)
+            logits = logits.unflatten(-1, (self.stoch, self.classes))  # (B, S*K) -> (B, S, K)
+            stoch = self._draw(logits, sample)
+            for key, value in (("deter", deter), ("stoch", stoch), ("logits", logits)):
+                out[key].append(value)
+        return {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
 
     def _posterior_layers(self) -> tuple[nn.Linear, Callable[[torch.Tensor], torch.Tensor]]:
         """``(first, rest)`` with ``post_net(x) == rest(first(x))``."""

@@ -4,13 +4,11 @@ State: ``deter`` ``h_t (..., D)`` from a LayerNorm GRU, ``stoch`` ``z_t (..., S,
 ``logits (..., S, K)``. Reference ``img_step``/``obs_step``: ``h_t = GRU(silu(LN(W_z z_{t-1} + W_a a_{t-1})), h_{t-1})``
 ("img_in"), prior logits ``prior_net(h_t)`` ("img_out", "imgs_stats"), posterior ``W_out silu(LN(W_h h_t + W_e e_t))``
 ("obs_out", "obs_stats"); a learned initial state (``initial: learned``); losses ``dyn``/``rep`` (eq. 5).
-This file is the readable path; once :func:`reverie.models.kernels.install` sets ``self.kernels``, the methods
-marked "kernels" use :mod:`reverie.models.kernels.rssm`: same values and draws, gradients up to float rounding.
+This file is the readable path; under ``kernels=auto`` :func:`reverie.models.kernels.install` makes the module a
+subclass whose observe scan is one autograd node (:mod:`reverie.models.kernels.rssm`).
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -47,13 +45,14 @@ class GRUCell(nn.Module):
 class CategoricalRSSM(RowState, nn.Module):
     """DreamerV3's RSSM, a :class:`reverie.models.dynamics.Dynamics`: ``deter`` ``D``, ``S = stoch`` groups of
     ``K = classes``, ``units`` (reference ``hidden``), ``unimix`` 0.01, ``free_nats`` 1.0 (``dyn_free``/``rep_free``),
-    ``action_clip`` (:func:`scale_action`; 0: off), ``kernels`` ``"auto"`` (install may add fast paths) or ``"off"``.
+    ``action_clip`` (:func:`scale_action`; 0: off), ``kernels`` ``"auto"`` (install may swap in the fast subclass) or
+    ``"off"``.
     Raises ValueError for an unknown ``kernels``.
     """
 
     loss_keys = ("dyn", "rep")
     state_keys = ("deter", "stoch", "logits")
-    feature_keys = ("deter", "stoch")  # what features() reads (kernels: deter and the class index)
+    feature_keys = ("deter", "stoch")  # what features() reads
     carry_keys = ("deter", "stoch")  # what observe(state=) and img_step read
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
@@ -81,8 +80,7 @@ class CategoricalRSSM(RowState, nn.Module):
             trunc_normal_init_(layer.weight)
         nn.init.zeros_(self.post_out.bias)
         self.initial_deter = nn.Parameter(torch.zeros(deter))  # learned initial state (reference initial: learned)
-        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may put its fast paths here
-        self.kernels = None  # install: the fast paths (reverie.models.kernels.rssm.RSSMKernels), used where not None
+        self.kernels_allowed = resolve(kernels)  # whether reverie.models.kernels.install may swap in its subclass
 
     def initial(self, batch: int) -> State:
         """Learned initial state ``(batch, ...)``: ``deter = tanh(w)`` ``(B, D)``, ``stoch`` the prior's mode."""
@@ -91,9 +89,7 @@ class CategoricalRSSM(RowState, nn.Module):
         return {"deter": deter, "stoch": self._draw(logits, sample=False), "logits": logits}
 
     def features(self, state: State) -> torch.Tensor:
-        """``cat(deter, flat stoch)`` ``(..., D + S*K)``; kernels: an equivalent ``SplitFeat``."""
-        if self.kernels is not None:
-            return self.kernels.features(state)
+        """``cat(deter, flat stoch)`` ``(..., D + S*K)``."""
         return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # (..., S, K) -> (..., S*K), concat
 
     def dist(self, state: State) -> torch.distributions.Independent:
@@ -113,7 +109,7 @@ class CategoricalRSSM(RowState, nn.Module):
         if not sample:
             dtype = torch.promote_types(logits.dtype, torch.float32)
             return one_hot_index(logits.argmax(-1), self.classes, dtype)  # the mode (unimix keeps the argmax)
-        return unimix_sample(logits, self.unimix, fast=self.kernels is not None)  # kernels: one autograd node
+        return unimix_sample(logits, self.unimix)
 
     def _action_input(self, action: torch.Tensor) -> torch.Tensor:
         """The action's part of the input layer ``(..., units)``."""
@@ -121,13 +117,12 @@ class CategoricalRSSM(RowState, nn.Module):
 
     def _cell(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
         """``h_t`` ``(B, D)`` from the state at ``t - 1`` and the projected action ``(B, units)``."""
-        z = state["stoch"].flatten(-2) if self.kernels is None else self.kernels.cell_input(state)  # (B, S*K)
+        z = state["stoch"].flatten(-2)  # (B, S, K) -> (B, S*K)
         return self.gru(self.in_norm(self.in_z(z) + action_proj), state["deter"])
 
     def observe(self, embed: torch.Tensor, prev_action: torch.Tensor, is_first: torch.Tensor,
                 state: State | None = None, sample: bool = True) -> tuple[State, State]:
-        """:meth:`Dynamics.observe`: ``(T, B, ...)`` states; ``prior["stoch"]`` is drawn from the prior. kernels:
-        sampled, with autograd, on CPU the scan is one autograd node."""
+        """:meth:`Dynamics.observe`: ``(T, B, ...)`` states; ``prior["stoch"]`` is drawn from the prior."""
         T, B = is_first.shape
         init = self.initial(B)  # what is_first resets to
         state = init if state is None else state
@@ -135,11 +130,7 @@ class CategoricalRSSM(RowState, nn.Module):
         first = is_first.to(action_proj.dtype).unsqueeze(-1)  # (T, B) -> (T, B, 1)
         action_proj = action_proj * (1.0 - first)  # zero action where is_first
         embed_proj = self.post_e(embed)  # (T, B, units)
-        post = None
-        if self.kernels is not None:
-            post = self.kernels.observe(action_proj, embed_proj, first, is_first, state, init, sample)
-        if post is None:
-            post = self._observe_steps(action_proj, embed_proj, first, state, init, sample)
+        post = self._observe_steps(action_proj, embed_proj, first, state, init, sample)
         prior_logits = self._prior_logits(post["deter"])  # all steps at once: (T, B, D) -> (T, B, S, K)
         return post, {"deter": post["deter"], "stoch": self._draw(prior_logits, sample), "logits": prior_logits}
 
@@ -150,14 +141,13 @@ class CategoricalRSSM(RowState, nn.Module):
         state = {"deter": state["deter"], "stoch": state["stoch"]}
         # unbind, not T selects: their backward would add up T zero-filled (T, B, units) gradients
         steps = zip(action_proj.unbind(0), embed_proj.unbind(0), first.unbind(0))  # T x (B, ...)
-        with self.kernels.deferred_weights() if self.kernels is not None else contextlib.nullcontext():
-            for action_t, embed_t, first_t in steps:
-                state = reset(state, init, first_t)  # the initial state where is_first
-                deter = self._cell(state, action_t)
-                logits = self._posterior_logits(deter, embed_t)  # (B, S, K)
-                state = {"deter": deter, "stoch": self._draw(logits, sample)}
-                for key, value in (*state.items(), ("logits", logits)):
-                    out[key].append(value)
+        for action_t, embed_t, first_t in steps:
+            state = reset(state, init, first_t)  # the initial state where is_first
+            deter = self._cell(state, action_t)
+            logits = self._posterior_logits(deter, embed_t)  # (B, S, K)
+            state = {"deter": deter, "stoch": self._draw(logits, sample)}
+            for key, value in (*state.items(), ("logits", logits)):
+                out[key].append(value)
         return {k: torch.stack(v) for k, v in out.items()}  # T x (B, ...) -> (T, B, ...)
 
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
@@ -167,10 +157,7 @@ class CategoricalRSSM(RowState, nn.Module):
         return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits}
 
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
-        """:meth:`Dynamics.imagine` (DreamerV3 section 4). kernels: ``deter`` and the class ``index`` (``stoch`` only
-        where a gradient flows)."""
-        if self.kernels is not None:
-            return self.kernels.imagine(policy, start, horizon)
+        """:meth:`Dynamics.imagine` (DreamerV3 section 4)."""
         return rollout(self.img_step, policy, start, horizon, self.feature_keys)
 
     def loss(self, post: State, prior: State, prev_action: torch.Tensor,

@@ -1,51 +1,52 @@
 """Optional hand-written fast paths behind ``agent.module.kernels: auto | off`` (docs/architecture.md).
 
-Each kernel computes the same function as a piece of the readable code (same values and draws, gradients up to the
-order of float additions); ``off`` runs the readable code alone, which ``tests/contract/test_fast_equals_plain.py``
-compares ``auto`` against. The readable modules import nothing from here: :func:`install` plugs the kernels in, and
-importing this package fills :class:`reverie.models.distributions.FastPaths`. Each kernel's module docstring says
-what it replaces and how it is tested.
+Each is a whole module, a subclass of a readable one computing the same function (same values and draws, gradients
+up to the order of float additions): :class:`FusedRSSM` (the categorical RSSM: fused observe scan, features and
+input layer read by class index), :class:`FusedBlockRSSM` (the block-GRU RSSM's fused observe scan) and
+:class:`OneHotLinear` (a layer that reads those features by row gathers). :func:`install`, called once by each
+agent, swaps them in; ``off`` runs the readable code alone, which ``tests/contract/test_fast_equals_plain.py``
+compares ``auto`` against. The readable modules import nothing from here.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from reverie.models import distributions
-from reverie.models.kernels.sampling import count_below
-from reverie.models.kernels.straight_through import StraightThrough
-from reverie.models.kernels.two_hot import SparseTargetLogProb
+from reverie.models.dynamics.block import BlockRSSM
+from reverie.models.dynamics.categorical import CategoricalRSSM
+from reverie.models.kernels.block_scan import FusedBlockRSSM, scan_applies
+from reverie.models.kernels.onehot_linear import OneHotLinear
+from reverie.models.kernels.rssm import FusedRSSM
 from reverie.models.switch import KERNELS, resolve
 
-__all__ = ["KERNELS", "install", "resolve"]
-
-distributions.FastPaths.two_hot_log_prob = SparseTargetLogProb.apply
-distributions.FastPaths.count_below = count_below
-distributions.FastPaths.straight_through = StraightThrough.apply
+__all__ = ["KERNELS", "FusedBlockRSSM", "FusedRSSM", "OneHotLinear", "install", "resolve"]
 
 
 def install(module: nn.Module, kernels: str | bool) -> bool:
-    """Put the kernels into ``module`` and its submodules in place; returns ``resolve(kernels)``. Submodules built
-    with ``kernels="off"`` stay readable; parameters and ``state_dict`` keys do not change. Call before moving the
-    modules to their device (the fused scan's check then runs on CPU in float32). ValueError: an unknown
-    ``kernels``, or an RSSM the fused observe scan cannot reproduce (:func:`.rssm.check_fused_scan`).
+    """Swap the fast modules into ``module`` in place; returns ``resolve(kernels)``. Every :class:`CategoricalRSSM`
+    becomes a :class:`FusedRSSM` and every ``nn.Linear`` that takes its features a :class:`OneHotLinear`; every
+    :class:`BlockRSSM` the fused scan reproduces a :class:`FusedBlockRSSM`. Modules under one built with
+    ``kernels="off"`` stay readable; parameters and ``state_dict`` keys do not change. Call before moving the
+    modules to their device (the scans' checks run on CPU). ValueError: an unknown ``kernels``, or an RSSM the fused
+    scan cannot reproduce (:func:`.rssm.check_fused_scan`).
     """
     if not resolve(kernels):
         return False
-    from reverie.models.dynamics.block import BlockRSSM
-    from reverie.models.dynamics.categorical import CategoricalRSSM
-    from reverie.models.kernels.block_scan import BlockScan, scan_applies
-    from reverie.models.kernels.onehot_linear import take_split_features
-    from reverie.models.kernels.rssm import RSSMKernels
-
-    modules = [m for m in module.modules() if getattr(m, "kernels_allowed", True)]  # not those built "off"
-    if any(isinstance(m, CategoricalRSSM) for m in modules):  # its features come split: every linear takes them
-        take_split_features(module)  # nn.Linear -> FeatLinear: dense inputs as before, split ones by row gathers
+    modules = _allowed(module)
+    widths = set()
     for m in modules:
-        if isinstance(m, BlockRSSM) and scan_applies(m):  # other depths than the official ones run the loop
-            m.observe_kernel = BlockScan(m)  # checks that its scan computes what the loop does
-        if isinstance(m, CategoricalRSSM):
-            m.kernels = RSSMKernels(m)  # checks that its fused scan computes what the readable step does
-        if hasattr(m, "fast"):
-            m.fast = True
+        if type(m) is CategoricalRSSM:
+            widths.add(FusedRSSM.adopt(m).feat_dim)
+        elif type(m) is BlockRSSM and scan_applies(m):  # other depths than the official ones run the loop
+            FusedBlockRSSM.adopt(m)
+    for m in modules:
+        if type(m) is nn.Linear and m.in_features in widths:  # the layers that read the features
+            m.__class__ = OneHotLinear
     return True
+
+
+def _allowed(module: nn.Module) -> list[nn.Module]:
+    """``module`` and its submodules, leaving out every subtree whose root was built with ``kernels="off"``."""
+    if not getattr(module, "kernels_allowed", True):
+        return []
+    return [module] + [m for child in module.children() for m in _allowed(child)]

@@ -1,5 +1,6 @@
-"""The block-GRU RSSM's observe scan as one autograd node, its backward written out (replaces the step-by-step loop
-of :meth:`reverie.models.dynamics.BlockRSSM.observe` under autograd; docs/speed.md). The forward loop runs without
+"""The block-GRU RSSM's observe scan as one autograd node, its backward written out (:class:`FusedBlockRSSM`
+replaces the step-by-step loop of :meth:`reverie.models.dynamics.BlockRSSM._posterior_steps` under autograd;
+docs/speed.md). The forward loop runs without
 recording into ``(T, B, ...)`` buffers; the backward runs the reverse loop, then forms each weight's gradient once
 over ``T*B`` rows.
 
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reverie.models import draws
+from reverie.models.dynamics.block import BlockRSSM
 from reverie.models.kernels.straight_through import straight_through_grad
 
 _aten = torch.ops.aten
@@ -307,26 +309,34 @@ def block_observe_scan(rssm, action_x: torch.Tensor, embed_x: torch.Tensor, keep
                                    first.weight[:, :rssm.deter], post_norm.weight, post.out.weight, post.out.bias)
 
 
-class BlockScan:
-    """``rssm.observe_kernel``: :func:`block_observe_scan` with the dtype from autocast, on CPU only (elsewhere it
-    returns None and the loop runs). ValueError: the scan does not reproduce the loop (:func:`check_block_scan`)."""
+class FusedBlockRSSM(BlockRSSM):
+    """:class:`BlockRSSM` whose posterior scan is :func:`block_observe_scan` where it applies (sampled, with
+    autograd, on CPU), else the loop; made from one by :meth:`adopt`."""
 
-    def __init__(self, rssm: nn.Module):
+    @classmethod
+    def adopt(cls, rssm: BlockRSSM) -> "FusedBlockRSSM":
+        """Make ``rssm`` this class in place (parameters and keys unchanged). ValueError: the scan does not
+        reproduce the module's loop (:func:`check_block_scan`)."""
         check_block_scan(rssm)
-        self.rssm = rssm
+        rssm.__class__ = cls
+        return rssm
 
-    def __call__(self, action_x, embed_x, keep, resets, deter, stoch):
+    def _posterior_steps(self, action_x: torch.Tensor, embed_x: torch.Tensor, keep: torch.Tensor,
+                         resets: list[bool], deter: torch.Tensor, stoch: torch.Tensor, sample: bool):
         device = action_x.device.type
-        if device != "cpu":
-            return None
-        weight = self.rssm.core.gates.weight
+        if not (sample and torch.is_grad_enabled() and device == "cpu"):
+            return super()._posterior_steps(action_x, embed_x, keep, resets, deter, stoch, sample)
+        weight = self.core.gates.weight
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
         if weight.dtype == torch.float64:  # autocast leaves float64 alone
             dtype = torch.float64
-        return block_observe_scan(self.rssm, action_x, embed_x, keep, resets, deter, stoch, dtype)
+        deter, logits, stoch = block_observe_scan(self, action_x, embed_x, keep.to(deter.dtype), resets, deter,
+                                                  stoch, dtype)
+        return {"deter": deter, "stoch": stoch,
+                "logits": logits.unflatten(-1, (self.stoch, self.classes))}  # (T, B, S*K) -> (T, B, S, K)
 
 
-def check_block_scan(rssm: nn.Module) -> None:
+def check_block_scan(rssm: BlockRSSM) -> None:
     """ValueError unless three observe steps of the scan and the loop (a reset in the second, the same random
     state) agree within ``1e-4`` relative."""
     dyn_dtype = rssm.core.gates.weight.dtype
@@ -339,28 +349,21 @@ def check_block_scan(rssm: nn.Module) -> None:
     state = rssm.initial(B)
     state["deter"] = torch.randn(B, rssm.deter, generator=gen, dtype=dyn_dtype)
     outs = []
-    kernel = getattr(rssm, "observe_kernel", None)
+    readable = type(rssm)
     # never torch.manual_seed (it would seed every CUDA device): read the CPU stream's state and put it back
     with torch.random.fork_rng(devices=[]), torch.enable_grad(), torch.autocast("cpu", enabled=False):
         start = torch.get_rng_state()
         try:
-            for probe in (None, BlockScanProbe(rssm)):
-                rssm.observe_kernel = probe
+            for cls in (readable, FusedBlockRSSM):
+                rssm.__class__ = cls
                 torch.set_rng_state(start)
                 post, _ = rssm.observe(embed, action, is_first, state)
                 outs.append({k: v.detach() for k, v in post.items()})
         finally:
-            rssm.observe_kernel = kernel
+            rssm.__class__ = readable
     problems = [k for k in outs[0] if outs[0][k].shape != outs[1][k].shape
                 or not torch.allclose(outs[0][k].double(), outs[1][k].double(), rtol=1e-4, atol=1e-5)]
     if problems:
         raise ValueError(f"BlockRSSM: the fused observe scan (reverie/models/kernels/block_scan.py) computes other "
                          f"{problems} than the module's observe loop (an edited module?); set agent.module.kernels=off "
                          f"to run the modules as written, or update the scan")
-
-
-class BlockScanProbe(BlockScan):
-    """:class:`BlockScan` without the check (what :func:`check_block_scan` compares with the loop)."""
-
-    def __init__(self, rssm: nn.Module):
-        self.rssm = rssm

@@ -23,10 +23,17 @@ import torch
 import torch.nn.functional as F
 
 from reverie.models.distributions import one_hot_index, unimix_index
-from reverie.models.kernels.scan_linear import stacked_weight_grad
 from reverie.models.kernels.straight_through import straight_through_grad
 
 _LN_GRADS = [True, True, True]  # native_layer_norm_backward: input, weight and bias gradients
+
+
+def stacked_weight_grad(pairs: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype,
+                        bias: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(sum_t g_t^T @ x_t (O, I), sum_t g_t.sum(0) (O,) or None)`` over ``(x_t (B, I), g_t (B, O))`` pairs."""
+    x = torch.cat([x for x, _ in pairs])  # (steps * B, I)
+    g = torch.cat([g for _, g in pairs])  # (steps * B, O)
+    return (g.t() @ x).to(dtype), g.sum(0, dtype=dtype) if bias else None
 
 
 @dataclass
@@ -89,7 +96,7 @@ class _ObserveScan(torch.autograd.Function):
                 q3 = F.silu(q2)
                 logits = F.linear(q3, wo, bo)  # (B, S*K)
                 probs = torch.softmax(logits.view(B, S, K), -1, dtype=pd)
-                s = one_hot_index(unimix_index(probs, spec.unimix, fast=True), K, pd)  # (B, S, K)
+                s = one_hot_index(unimix_index(probs, spec.unimix), K, pd)  # (B, S, K)
                 deters[t], logits_out[t], stochs[t] = h, logits, s
                 steps.append((z, x1, m1, r1, n1, c, p0, m2, r2, reset, cand, cand_t, update, hp, hd, q1, m3, r3,
                               q2, q3, probs))

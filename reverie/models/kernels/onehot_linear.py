@@ -3,17 +3,21 @@
 
     y = h @ W_h^T + sum_s W_z[:, s*K + index_s] + b          W = [W_h | W_z], index_s = argmax of group s of z
 
-The backward: ``W_z``'s gradient by ``index_add``, ``h``'s densely, ``z``'s only when it requires grad.
-``tests/models/kernels/test_onehot_linear.py`` checks both against dense ``F.linear`` in float64.
+The features stay a dense tensor: :class:`OneHotFeatures` is that tensor, carrying the class index beside it, and
+:class:`OneHotLinear` (the fast RSSM's input layer and every layer that reads its features) gathers rows where its
+input carries an index, else it is ``nn.Linear``. The backward: ``W_z``'s gradient by ``index_add``, the input's
+densely. ``tests/models/kernels/test_onehot_linear.py`` checks both against dense ``F.linear`` in float64.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# from this many rows on (imagination's T*B) the layer gathers rows; below (the observe loop's B rows per step) the
+# dense product is cheaper
+GATHER_MIN_ROWS = 256
 
 
 def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
@@ -24,65 +28,69 @@ def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
         return (stoch.detach().float() @ classes).long()
 
 
-@dataclass
-class SplitFeat:
-    """Model features ``cat(deter, flat stoch)`` in split form: ``deter`` ``(..., D)`` or None, ``stoch``
-    ``(..., S, K)`` exact one-hot or None (no gradient needed), ``index`` ``(..., S)`` int64, ``classes`` ``K``."""
+class OneHotFeatures(torch.Tensor):
+    """Dense features ``(..., W + S*K)`` whose last ``S*K`` columns are ``S`` exact one-hot groups (``width`` ``W``:
+    the columns before, ``groups`` ``S``), with their class index ``(..., S)`` where known. Any operation gives a
+    plain tensor, except those that keep the last dimension and act on the leading ones (indexing, ``flatten``,
+    ``detach``, a dtype cast), which keep the mark and index the index alike. An in-place write drops the mark
+    (:meth:`split`)."""
 
-    deter: torch.Tensor | None
-    stoch: torch.Tensor | None
-    index: torch.Tensor
-    classes: int
+    width: int
+    groups: int
+
+    @staticmethod
+    def of(dense: torch.Tensor, width: int, groups: int, index: torch.Tensor | None = None) -> "OneHotFeatures":
+        out = dense.as_subclass(OneHotFeatures)  # the same tensor (storage, autograd history), another class
+        out.width, out.groups, out.known, out.written = width, groups, index, _version(dense)
+        return out
+
+    def split(self) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None:
+        """``(deter (..., W) or None, stoch (..., S, K), index (..., S))`` (views and the class index), or None after
+        an in-place write."""
+        if _version(self) != self.written:
+            return None
+        plain = self.as_subclass(torch.Tensor)
+        stoch = plain[..., self.width:].unflatten(-1, (self.groups, -1))
+        index = one_hot_argmax(stoch) if self.known is None else self.known
+        return (plain[..., :self.width] if self.width else None), stoch, index
 
     @classmethod
-    def from_state(cls, deter: torch.Tensor | None, stoch: torch.Tensor) -> "SplitFeat":
-        """From ``deter (..., D)`` (or None) and an exact one-hot ``stoch (..., S, K)``."""
-        return cls(deter, stoch, one_hot_argmax(stoch), stoch.shape[-1])
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        source = args[0] if args else None
+        keep = _LEADING.get(func)
+        if keep is None or type(source) is not cls or type(out) is not torch.Tensor \
+                or not out.is_floating_point() or out.shape[-1] != source.shape[-1] \
+                or not keep(source.dim(), *args[1:], **kwargs) or _version(source) != source.written:
+            return out
+        index = source.known
+        if index is not None and func in (torch.Tensor.__getitem__, torch.Tensor.flatten):
+            index = func(index, *args[1:], **kwargs)  # the same leading dimensions
+        return OneHotFeatures.of(out, source.width, source.groups, index)
 
-    @property
-    def lead(self) -> torch.Size:
-        """Leading dims ``(...)``."""
-        return self.index.shape[:-1]
 
-    @property
-    def shape(self) -> torch.Size:
-        """``(..., D + S*K)``: the dense features' shape."""
-        return torch.Size((*self.lead, self.dim))
+def _version(x: torch.Tensor) -> int | None:
+    """The in-place write counter; None for inference tensors (they keep none)."""
+    return None if x.is_inference() else x._version
 
-    @property
-    def dim(self) -> int:
-        """``D + S*K``."""
-        return (0 if self.deter is None else self.deter.shape[-1]) + self.index.shape[-1] * self.classes
 
-    def _map(self, fn) -> "SplitFeat":
-        return SplitFeat(None if self.deter is None else fn(self.deter), None if self.stoch is None else fn(self.stoch),
-                         fn(self.index), self.classes)
+def _leading_item(dims: int, item, *_, **__) -> bool:
+    items = item if isinstance(item, tuple) else (item,)
+    return not any(i is Ellipsis or i is None for i in items) and len(items) < dims  # never the last dimension
 
-    def __getitem__(self, item) -> "SplitFeat":
-        """Index the leading dims."""
-        return self._map(lambda t: t[item])
 
-    def flatten(self, start: int, end: int) -> "SplitFeat":
-        """Flatten leading dims ``start..end`` (non-negative)."""
-        return self._map(lambda t: t.flatten(start, end))
+def _leading_flatten(dims: int, start: int = 0, end: int = -1) -> bool:
+    return end % dims < dims - 1
 
-    def detach(self) -> "SplitFeat":
-        return self._map(lambda t: t.detach())
 
-    def to(self, dtype: torch.dtype) -> "SplitFeat":
-        """Cast ``deter`` and ``stoch``; ``index`` stays int64."""
-        return SplitFeat(None if self.deter is None else self.deter.to(dtype),
-                         None if self.stoch is None else self.stoch.to(dtype), self.index, self.classes)
-
-    def dense(self) -> torch.Tensor:
-        """``cat(deter, flat one-hot)`` ``(..., D + S*K)``, rebuilt from ``index`` when ``stoch`` is None."""
-        stoch = self.stoch
-        if stoch is None:
-            dtype = torch.float32 if self.deter is None else self.deter.dtype
-            stoch = torch.zeros(*self.index.shape, self.classes, dtype=dtype, device=self.index.device)
-            stoch.scatter_(-1, self.index.unsqueeze(-1), 1.0)
-        stoch = stoch.flatten(-2)
-        return stoch if self.deter is None else torch.cat([self.deter, stoch.to(self.deter.dtype)], -1)
+_LEADING = {  # the operations that keep the mark, each with its check of the arguments
+    torch.Tensor.__getitem__: _leading_item,
+    torch.Tensor.flatten: _leading_flatten,
+    torch.Tensor.detach: lambda *_, **__: True,
+    torch.Tensor.to: lambda *_, **__: True,
+}
 
 
 _ONE_CALL_ELEMENTS = 1 << 21  # up to this many (M * S * O) the W_z gradient is one index_add on a repeated g
@@ -155,58 +163,54 @@ def _index_grad(grad: torch.Tensor, flat: torch.Tensor, rows: int, dtype: torch.
     return grad_z
 
 
-def gather_table(weight: torch.Tensor, stoch_dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+def gather_table(weight: torch.Tensor, stoch_dim: int, dtype: torch.dtype) -> torch.Tensor:
     """``W_z^T`` ``(S*K, O)``: the last ``stoch_dim`` input columns of ``weight``, contiguous, without gradient, in
-    ``dtype`` (default the weight's)."""
-    table = weight.detach()[:, weight.shape[1] - stoch_dim:].t()
-    return table.to(dtype or weight.dtype).contiguous()
+    ``dtype``."""
+    return weight.detach()[:, weight.shape[1] - stoch_dim:].t().to(dtype).contiguous()
 
 
-def _compute_dtype(weight: torch.Tensor, feat: "SplitFeat") -> torch.dtype:
-    device = weight.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return weight.dtype if feat.deter is None else feat.deter.dtype
-
-
-def onehot_linear(feat: SplitFeat, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  table: torch.Tensor | None = None, w_h: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(feat.dense(), weight (O, D + S*K), bias (O,))`` ``(..., O)`` as row gathers, in the autocast dtype
-    if on, else ``deter``'s; ``table``/``w_h``: cached :func:`gather_table` and ``W_h`` in that dtype, or None.
-    ValueError: ``weight``'s input width differs from ``feat.dim``.
+def onehot_linear(deter: torch.Tensor | None, stoch: torch.Tensor, index: torch.Tensor, weight: torch.Tensor,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(cat(deter, flat stoch), weight (O, D + S*K), bias (O,))`` ``(..., O)`` as row gathers, for
+    ``deter (..., D)`` (or None), the exact one-hot ``stoch (..., S, K)`` of ``index (..., S)``; in the autocast
+    dtype if on, else the input's. ValueError: ``weight``'s input width differs from ``D + S*K``.
     """
-    if weight.shape[1] != feat.dim:
-        raise ValueError(f"onehot_linear: weight takes {weight.shape[1]} inputs but the features have {feat.dim} "
+    s, k = stoch.shape[-2:]
+    d = 0 if deter is None else deter.shape[-1]
+    if weight.shape[1] != d + s * k:
+        raise ValueError(f"onehot_linear: weight takes {weight.shape[1]} inputs but the features have {d + s * k} "
                          f"(deter + stoch * classes); build the layer with the RSSM's feat_dim")
-    dtype = _compute_dtype(weight, feat)
-    lead = feat.lead
-    s, k = feat.index.shape[-1], feat.classes
-    flat = flat_rows(feat.index, k)  # (..., S) -> (M, S) rows of W_z
-    deter = None if feat.deter is None else feat.deter.reshape(-1, feat.deter.shape[-1]).to(dtype)
-    stoch = None if feat.stoch is None else feat.stoch.reshape(-1, s, k)
-    if table is None:
-        table = gather_table(weight, s * k, dtype)
-    if w_h is None and deter is not None:
-        w_h = weight[:, :deter.shape[-1]].to(dtype)
-    with torch.autocast(weight.device.type, enabled=False):
-        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype, table, w_h)
+    device = weight.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else stoch.dtype
+    lead = index.shape[:-1]
+    flat = flat_rows(index, k)  # (..., S) -> (M, S) rows of W_z
+    deter = None if deter is None else deter.reshape(-1, d).to(dtype)
+    w_h = None if deter is None else weight[:, :d].to(dtype)
+    with torch.autocast(device, enabled=False):
+        out = _OneHotLinear.apply(deter, stoch, flat, weight, bias, dtype,
+                                  gather_table(weight, s * k, dtype), w_h)
     return out.reshape(*lead, out.shape[-1])
 
 
-class FeatLinear(nn.Linear):
-    """``nn.Linear`` that also takes :class:`SplitFeat` inputs (through :func:`onehot_linear`). The gather table is
-    rebuilt each call: a cache would miss writes through ``weight.data`` (docs/changelog.md)."""
+class OneHotLinear(nn.Linear):
+    """``nn.Linear`` that gathers rows (through :func:`onehot_linear`) where its input is a :class:`OneHotFeatures`
+    of at least :data:`GATHER_MIN_ROWS` rows on CPU computing in float32 or wider (in bf16 the matrix units make the
+    dense product as fast). The gather table is rebuilt each call: a cache would miss writes through
+    ``weight.data`` (docs/changelog.md)."""
 
-    def forward(self, x: torch.Tensor | SplitFeat) -> torch.Tensor:
-        if not isinstance(x, SplitFeat):
-            return super().forward(x)
-        return onehot_linear(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = None
+        if type(x) is OneHotFeatures and x.shape[:-1].numel() >= GATHER_MIN_ROWS and gathers_pay(x):
+            parts = x.split()
+        if parts is None:
+            return F.linear(x.as_subclass(torch.Tensor), self.weight, self.bias)
+        return onehot_linear(*parts, self.weight, self.bias)
 
 
-def take_split_features(module: nn.Module) -> nn.Module:
-    """Make every ``nn.Linear`` under ``module`` (itself included) a :class:`FeatLinear` in place; returns
-    ``module``."""
-    for m in module.modules():
-        if type(m) is nn.Linear:
-            m.__class__ = FeatLinear
-    return module
+def gathers_pay(x: torch.Tensor) -> bool:
+    """Whether a layer reading ``x`` would gather: on CPU, computing in float32 or float64 (autocast off, or on in
+    one of those)."""
+    if x.device.type != "cpu":
+        return False
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+    return dtype in (torch.float32, torch.float64)

@@ -1,118 +1,61 @@
-"""The categorical RSSM's fast paths (``kernels="auto"``), called from the methods of
-:class:`reverie.models.dynamics.CategoricalRSSM` marked "kernels"; each computes what the readable method does
-(docs/changelog.md rounds 1-3). :func:`check_fused_scan` refuses, at construction, an RSSM whose modules were edited.
+"""The categorical RSSM's fast subclass (``kernels="auto"``): :class:`FusedRSSM` is
+:class:`reverie.models.dynamics.CategoricalRSSM` with its observe scan as one autograd node
+(:mod:`reverie.models.kernels.observe_scan`) and its features and input layer read by class index
+(:mod:`reverie.models.kernels.onehot_linear`); the same values and draws, gradients up to float rounding.
+:func:`check_fused_scan` refuses, at construction, an RSSM whose modules were edited.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
-
 import torch
 from torch import nn
 
-from reverie.models.distributions import unimix_sample_index
+from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell
 from reverie.models.kernels.observe_scan import observe_scan
-from reverie.models.kernels.onehot_linear import FeatLinear, SplitFeat, one_hot_argmax, take_split_features
-from reverie.models.kernels.scan_linear import ScanLinears
+from reverie.models.kernels.onehot_linear import (GATHER_MIN_ROWS, OneHotFeatures, OneHotLinear, gathers_pay,
+                                                  one_hot_argmax)
 
 State = dict[str, torch.Tensor]
-
-# from this many rows on (imagination's T*B) the input layer gathers the latent's rows; below (the observe scan's B
-# rows per step) the dense product is cheaper
-GATHER_MIN_ROWS = 256
-LINEARS = (nn.Linear, FeatLinear)  # what the fused scan reads the weights of
+LINEARS = (nn.Linear, OneHotLinear)  # what the fused scan reads the weights of
 
 
-class RSSMKernels:
-    """The fast paths of one :class:`reverie.models.dynamics.CategoricalRSSM`; ValueError as
-    :func:`check_fused_scan`."""
+class FusedRSSM(CategoricalRSSM):
+    """:class:`CategoricalRSSM` with the fast paths; made from one by :meth:`adopt` (ValueError as
+    :func:`check_fused_scan`)."""
 
-    def __init__(self, rssm: nn.Module):
+    @classmethod
+    def adopt(cls, rssm: CategoricalRSSM) -> "FusedRSSM":
+        """Make ``rssm`` (a plain :class:`CategoricalRSSM`) this class in place, its input layer a
+        :class:`OneHotLinear`; parameters and ``state_dict`` keys unchanged."""
         check_fused_scan(rssm)
-        take_split_features(rssm.in_z)  # the input layer reads the latent by gathers (cell_input)
-        self.rssm = rssm
+        rssm.__class__ = cls
+        rssm.in_z.__class__ = OneHotLinear
+        return rssm
 
-    def features(self, state: State) -> SplitFeat:
-        """``cat(deter, flat stoch)`` as a :class:`SplitFeat` (``stoch`` may be absent where ``index`` is given)."""
-        index = state.get("index")
-        if index is None:
-            return SplitFeat.from_state(state["deter"], state["stoch"])
-        return SplitFeat(state["deter"], state.get("stoch"), index, self.rssm.classes)
+    def features(self, state: State) -> torch.Tensor:
+        """``cat(deter, flat stoch)`` ``(..., D + S*K)`` as :class:`OneHotFeatures` (marked: its tail is one-hot)."""
+        stoch = state["stoch"]  # the index from the contiguous latent (a matrix-vector product), where it is read
+        index = one_hot_argmax(stoch) if gathers_pay(stoch) else None
+        return OneHotFeatures.of(super().features(state), self.deter, self.stoch, index)
 
-    def cell_input(self, state: State) -> torch.Tensor | SplitFeat:
-        """``in_z``'s input: a :class:`SplitFeat` from :data:`GATHER_MIN_ROWS` rows on, else one-hot ``(B, S*K)``."""
-        stoch, index = state.get("stoch"), state.get("index")
-        if stoch is None or stoch.shape[:-2].numel() >= GATHER_MIN_ROWS:
-            return SplitFeat(None, stoch, one_hot_argmax(stoch) if index is None else index, self.rssm.classes)
-        return stoch.flatten(-2)  # (B, S, K) -> (B, S*K)
+    def _cell(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
+        stoch = state["stoch"]
+        if stoch.shape[:-2].numel() < GATHER_MIN_ROWS or not gathers_pay(stoch):
+            return super()._cell(state, action_proj)
+        z = OneHotFeatures.of(stoch.flatten(-2), 0, self.stoch, one_hot_argmax(stoch))  # (N, S*K), by gathers
+        return self.gru(self.in_norm(self.in_z(z) + action_proj), state["deter"])
 
-    def observe(self, action_proj: torch.Tensor, embed_proj: torch.Tensor, first: torch.Tensor,
-                is_first: torch.Tensor, state: State, init: State, sample: bool) -> State | None:
-        """The posterior states ``(T, B, ...)`` from the fused scan; None (the loop runs) unless sampled, with
-        autograd, on CPU and in the compute dtype."""
-        rssm = self.rssm
-        dtype = compute_dtype(rssm)
+    def _observe_steps(self, action_proj: torch.Tensor, embed_proj: torch.Tensor, first: torch.Tensor,
+                       state: State, init: State, sample: bool) -> State:
+        """The fused scan where it applies (sampled, with autograd, on CPU, in the compute dtype), else the loop."""
+        dtype = compute_dtype(self)
         if not (sample and torch.is_grad_enabled() and action_proj.device.type == "cpu"
                 and action_proj.dtype == embed_proj.dtype == dtype):
-            return None
-        deter, logits, stoch = observe_scan(rssm, action_proj, embed_proj, first, reset_steps(is_first),
-                                            state["deter"], state["stoch"], init, dtype)
-        return {"deter": deter, "stoch": stoch, "logits": logits.unflatten(-1, (rssm.stoch, rssm.classes))}
-
-    @contextlib.contextmanager
-    def deferred_weights(self) -> Iterator[None]:
-        """Within the block, while autograd records, the scan's linear layers defer their weight gradients to one
-        product each (:class:`ScanLinears`)."""
-        rssm = self.rssm
-        layers = {"in_z": rssm.in_z, "gru": rssm.gru.linear, "post_h": rssm.post_h, "post_out": rssm.post_out}
-        linears = ScanLinears(layers, compute_dtype(rssm))
-        if not linears.record:
-            yield
-            return
-        for name, layer in layers.items():
-            plain = type(layer).forward.__get__(layer)
-            layer.forward = _deferred(linears, name, plain)  # on the instance, for this block only
-        try:
-            yield
-        finally:
-            for layer in layers.values():
-                del layer.forward
-
-    def imagine(self, policy: Any, start: State, horizon: int) -> tuple[State, torch.Tensor]:
-        """:meth:`CategoricalRSSM.imagine` ``(H+1, N, ...)`` with ``deter`` and ``index`` (``stoch`` too under
-        autograd); without autograd the steps draw the class index alone (the same draws)."""
-        rssm, grad = self.rssm, torch.is_grad_enabled()
-        keys = ("deter", "stoch", "index") if grad else ("deter", "index")
-        steps = {k: _Steps(horizon + 1) for k in keys}
-        action_steps = _Steps(horizon + 1)
-        state = _with_index(start)
-        for t in range(horizon + 1):
-            if t > 0:
-                previous = action_steps.last
-                state = _with_index(rssm.img_step(state, previous)) if grad else self._img_step_index(state, previous)
-            action_steps.put(t, policy(state))
-            for k, buf in steps.items():
-                buf.put(t, state[k])
-        return {k: buf.result() for k, buf in steps.items()}, action_steps.result()
-
-    def _img_step_index(self, state: State, action: torch.Tensor) -> State:
-        """``img_step`` (sampled, no autograd) returning ``deter``, ``index (N, S)`` and ``logits``."""
-        rssm = self.rssm
-        deter = rssm._cell(state, rssm._action_input(action))
-        logits = rssm._prior_logits(deter)
-        return {"deter": deter, "index": unimix_sample_index(logits, rssm.unimix, fast=True), "logits": logits}
-
-
-def _deferred(linears: ScanLinears, name: str, plain: Any) -> Any:
-    def forward(x: torch.Tensor | SplitFeat) -> torch.Tensor:
-        return plain(x) if isinstance(x, SplitFeat) else linears(name, x)
-    return forward
-
-
-def _with_index(state: State) -> State:
-    """``state`` plus ``index (..., S)``, the argmax of its exact one-hot ``stoch``."""
-    return state if "index" in state else {**state, "index": one_hot_argmax(state["stoch"])}
+            return super()._observe_steps(action_proj, embed_proj, first, state, init, sample)
+        resets = (first != 0).any(1).flatten().tolist()  # (T, B, 1) -> T bools: steps that reset some row
+        deter, logits, stoch = observe_scan(self, action_proj, embed_proj, first, resets, state["deter"],
+                                            state["stoch"], init, dtype)
+        return {"deter": deter, "stoch": stoch, "logits": logits.unflatten(-1, (self.stoch, self.classes))}
 
 
 def compute_dtype(rssm: nn.Module) -> torch.dtype:
@@ -121,41 +64,9 @@ def compute_dtype(rssm: nn.Module) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else rssm.in_a.weight.dtype
 
 
-def reset_steps(is_first: torch.Tensor) -> list[bool]:
-    """Which steps of ``is_first (T, B)`` reset any row; all of them off CPU (reading the flags would sync)."""
-    if is_first.device.type != "cpu":
-        return [True] * is_first.shape[0]
-    return is_first.any(1).tolist()
-
-
-class _Steps:
-    """Per-step tensors ``(N, ...)`` gathered into ``(steps, N, ...)``: a preallocated buffer without autograd, else
-    a list stacked once."""
-
-    def __init__(self, steps: int):
-        self.steps, self.buffer, self.items = steps, None, []
-        self.last: torch.Tensor | None = None  # the tensor put last
-
-    def put(self, t: int, x: torch.Tensor) -> None:
-        self.last = x
-        if self.buffer is None and not self.items and not torch.is_grad_enabled():
-            self.buffer = x.new_empty((self.steps, *x.shape))
-        if self.buffer is not None:
-            self.buffer[t].copy_(x)
-        else:
-            self.items.append(x)
-
-    def result(self) -> torch.Tensor:
-        if self.buffer is not None:
-            return self.buffer
-        return torch.stack(self.items)  # steps x (N, ...) -> (steps, N, ...)
-
-
 def check_fused_scan(rssm: nn.Module) -> None:
     """ValueError unless the modules are the classes the fused scan reads and two observe steps of scan and loop
     agree within ``1e-4`` relative (an edit of a module's forward code fails here)."""
-    from reverie.models.dynamics.categorical import GRUCell  # here: that module builds this one
-
     def is_norm_silu(m: nn.Module) -> bool:
         return isinstance(m, nn.Sequential) and len(m) == 2 and type(m[0]) is nn.LayerNorm and type(m[1]) is nn.SiLU
 
@@ -202,7 +113,7 @@ def _probe(rssm: nn.Module) -> list[str]:
         deter, logits, drawn = observe_scan(rssm, action_proj, embed_proj, first, [True, True], state["deter"],
                                             state["stoch"], init, weight.dtype)
         torch.cuda.set_rng_state(start, weight.device) if cuda else torch.set_rng_state(start)
-        plain = rssm._observe_steps(action_proj, embed_proj, first, state, init, sample=True)
+        plain = CategoricalRSSM._observe_steps(rssm, action_proj, embed_proj, first, state, init, sample=True)
     fused = {"deter": deter, "logits": logits.unflatten(-1, (rssm.stoch, rssm.classes)), "stoch": drawn}
     return [f"two steps give a different {key} (largest difference {(fused[key] - plain[key]).abs().max():.3g})"
             for key in ("deter", "logits", "stoch")

@@ -5,7 +5,7 @@ import torch
 
 from reverie.models.dynamics import CategoricalRSSM, GRUCell
 from reverie.models.kernels import install
-from reverie.models.kernels.onehot_linear import SplitFeat
+from reverie.models.kernels.onehot_linear import OneHotFeatures
 
 
 def make(action_dim=2, embed=6, kernels="off"):
@@ -22,8 +22,9 @@ def test_observe_and_imagine_shapes(T, B):
     for s in (post, prior):
         assert s["deter"].shape == (T, B, 16) and s["stoch"].shape == (T, B, 4, 5) and s["logits"].shape == (T, B, 4, 5)
     assert rssm.features(post).shape == (T, B, 16 + 20)
-    split = make(kernels="auto").features(post)  # the same features, the one-hot part as class indices
-    assert isinstance(split, SplitFeat) and torch.equal(split.dense(), rssm.features(post))
+    split = make(kernels="auto").features(post)  # the same dense features, marked one-hot in the tail
+    assert type(split) is OneHotFeatures and torch.equal(split, rssm.features(post))
+    assert torch.equal(split.split()[2], post["stoch"].argmax(-1)) and type(split - 1.0) is torch.Tensor
     start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
     states, actions = rssm.imagine(lambda s: torch.zeros(s["deter"].shape[0], 2), start, horizon=3)
     assert states["deter"].shape == (4, T * B, 16) and actions.shape == (4, T * B, 2)
@@ -72,26 +73,34 @@ def test_initial_state_is_learned():
 
 
 @pytest.mark.parametrize("grad", [False, True])
-def test_imagination_by_class_index_equals_the_one_hot_rollout(grad):
-    """kernels: without autograd imagine() never builds the one-hot latent (the states hold the class index), with
-    it the states hold both; the rollout (deter, classes, actions) is the readable one-hot rollout's, draw for
-    draw (the kernels' sampler counts the same classes as searchsorted)."""
+def test_imagination_with_the_input_layer_by_gathers_equals_the_readable_rollout(grad):
+    """kernels: from 256 rows on the fused RSSM's input layer reads the latent by class index; the rollout (deter,
+    latents, actions) is the readable one's, draw for draw, and the one-hot gathers ran."""
+    import reverie.models.kernels.onehot_linear as onehot_linear
+
     fast, plain = make(kernels="auto"), make(kernels="off")
-    post, _ = plain.observe(torch.randn(3, 2, 6), torch.zeros(3, 2, 2), torch.zeros(3, 2, dtype=torch.bool))
-    start = {k: v.flatten(0, 1).detach() for k, v in post.items()}
+    assert type(fast.in_z) is onehot_linear.OneHotLinear and type(plain.in_z) is torch.nn.Linear
+    post, _ = plain.observe(torch.randn(2, 130, 6), torch.zeros(2, 130, 2), torch.zeros(2, 130, dtype=torch.bool))
+    start = {k: v.flatten(0, 1).detach() for k, v in post.items()}  # 260 rows
 
-    def policy(state):  # reads the class index, as DreamerV3's actor does through the features
-        index = state["index"] if "index" in state else state["stoch"].argmax(-1)
-        return torch.nn.functional.one_hot(index[:, 0] % 2, 2).float() + 0.01 * state["deter"][:, :2]
+    def policy(state):
+        action = torch.nn.functional.one_hot(state["stoch"].argmax(-1)[:, 0] % 2, 2).float()
+        return action + 0.01 * state["deter"][:, :2]
 
-    with torch.set_grad_enabled(grad):
-        torch.manual_seed(5)
-        by_index, a1 = fast.imagine(policy, start, horizon=6)
-        torch.manual_seed(5)
-        one_hot, a2 = plain.imagine(policy, start, horizon=6)
-    assert set(by_index) == ({"deter", "stoch", "index"} if grad else {"deter", "index"})
-    assert torch.equal(by_index["index"], one_hot["stoch"].argmax(-1)) and torch.equal(a1, a2)
-    assert torch.equal(by_index["deter"], one_hot["deter"])
+    calls = []
+    forward = onehot_linear._OneHotLinear.forward
+    onehot_linear._OneHotLinear.forward = staticmethod(lambda *a: calls.append(1) or forward(*a))
+    try:
+        with torch.set_grad_enabled(grad):
+            torch.manual_seed(5)
+            fused, a1 = fast.imagine(policy, start, horizon=6)
+            torch.manual_seed(5)
+            readable, a2 = plain.imagine(policy, start, horizon=6)
+    finally:
+        onehot_linear._OneHotLinear.forward = staticmethod(forward)
+    assert len(calls) == 6 and torch.equal(a1, a2)
+    assert torch.equal(fused["stoch"], readable["stoch"])
+    torch.testing.assert_close(fused["deter"], readable["deter"], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("given_state", [False, True])

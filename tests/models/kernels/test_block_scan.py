@@ -7,7 +7,7 @@ import torch
 from helpers.scan_checks import check_backward_twice, compare, run_observe, scan_inputs
 
 from reverie.models.dynamics import BlockRSSM
-from reverie.models.kernels import install
+from reverie.models.kernels import FusedBlockRSSM, install
 
 T, B = 9, 4
 
@@ -22,7 +22,6 @@ def make(dtype=torch.float64, kernels="auto", **kwargs):
 
 def inputs(dtype):
     return scan_inputs(dtype, action_dim=2, T=T, B=B)  # actions scaled into [-1, 1] by the RSSM
-
 
 
 def test_block_scan_equals_the_loop_in_float64():
@@ -68,16 +67,20 @@ def test_block_scan_backward_twice_on_a_retained_graph():
 
 
 def test_the_scan_runs_where_it_applies_and_the_loop_elsewhere():
-    """Sampled with autograd: one node; the mode, no autograd, or other depths than the official ones: the loop."""
+    """Sampled with autograd: one node; the mode or no autograd: the loop. Other depths than the official ones and
+    ``kernels="off"`` stay the readable class."""
     embed, action, first = inputs(torch.float64)
     rssm = make()
+    assert type(rssm) is FusedBlockRSSM
     assert type(rssm.observe(embed, action, first)[0]["deter"].grad_fn).__name__ == "_BlockObserveScanBackward"
     assert type(rssm.observe(embed, action, first, sample=False)[0]["deter"].grad_fn).__name__ != \
         "_BlockObserveScanBackward"
     with torch.no_grad():
         assert rssm.observe(embed, action, first)[0]["deter"].grad_fn is None
-    assert make(dynlayers=2).observe_kernel is None and make(obslayers=2).observe_kernel is None
-    assert make(kernels="off").observe_kernel is None
+    for readable in (make(dynlayers=2), make(obslayers=2), make(kernels="off")):
+        assert type(readable) is BlockRSSM
+        assert type(readable.observe(embed, action, first)[0]["deter"].grad_fn).__name__ != \
+            "_BlockObserveScanBackward"
 
 
 def test_block_scan_frees_its_activations_and_checks_parameter_versions():
@@ -112,6 +115,10 @@ def test_an_edited_gru_is_refused_with_kernels_and_runs_as_written_without(monke
     monkeypatch.setattr(BlockGRU, "step", edited)
     with pytest.raises(ValueError, match=r"fused observe scan .* computes other \['deter'.*kernels=off"):
         make(torch.float32)
+    refused = make(torch.float32, kernels="off")
+    with pytest.raises(ValueError, match="kernels=off"):
+        FusedBlockRSSM.adopt(refused)
+    assert type(refused) is BlockRSSM  # the check's class swap is undone
     post, _ = make(torch.float32, kernels="off").observe(embed, action, first, sample=False)
     assert not torch.allclose(post["deter"], shipped["deter"])  # the edited step ran
 

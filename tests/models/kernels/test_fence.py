@@ -1,6 +1,6 @@
-"""The kernels fenced off from the rest (issue 26): building an agent leaves the global random streams alone, a
-kernel's cached weights follow every write to the weights, and the agent's ``kernels`` setting reaches every module
-it builds."""
+"""The kernels fenced off from the rest (issue 26): building an agent leaves the global random streams alone, the
+readable modules import nothing from the kernels, and the agent's ``kernels`` setting decides which modules
+:func:`reverie.models.kernels.install` swaps for their fast subclasses."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import torch
 import reverie
 from reverie.agents import DreamerV3_2025
 from reverie.agents.dreamer import DreamerV3
-from reverie.models.dynamics import CategoricalRSSM
+from reverie.models.dynamics import BlockRSSM, CategoricalRSSM
+from reverie.models.kernels import FusedBlockRSSM, FusedRSSM, OneHotLinear
 from reverie.types import ActionSpec
 
 from helpers.agents import dreamer
@@ -42,7 +43,7 @@ def test_building_an_agent_leaves_the_global_random_streams_alone(monkeypatch):
                 for generator in torch.cuda.default_generators:
                     generator.manual_seed(1234)
             agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **dreamer(kernels=kernels), device=device)
-            assert (agent.wm.dynamics.kernels is not None) is (kernels == "auto")  # the probe ran with auto
+            assert type(agent.wm.dynamics) is (FusedRSSM if kernels == "auto" else CategoricalRSSM)  # the probe ran
         streams[kernels] = [torch.random.get_rng_state(), *(torch.cuda.get_rng_state_all()
                                                             if torch.cuda.is_available() else [])]
     assert seeded == []
@@ -89,8 +90,24 @@ def test_the_readable_modules_import_nothing_from_the_kernels():
     assert kernel_imports(READABLE_ROOT / "agents" / "dreamer.py")  # the parser sees the agents' install import
 
 
-def linears(module):
-    return {type(m).__name__ for m in module.modules() if isinstance(m, torch.nn.Linear)}
+def linears(module: torch.nn.Module) -> dict[str, type]:
+    """``{name: class}`` of every ``nn.Linear`` (or subclass) in ``module``."""
+    return {name: type(m) for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+# the layers that read the categorical RSSM's features: its input layer and each head's first layer
+FEATURE_READERS = {"wm.dynamics.in_z", "wm.representation.decoder.hidden.0.0", "wm.reward_head.hidden.0.0",
+                   "wm.cont_head.hidden.0.0", "actor.net.hidden.0.0", "critic.hidden.0.0", "slow_critic.hidden.0.0"}
+
+
+def small_dreamer(kernels: str, own: str | None = None) -> DreamerV3:
+    """DreamerV3 whose dynamics comes from a partial without ``kernels`` (``own``: with it); units 24 for the RSSM,
+    so that no other layer's input width (its GRU's 24 + 16) equals the features' 16 + 4 * 4."""
+    torch.manual_seed(0)
+    dynamics = {} if own is None else {"kernels": own}
+    return DreamerV3({"vector": (4,)}, ActionSpec(True, 2), dynamics=partial(CategoricalRSSM, deter=16, stoch=4,
+                                                                              classes=4, units=24, **dynamics),
+                     units=16, layers=1, horizon=3, precision="float32", kernels=kernels)
 
 
 @pytest.mark.parametrize("kernels", ["auto", "off"])
@@ -99,33 +116,35 @@ def test_the_agent_setting_reaches_a_dynamics_built_from_a_partial_without_it(ke
     own ``kernels`` at its default, yet the agent's setting decides for every module it builds (issue 26: with
     ``off`` the dynamics still had its fast paths). Likewise the 2025 agent's dynamics dict without ``kernels``."""
     on = kernels == "auto"
-    torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), dynamics=partial(CategoricalRSSM, deter=16, stoch=4,
-                                                                              classes=4, units=16),
-                      units=16, layers=1, horizon=3, precision="float32", kernels=kernels)
-    assert (agent.wm.dynamics.kernels is not None) is on
-    assert agent.fast is on and agent.wm.fast is on
-    assert linears(agent) == ({"FeatLinear"} if on else {"Linear"})
+    agent = small_dreamer(kernels)
+    assert type(agent.wm.dynamics) is (FusedRSSM if on else CategoricalRSSM)
+    found = linears(agent)
+    fast = {name for name, cls in found.items() if cls is OneHotLinear}
+    assert fast == (FEATURE_READERS if on else set())
+    assert all(cls is torch.nn.Linear for name, cls in found.items() if name not in fast)
     agent_2025 = DreamerV3_2025({"vector": (4,)}, ActionSpec(True, 2), dynamics=dict(deter=16, hidden=8, stoch=3,
                                                                                      classes=4, blocks=4),
                                 units=8, horizon=3, precision="float32", kernels=kernels)
-    assert agent_2025.wm.dynamics.fast is on and agent_2025.wm.fast is on and agent_2025.fast is on
+    assert type(agent_2025.wm.dynamics) is (FusedBlockRSSM if on else BlockRSSM)
+    assert OneHotLinear not in linears(agent_2025).values()  # the 2025 model has no categorical RSSM
 
 
 def test_a_dynamics_built_off_stays_readable_under_an_agent_with_kernels():
-    """A module's own ``kernels="off"`` (e.g. an edited RSSM the fused scan would refuse) is not overridden."""
-    torch.manual_seed(0)
-    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), dynamics=partial(CategoricalRSSM, deter=16, stoch=4,
-                                                                              classes=4, units=16, kernels="off"),
-                      units=16, layers=1, horizon=3, precision="float32", kernels="auto")
-    assert agent.wm.dynamics.kernels is None and agent.fast
+    """A module's own ``kernels="off"`` (e.g. an edited RSSM the fused scan would refuse) is not overridden, nor
+    are the layers that read its features."""
+    agent = small_dreamer("auto", own="off")
+    assert type(agent.wm.dynamics) is CategoricalRSSM
+    assert set(linears(agent).values()) == {torch.nn.Linear}
+    assert type(small_dreamer("auto").wm.dynamics) is FusedRSSM  # the same agent without the dynamics' own "off"
 
 
 def test_install_keeps_every_state_dict_key_and_value():
-    """The install step swaps classes and sets flags: the saved state of an agent with kernels is the same, key for
-    key and value for value, as that of the same agent without (checkpoints resume either way)."""
+    """The install step swaps classes: the saved state of an agent with kernels is the same, key for key and value
+    for value, as that of the same agent without (checkpoints resume either way)."""
     states = {}
     for kernels in ("auto", "off"):
         torch.manual_seed(0)
-        states[kernels] = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **dreamer(kernels=kernels)).state_dict()
+        agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **dreamer(kernels=kernels))
+        assert (type(agent.wm.dynamics) is FusedRSSM) is (kernels == "auto")
+        states[kernels] = agent.state_dict()
     assert_same(states["auto"], states["off"])

@@ -13,8 +13,8 @@ from reverie.agents.dreamer import DreamerV3
 from reverie.configs.compose import load_config
 from reverie.envs.testing import random_batch
 from reverie.models.dynamics import CategoricalRSSM
-from reverie.models.kernels import resolve
-from reverie.models.kernels.onehot_linear import SplitFeat
+from reverie.models.kernels import FusedRSSM, OneHotLinear, resolve
+from reverie.models.kernels.onehot_linear import OneHotFeatures
 from reverie.types import ActionSpec
 
 from helpers.agents import dreamer
@@ -25,10 +25,12 @@ def test_the_config_key_reaches_every_kernel(kernels):
     cfg = load_config(["exp=debug", f"agent.module.kernels={kernels}"])
     agent = build_agent(cfg.agent, {"vector": (4,)}, ActionSpec(True, 2))
     on = kernels == "auto"
-    assert agent.fast is on and agent.wm.fast is on and (agent.wm.dynamics.kernels is not None) is on
+    assert type(agent.wm.dynamics) is (FusedRSSM if on else CategoricalRSSM)
+    assert (type(agent.critic.hidden[0][0]) is OneHotLinear) is on  # a layer reading the features
+    assert (OneHotLinear in {type(m) for m in agent.modules()}) is on
 
 
-def test_heads_see_split_features_only_with_kernels():
+def test_heads_see_one_hot_features_only_with_kernels():
     seen = []
     for kernels in ("auto", "off"):
         torch.manual_seed(0)
@@ -36,7 +38,20 @@ def test_heads_see_split_features_only_with_kernels():
         head = agent.critic.forward
         agent.critic.forward = lambda x, head=head: seen.append(type(x)) or head(x)
         agent.update(random_batch(8, 4, seed=0))
-    assert seen == [SplitFeat, torch.Tensor]  # REINFORCE: one critic pass per update serves values and loss
+    assert seen == [OneHotFeatures, torch.Tensor]  # REINFORCE: one critic pass per update serves values and loss
+
+
+def test_features_with_kernels_are_the_readable_tensor():
+    """``features()`` of an agent built with kernels is a tensor (a subclass) equal to the readable ``cat``."""
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **dreamer(kernels="auto"))
+    dynamics = agent.wm.dynamics
+    post, _ = dynamics.observe(torch.randn(5, 3, dynamics.embed_dim), torch.zeros(5, 3, 2),
+                               torch.zeros(5, 3, dtype=torch.bool))
+    feat = dynamics.features(post)
+    assert isinstance(feat, torch.Tensor) and type(feat) is OneHotFeatures
+    assert torch.equal(feat, torch.cat([post["deter"], post["stoch"].flatten(-2)], -1))
+    assert torch.equal(feat, CategoricalRSSM.features(dynamics, post))
 
 
 def test_kernels_are_the_default_and_compile_turns_them_off(monkeypatch):
@@ -45,7 +60,8 @@ def test_kernels_are_the_default_and_compile_turns_them_off(monkeypatch):
         assert inspect.signature(factory).parameters["kernels"].default == "auto"
     monkeypatch.setattr(DreamerV3, "_compile", lambda self: False)  # only the construction is checked
     agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), compile=True, **dreamer())
-    assert not agent.fast and agent.wm.dynamics.kernels is None
+    assert type(agent.wm.dynamics) is CategoricalRSSM
+    assert {type(m) for m in agent.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
 
 
 def test_a_bad_value_is_refused_naming_the_key():

@@ -4,10 +4,11 @@
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from helpers.scan_checks import check_backward_twice, compare, run_observe, scan_inputs
 
 from reverie.models.dynamics import CategoricalRSSM
-from reverie.models.kernels import install
+from reverie.models.kernels import FusedRSSM, install
 
 T, B = 9, 4
 
@@ -112,6 +113,21 @@ def test_fused_scan_frees_its_activations_and_checks_parameter_versions():
         post["deter"].sum().backward()
 
 
+def test_the_scan_runs_where_it_applies_and_the_loop_elsewhere():
+    """Sampled with autograd in the compute dtype: one node; the mode or no autograd: the loop; ``kernels="off"``:
+    the readable class."""
+    embed, action, first = inputs(torch.float64)
+    rssm = make()
+    assert type(rssm) is FusedRSSM and type(make(kernels="off")) is CategoricalRSSM
+    assert type(rssm.observe(embed, action, first)[0]["deter"].grad_fn).__name__ == "_ObserveScanBackward"
+    assert type(rssm.observe(embed, action, first, sample=False)[0]["deter"].grad_fn).__name__ != \
+        "_ObserveScanBackward"
+    with torch.no_grad():
+        assert rssm.observe(embed, action, first)[0]["deter"].grad_fn is None
+    assert type(make(kernels="off").observe(embed, action, first)[0]["deter"].grad_fn).__name__ != \
+        "_ObserveScanBackward"
+
+
 def test_initial_state_gradient_in_float64():
     """The learned initial state's gradient is summed in its own dtype (float64 here), as the per-op loop does."""
     rssm = make()
@@ -138,13 +154,15 @@ def test_an_edited_cell_is_refused_with_kernels_and_runs_as_written_without(monk
     with pytest.raises(ValueError,
                        match=r"does not reproduce this RSSM: two steps give a different deter.*kernels=off"):
         make(torch.float32)
+    refused = make(torch.float32, kernels="off")
+    with pytest.raises(ValueError, match="kernels=off"):
+        FusedRSSM.adopt(refused)
+    assert type(refused) is CategoricalRSSM and type(refused.in_z) is nn.Linear  # refused: left as it was
     post, _ = make(torch.float32, kernels="off").observe(embed, action, first, sample=False)
     assert not torch.allclose(post["deter"], shipped["deter"])  # the edited cell ran
 
 
 def test_modules_the_scan_does_not_read_are_refused():
-    from torch import nn
-
     from reverie.models.kernels.rssm import check_fused_scan
 
     rssm = make(torch.float32, kernels="off")
