@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from reverie.models.dynamics.base import Policy
 from reverie.models.dynamics.categorical import CategoricalRSSM, GRUCell
 from reverie.models.kernels.observe_scan import observe_scan
 from reverie.models.kernels.onehot_linear import (GATHER_MIN_ROWS, OneHotFeatures, OneHotLinear, gathers_pay,
@@ -33,10 +34,40 @@ class FusedRSSM(CategoricalRSSM):
         return rssm
 
     def features(self, state: State) -> torch.Tensor:
-        """``cat(deter, flat stoch)`` ``(..., D + S*K)`` as :class:`OneHotFeatures` (marked: its tail is one-hot)."""
-        stoch = state["stoch"]  # the index from the contiguous latent (a matrix-vector product), where it is read
-        index = one_hot_argmax(stoch) if gathers_pay(stoch) else None
-        return OneHotFeatures.of(super().features(state), self.deter, self.stoch, index)
+        """``cat(deter, flat stoch)`` ``(..., D + S*K)`` as :class:`OneHotFeatures` (marked: its tail is one-hot); a
+        view, not a copy, of :meth:`imagine`'s buffer for its states."""
+        deter, stoch = state["deter"], state["stoch"]
+        feat = joined(deter, stoch)
+        if feat is None:
+            feat = super().features(state)
+        index = state.get("index")  # imagine's, from each step's contiguous latent
+        if index is None and gathers_pay(stoch):
+            index = one_hot_argmax(stoch)  # a matrix-vector product on the latent, where a layer will gather
+        return OneHotFeatures.of(feat, self.deter, self.stoch, index)
+
+    def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
+        """:meth:`CategoricalRSSM.imagine`; without autograd each step is written into one ``(H+1, N, D + S*K)``
+        buffer (``deter`` and ``stoch`` its views; ``index`` where layers gather), so the features of the states
+        the policy and the heads read are views of it, not concatenated copies. The same draws and values."""
+        deter0, stoch0 = start["deter"], start["stoch"]
+        if torch.is_grad_enabled() or deter0.dtype != stoch0.dtype:
+            return super().imagine(policy, start, horizon)
+        buffer = deter0.new_empty(horizon + 1, deter0.shape[0], self.feat_dim)
+        states = {"deter": buffer[..., :self.deter],
+                  "stoch": buffer[..., self.deter:].unflatten(-1, (self.stoch, self.classes))}
+        if gathers_pay(stoch0):
+            states["index"] = torch.empty(*buffer.shape[:2], self.stoch, dtype=torch.long, device=buffer.device)
+        state, actions = start, []
+        for t in range(horizon + 1):
+            if t > 0:
+                state = self.img_step(state, actions[-1])
+            states["deter"][t].copy_(state["deter"])
+            states["stoch"][t].copy_(state["stoch"])
+            if "index" in states:
+                states["index"][t] = one_hot_argmax(state["stoch"])
+            state = {key: value[t] for key, value in states.items()}
+            actions.append(policy(state))
+        return states, torch.stack(actions)  # (H+1) x (N, A) -> (H+1, N, A)
 
     def _cell(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:
         stoch = state["stoch"]
@@ -62,6 +93,19 @@ def compute_dtype(rssm: nn.Module) -> torch.dtype:
     """The dtype the RSSM's linear layers compute in: autocast's where it is on, else the weights'."""
     device = rssm.in_a.weight.device.type
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else rssm.in_a.weight.dtype
+
+
+def joined(deter: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor | None:
+    """``cat(deter (..., D), flat stoch (..., S, K))`` as a view where the two are adjacent columns of one tensor
+    without autograd (:meth:`FusedRSSM.imagine`'s buffer), else None."""
+    d, width = deter.shape[-1], deter.shape[-1] + stoch.shape[-2] * stoch.shape[-1]
+    if deter.requires_grad or stoch.requires_grad or deter.dtype != stoch.dtype or deter.shape[:-1] != \
+            stoch.shape[:-2] or deter.stride()[:-1] != stoch.stride()[:-2] or deter.stride(-1) != 1 or \
+            stoch.stride()[-2:] != (stoch.shape[-1], 1) or any(s < width for s in deter.stride()[:-1]) or \
+            stoch.data_ptr() != deter.data_ptr() + d * deter.element_size() or \
+            deter.untyped_storage().data_ptr() != stoch.untyped_storage().data_ptr():
+        return None
+    return deter.as_strided((*deter.shape[:-1], width), deter.stride())
 
 
 def check_fused_scan(rssm: nn.Module) -> None:
