@@ -81,8 +81,8 @@ def _leading_item(dims: int, item, *_, **__) -> bool:
     return not any(i is Ellipsis or i is None for i in items) and len(items) < dims  # never the last dimension
 
 
-def _leading_flatten(dims: int, start: int = 0, end: int = -1) -> bool:
-    return end % dims < dims - 1
+def _leading_flatten(dims: int, start_dim: int = 0, end_dim: int = -1) -> bool:
+    return end_dim % dims < dims - 1
 
 
 _LEADING = {  # the operations that keep the mark, each with its check of the arguments

@@ -127,9 +127,13 @@ def test_features_keep_their_index_through_leading_dimension_ops():
     feat = _onehot(h, z, index)
     dense = feat.as_subclass(torch.Tensor)
     assert (feat.width, feat.groups) == (6, 4)
+    known = OneHotFeatures.of(dense, 6, 4, index)  # a given index is indexed alike (here: not recomputed)
+    assert torch.equal(known[1:].flatten(0, 1).detach()[[0, 2]].split()[2], index[1:].flatten(0, 1)[[0, 2]])
     kept = {"[1:]": (feat[1:], dense[1:], index[1:]), "[2]": (feat[2], dense[2], index[2]),
             "[:, 0]": (feat[:, 0], dense[:, 0], index[:, 0]),
             "flatten(0, 1)": (feat.flatten(0, 1), dense.flatten(0, 1), index.flatten(0, 1)),
+            "flatten(end_dim=1)": (feat.flatten(end_dim=1), dense.flatten(0, 1), index.flatten(0, 1)),
+            "[mask]": (feat[index[..., 0] > 0], dense[index[..., 0] > 0], index[index[..., 0] > 0]),
             "detach": (feat.detach(), dense, index), "to(float32)": (feat.to(torch.float32), dense.float(), index)}
     for name, (out, values, idx) in kept.items():
         assert type(out) is OneHotFeatures, name
