@@ -22,10 +22,17 @@ GATHER_MIN_ROWS = 256
 
 def one_hot_argmax(stoch: torch.Tensor) -> torch.Tensor:
     """Class index ``(..., S)`` int64 of an exact one-hot ``(..., S, K)``, as ``stoch @ [0, 1, .., K-1]`` (faster
-    on CPU than ``argmax``)."""
-    classes = torch.arange(stoch.shape[-1], device=stoch.device, dtype=torch.float32)
+    on CPU than ``argmax``); for the columns of a wider tensor (rows of ``S*K`` adjacent entries at a larger
+    stride), one product with the block matrix of those weights, which reads the rows where they are."""
+    s, k = stoch.shape[-2:]
+    classes = torch.arange(k, device=stoch.device, dtype=torch.float32)
     with torch.autocast(stoch.device.type, enabled=False):  # float32: autocast would cast both to 16 bits
-        return (stoch.detach().float() @ classes).long()
+        x = stoch.detach().float()
+        if x.is_contiguous() or x.stride()[-2:] != (k, 1):
+            return (x @ classes).long()
+        rows = x.flatten(-2).reshape(-1, s * k)  # a view: (M, S*K) rows at the tensor's stride
+        weights = torch.block_diag(*[classes[:, None]] * s)  # (S*K, S): group g's classes in column g
+        return (rows @ weights).long().view(*stoch.shape[:-1])
 
 
 class OneHotFeatures(torch.Tensor):
@@ -33,7 +40,7 @@ class OneHotFeatures(torch.Tensor):
     the columns before, ``groups`` ``S``), with their class index ``(..., S)`` where known. Any operation gives a
     plain tensor, except those that keep the last dimension and act on the leading ones (indexing, ``flatten``,
     ``detach``, a dtype cast), which keep the mark and index the index alike. An in-place write drops the mark
-    (:meth:`split`)."""
+    (:meth:`parts`); copies and pickles are plain tensors."""
 
     width: int
     groups: int
@@ -44,10 +51,16 @@ class OneHotFeatures(torch.Tensor):
         out.width, out.groups, out.known, out.written = width, groups, index, _version(dense)
         return out
 
-    def split(self) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None:
+    def __deepcopy__(self, memo: dict) -> torch.Tensor:
+        return self.as_subclass(torch.Tensor).clone()
+
+    def __reduce_ex__(self, protocol: int):
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
+    def parts(self) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None:
         """``(deter (..., W) or None, stoch (..., S, K), index (..., S))`` (views and the class index), or None after
-        an in-place write."""
-        if _version(self) != self.written:
+        an in-place write, and always for inference tensors (they count no writes)."""
+        if self.written is None or _version(self) != self.written:
             return None
         plain = self.as_subclass(torch.Tensor)
         stoch = plain[..., self.width:].unflatten(-1, (self.groups, -1))
@@ -78,7 +91,8 @@ def _version(x: torch.Tensor) -> int | None:
 
 def _leading_item(dims: int, item, *_, **__) -> bool:
     items = item if isinstance(item, tuple) else (item,)
-    return not any(i is Ellipsis or i is None for i in items) and len(items) < dims  # never the last dimension
+    used = sum(i.dim() if torch.is_tensor(i) and i.dtype in (torch.bool, torch.uint8) else 1 for i in items)
+    return not any(i is Ellipsis or i is None for i in items) and used < dims  # never the last dimension
 
 
 def _leading_flatten(dims: int, start_dim: int = 0, end_dim: int = -1) -> bool:
@@ -201,7 +215,7 @@ class OneHotLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         parts = None
         if type(x) is OneHotFeatures and x.shape[:-1].numel() >= GATHER_MIN_ROWS and gathers_pay(x):
-            parts = x.split()
+            parts = x.parts()
         if parts is None:
             return F.linear(x.as_subclass(torch.Tensor), self.weight, self.bias)
         return onehot_linear(*parts, self.weight, self.bias)

@@ -34,37 +34,32 @@ class FusedRSSM(CategoricalRSSM):
         return rssm
 
     def features(self, state: State) -> torch.Tensor:
-        """``cat(deter, flat stoch)`` ``(..., D + S*K)`` as :class:`OneHotFeatures` (marked: its tail is one-hot); a
-        view, not a copy, of :meth:`imagine`'s buffer for its states."""
+        """``cat(deter, flat stoch)`` ``(..., D + S*K)`` as :class:`OneHotFeatures` (marked: its tail is one-hot, so
+        ``stoch`` must be exactly one-hot, as every state of this RSSM is); for :meth:`imagine`'s states a view of its
+        buffer, not a copy (a write into those states shows in the features)."""
         deter, stoch = state["deter"], state["stoch"]
         feat = joined(deter, stoch)
         if feat is None:
             feat = super().features(state)
-        index = state.get("index")  # imagine's, from each step's contiguous latent
-        if index is None and gathers_pay(stoch):
-            index = one_hot_argmax(stoch)  # a matrix-vector product on the latent, where a layer will gather
+        index = one_hot_argmax(stoch) if gathers_pay(stoch) else None  # where a layer will gather
         return OneHotFeatures.of(feat, self.deter, self.stoch, index)
 
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
         """:meth:`CategoricalRSSM.imagine`; without autograd each step is written into one ``(H+1, N, D + S*K)``
-        buffer (``deter`` and ``stoch`` its views; ``index`` where layers gather), so the features of the states
-        the policy and the heads read are views of it, not concatenated copies. The same draws and values."""
+        buffer (``deter`` and ``stoch`` are its views: not contiguous), so the features the policy and the heads
+        read are views of it, not concatenated copies. The same draws and values."""
         deter0, stoch0 = start["deter"], start["stoch"]
         if torch.is_grad_enabled() or deter0.dtype != stoch0.dtype:
             return super().imagine(policy, start, horizon)
         buffer = deter0.new_empty(horizon + 1, deter0.shape[0], self.feat_dim)
         states = {"deter": buffer[..., :self.deter],
                   "stoch": buffer[..., self.deter:].unflatten(-1, (self.stoch, self.classes))}
-        if gathers_pay(stoch0):
-            states["index"] = torch.empty(*buffer.shape[:2], self.stoch, dtype=torch.long, device=buffer.device)
         state, actions = start, []
         for t in range(horizon + 1):
             if t > 0:
                 state = self.img_step(state, actions[-1])
             states["deter"][t].copy_(state["deter"])
             states["stoch"][t].copy_(state["stoch"])
-            if "index" in states:
-                states["index"][t] = one_hot_argmax(state["stoch"])
             state = {key: value[t] for key, value in states.items()}
             actions.append(policy(state))
         return states, torch.stack(actions)  # (H+1) x (N, A) -> (H+1, N, A)

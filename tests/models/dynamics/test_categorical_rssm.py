@@ -24,7 +24,7 @@ def test_observe_and_imagine_shapes(T, B):
     assert rssm.features(post).shape == (T, B, 16 + 20)
     split = make(kernels="auto").features(post)  # the same dense features, marked one-hot in the tail
     assert type(split) is OneHotFeatures and torch.equal(split, rssm.features(post))
-    assert torch.equal(split.split()[2], post["stoch"].argmax(-1)) and type(split - 1.0) is torch.Tensor
+    assert torch.equal(split.parts()[2], post["stoch"].argmax(-1)) and type(split - 1.0) is torch.Tensor
     start = {k: v.flatten(0, 1) for k, v in post.items()}  # (T, B, ...) -> (T*B, ...)
     states, actions = rssm.imagine(lambda s: torch.zeros(s["deter"].shape[0], 2), start, horizon=3)
     assert states["deter"].shape == (4, T * B, 16) and actions.shape == (4, T * B, 2)
@@ -158,3 +158,22 @@ def test_gru_promotes_mixed_input_dtypes_outside_autocast():
     out = cell(x, h)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, cell(x.double(), h))
+
+
+def test_features_of_edited_imagined_states_follow_the_edit():
+    """kernels: imagine's states without autograd are views of one buffer; the features read them as they are now,
+    also after an edit of a latent group, and a layer gathering from them gives the dense product."""
+    from reverie.models.kernels.onehot_linear import OneHotLinear
+
+    fast = make(kernels="auto").double()
+    post, _ = fast.observe(torch.randn(2, 150, 6).double(), torch.zeros(2, 150, 2).double(),
+                           torch.zeros(2, 150, dtype=torch.bool))
+    start = {k: v.flatten(0, 1).detach() for k, v in post.items()}  # 300 rows
+    with torch.no_grad():
+        states, _ = fast.imagine(lambda s: torch.zeros(s["deter"].shape[0], 2).double(), start, horizon=3)
+        states["stoch"][:, :, 0] = torch.nn.functional.one_hot(torch.tensor(4), 5).double()  # edit group 0
+        feat = fast.features(states)
+        dense = torch.cat([states["deter"], states["stoch"].flatten(-2)], -1)
+        layer = OneHotLinear(fast.feat_dim, 7).double()
+        assert torch.equal(feat.as_subclass(torch.Tensor), dense)
+        torch.testing.assert_close(layer(feat), torch.nn.functional.linear(dense, layer.weight, layer.bias))

@@ -128,7 +128,7 @@ def test_features_keep_their_index_through_leading_dimension_ops():
     dense = feat.as_subclass(torch.Tensor)
     assert (feat.width, feat.groups) == (6, 4)
     known = OneHotFeatures.of(dense, 6, 4, index)  # a given index is indexed alike (here: not recomputed)
-    assert torch.equal(known[1:].flatten(0, 1).detach()[[0, 2]].split()[2], index[1:].flatten(0, 1)[[0, 2]])
+    assert torch.equal(known[1:].flatten(0, 1).detach()[[0, 2]].parts()[2], index[1:].flatten(0, 1)[[0, 2]])
     kept = {"[1:]": (feat[1:], dense[1:], index[1:]), "[2]": (feat[2], dense[2], index[2]),
             "[:, 0]": (feat[:, 0], dense[:, 0], index[:, 0]),
             "flatten(0, 1)": (feat.flatten(0, 1), dense.flatten(0, 1), index.flatten(0, 1)),
@@ -139,7 +139,7 @@ def test_features_keep_their_index_through_leading_dimension_ops():
         assert type(out) is OneHotFeatures, name
         assert out.width == 6, name
         torch.testing.assert_close(out.as_subclass(torch.Tensor), values, rtol=0, atol=0, msg=name)
-        deter, stoch, split_index = out.split()
+        deter, stoch, split_index = out.parts()
         assert torch.equal(deter, values[..., :6]) and torch.equal(stoch, values[..., 6:].unflatten(-1, (4, 3)))
         assert torch.equal(split_index, idx) and torch.equal(one_hot_argmax(stoch), idx), name
 
@@ -164,13 +164,13 @@ def test_an_in_place_write_drops_the_index_and_the_layer_computes_densely(gather
     dense = torch.cat([h, z.flatten(-2)], -1)
     feat = OneHotFeatures.of(dense, 6, index.shape[-1])
     layer = OneHotLinear(6 + 12, 3).double()
-    assert feat.split() is not None
+    assert feat.parts() is not None
     before = layer(feat)
     if write == "feature":
         feat[:, -1] = 0.5
     else:
         dense[:, 6:9] = 0.25
-    assert feat.split() is None and gathers == [1]
+    assert feat.parts() is None and gathers == [1]
     after = layer(feat)
     assert gathers == [1] and type(after) is torch.Tensor
     torch.testing.assert_close(after, F.linear(dense, layer.weight, layer.bias), rtol=1e-12, atol=1e-12)
@@ -260,7 +260,7 @@ def test_fused_rssm_reads_features_and_its_input_by_index(gathers):
     index = torch.randint(0, 5, (rows, 4))
     state = {"deter": torch.randn(rows, 16, dtype=torch.float64), "stoch": F.one_hot(index, 5).double()}
     feat = fused.features(state)
-    assert type(feat) is OneHotFeatures and torch.equal(feat.split()[2], index)
+    assert type(feat) is OneHotFeatures and torch.equal(feat.parts()[2], index)
     assert torch.equal(feat.as_subclass(torch.Tensor), readable.features(state))
     action = torch.randn(rows, 3, dtype=torch.float64)
     out = []
@@ -281,3 +281,41 @@ def test_fused_rssm_reads_features_and_its_input_by_index(gathers):
         assert (a is None) == (b is None), name
         if b is not None:
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_tensor_methods_copies_and_masks_behave_as_on_a_plain_tensor():
+    """``Tensor.split`` still splits, a deep copy and a pickle give plain tensors, and a boolean mask over every
+    dimension gives a plain tensor even when it picks as many entries as the last dimension has."""
+    import copy
+    import pickle
+
+    h, z, index = _features(lead=(4, 3))
+    feat = _onehot(h, z, index)
+    dense = feat.as_subclass(torch.Tensor)
+    assert [torch.equal(a, b) for a, b in zip(feat.split([6, 12], -1), dense.split([6, 12], -1))] == [True, True]
+    for copied in (copy.deepcopy(feat), pickle.loads(pickle.dumps(feat))):
+        assert type(copied) is torch.Tensor and torch.equal(copied, dense)
+    mask = torch.zeros(feat.shape, dtype=torch.bool)
+    mask[0, 0, :18] = True  # 18 entries: the last dimension's size
+    picked = feat[mask]
+    assert type(picked) is torch.Tensor and torch.equal(picked, dense[mask])
+
+
+def test_inference_tensors_are_read_densely(gathers):
+    """Inference tensors count no in-place writes, so the layer cannot know the mark still holds: dense product."""
+    layer = OneHotLinear(6 + 12, 3).double()
+    with torch.inference_mode():
+        feat = _onehot(*_features(lead=(GATHER_MIN_ROWS,)))
+        feat.mul_(0.5)  # no longer one-hot
+        out = layer(feat)
+        expected = F.linear(feat.as_subclass(torch.Tensor), layer.weight, layer.bias)
+    assert feat.parts() is None and gathers == []
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("lead", [(5, 300), (300,)])
+def test_one_hot_argmax_reads_the_columns_of_a_wider_tensor(lead):
+    """The index of the one-hot columns of ``cat(deter, one-hot)`` without copying them (a strided view)."""
+    h, z, index = _features(lead=lead, deter=6, groups=4, classes=3, dtype=torch.float32)
+    wide = torch.cat([h, z.flatten(-2)], -1)[..., 6:].unflatten(-1, (4, 3))
+    assert not wide.is_contiguous() and torch.equal(one_hot_argmax(wide), index)
