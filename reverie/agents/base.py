@@ -156,8 +156,9 @@ class WorldModelAgent(nn.Module):
 
     def initial_state(self, batch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """``(dynamics state (N, ...), prev_action (N, A))`` before the first step of ``batch`` envs."""
+        dtype = next(self.wm.parameters()).dtype  # float64 runs act in float64
         with torch.inference_mode():
-            return self.wm.dynamics.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device)
+            return self.wm.dynamics.initial(batch), torch.zeros(batch, self.spec.dim, device=self.device, dtype=dtype)
 
     def act(self, obs: dict[str, np.ndarray], state: Any = None, mode: str = "explore") -> tuple[np.ndarray, Any]:
         """One step for ``N`` envs: filter ``obs`` ``(N, ...)`` (with ``is_first``) into the posterior, :meth:`_choose`.

@@ -291,3 +291,18 @@ def test_the_presets_read_the_continue_as_the_docs_say():
         assert load_config(overrides).agent.module.imag_cont == "mode", overrides
     for overrides in ([], ["env=pendulum"]):
         assert load_config(overrides).agent.module.imag_cont == "prob", overrides
+
+
+@pytest.mark.parametrize("agent_name", ["dreamerv3"])
+def test_a_float64_agent_acts_from_its_initial_state(agent_name):
+    """``precision=float64``: the first step's previous action (zeros) is float64 like the parameters (it was float32
+    and the first act raised a dtype error). The 2025 agent and PlaNet's planner still act in float32 only."""
+    from reverie.agents.build import build_agent
+    from reverie.configs.compose import load_config
+
+    cfg = load_config([f"agent={agent_name}", "exp=debug", "agent.module.precision=float64"])
+    agent = build_agent(cfg.agent, {"vector": (4,)}, ActionSpec(True, 2))
+    obs = {"vector": np.zeros((3, 4), np.float32), "is_first": np.ones(3, bool)}
+    action, state = agent.act(obs, None, "explore")
+    action, _ = agent.act(obs | {"is_first": np.zeros(3, bool)}, state, "explore")
+    assert action.shape == (3, 2) and np.allclose(action.sum(-1), 1.0)
