@@ -180,7 +180,8 @@ class DreamerV3_2025(WorldModelAgent):
         actor = self.policy_lag.actor if self.policy_lag is not None else self.actor
         dist = actor(self._acting_model().dynamics.features(post))
         action = dist.mode if mode == "eval" else dist.sample()
-        return (action if self.spec.discrete else action.clamp(-1.0, 1.0)).float()
+        action = action if self.spec.discrete else action.clamp(-1.0, 1.0)
+        return action.to(torch.promote_types(action.dtype, torch.float32))  # float32 (float64 in float64 runs)
 
     def _acted(self) -> None:
         if self.policy_lag is not None:
