@@ -163,7 +163,7 @@ class ConvDecoder(nn.Module):
         self.plan = conv_plan(self.out_shape, depth, channels, kernel, stride, padding, min_res)
         last = self.plan[-1]
         self.in_shape = (last["cout"], last["size_out"], last["size_out"])
-        self.linear = nn.Linear(feat_dim, math.prod(self.in_shape))  # kernels installed: split features too
+        self.linear = nn.Linear(feat_dim, math.prod(self.in_shape))  # kernels=auto: reads the one-hot by gathers
         trunc_normal_init_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
         layers: list[nn.Module] = []

@@ -11,8 +11,9 @@ One step (DreamerV3 2023 reference ``nets.py`` ``RSSM.obs_step`` with ``img_step
     post:     logits = silu(LN_post(h' @ W_h^T + e_t)) @ W_out^T + b_out  e_t = post_e(embed_t), precomputed
     sample:   s' = one_hot(unimix draw from logits)    value one-hot, gradient of the unimix probabilities
 
-Values and draws are the loop's (with ``B >= 256`` rows in bf16 the loop gathers rows: a draw can differ);
-gradients agree up to float addition order (``tests/models/kernels/test_observe_scan.py``). Not differentiable twice.
+Values and draws are the loop's (with ``B >= 256`` rows in float32 the loop's input layer gathers rows: a draw
+can differ); gradients agree up to float addition order (``tests/models/kernels/test_observe_scan.py``). Not
+differentiable twice.
 """
 
 from __future__ import annotations
