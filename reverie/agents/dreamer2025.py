@@ -100,7 +100,8 @@ class DreamerV3_2025(WorldModelAgent):
     sets; 0 from the initial state). ``imag_last``: imagine from the last ``K`` rows (0: all). ``contdisc``: ``gamma``
     lives in the continue head (False: it discounts the returns). ``*_outscale``: output layer init scales.
     ``slow_reg``: ``slowreg``. ``retnorm_*``: ``retnorm`` (``configs.yaml:111``). ``lr, agc, eps, beta1, beta2,
-    warmup``: :class:`reverie.agents.optim.LaProp`. ``policy_lag``: act with :class:`PolicyLag` (on under
+    warmup``: :class:`reverie.agents.optim.LaProp`; ``laprop`` its form (``"original"``: R2-Dreamer's).
+    ``policy_lag``: act with :class:`PolicyLag` (on under
     ``exp=reference``). ``actor_unimix`` 0: the official ``categorical`` head never reads its ``unimix: 0.01``
     (``heads.py:101-110``).
 
@@ -123,8 +124,9 @@ class DreamerV3_2025(WorldModelAgent):
                  slow_reg: float = 1.0, retnorm_decay: float = 0.99, retnorm_limit: float = 1.0,
                  retnorm_low: float = 0.05, retnorm_high: float = 0.95, lr: float = 4e-5, agc: float = 0.3,
                  eps: float = 1e-20, beta1: float = 0.9, beta2: float = 0.999, warmup: int = 1000,
-                 replay_context: int = 0, kernels: str = "auto", device: str = "cpu", precision: str = "auto",
-                 representation: str = "reconstruction", objectives: dict | None = None, policy_lag: bool = False):
+                 laprop: str = "official", replay_context: int = 0, kernels: str = "auto", device: str = "cpu",
+                 precision: str = "auto", representation: str = "reconstruction", objectives: dict | None = None,
+                 policy_lag: bool = False):
         super().__init__()
         if replay_context not in (0, 1):
             raise ValueError(f"DreamerV3_2025: replay_context must be 0 (no context) or 1 (one context row, the "
@@ -164,7 +166,8 @@ class DreamerV3_2025(WorldModelAgent):
         self.policy_lag = PolicyLag(self.wm, self.actor) if policy_lag else None
         install(self, kernels)  # into every module built above (reverie.models.kernels), with the agent's setting
         self._place(device, precision)
-        self.opt = LaProp(self.trainable(), lr=lr, agc=agc, eps=eps, beta1=beta1, beta2=beta2, warmup=warmup)
+        self.opt = LaProp(self.trainable(), lr=lr, agc=agc, eps=eps, beta1=beta1, beta2=beta2, warmup=warmup,
+                          form=laprop)
 
     def trainable(self) -> list[nn.Parameter]:
         """Every parameter the one optimiser trains: world model, policy and value (not the slow value)."""

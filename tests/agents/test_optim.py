@@ -69,3 +69,22 @@ def test_learning_rate_schedule():
 def test_laprop_rejects_bad_settings():
     with pytest.raises(ValueError, match="betas"):
         LaProp([torch.nn.Parameter(torch.zeros(1))], beta1=1.0)
+    with pytest.raises(ValueError, match="agent.module.laprop"):
+        LaProp([torch.nn.Parameter(torch.zeros(1))], form="adam")
+
+
+def test_original_laprop_two_steps_by_hand():
+    """The authors' form (R2-Dreamer's): lr_t = lr * t / warmup enters the momentum; the step divides by the
+    momentum of the learning rates. Written out for one coordinate, lr 0.1, warmup 10, no AGC, eps 0."""
+    p = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+    opt = LaProp([p], lr=0.1, agc=0.0, eps=0.0, beta1=0.9, beta2=0.999, warmup=10, form="original")
+    # step 1: lr_1 = 0.01; u = g / sqrt(g^2) = 1; m = 0.1 * 0.01 * 1 = 0.001; c = 0.1 * 0.01 = 0.001: p -= 0.01
+    torch.testing.assert_close(step(opt, p, [2.0]), torch.tensor([0.99], dtype=torch.float64), rtol=0, atol=1e-15)
+    # step 2: lr_2 = 0.02; v = 0.999 * 4 * 0.001 + 0.001 * 1 = 0.004996, v / (1 - 0.999^2) = 2.4992496...;
+    # u = -1 / 1.580901... = -0.632551...; m = 0.9 * 0.001 + 0.1 * 0.02 * u = 0.9e-3 - 1.265103e-3 = -0.365103e-3;
+    # c = 0.9 * 0.001 + 0.1 * 0.02 = 0.0029; p -= 0.02 / 0.0029 * m: 0.99 + 0.0025180...
+    u = -1.0 / math.sqrt((0.999 * 4 * 0.001 + 0.001) / (1 - 0.999 ** 2))
+    want = 0.99 - 0.02 / 0.0029 * (0.9e-3 + 0.1 * 0.02 * u)
+    torch.testing.assert_close(step(opt, p, [-1.0]), torch.tensor([want], dtype=torch.float64), rtol=1e-12, atol=0)
+    assert want == pytest.approx(0.992518, abs=1e-6)
+    assert opt.state[p]["lr_avg"] == pytest.approx(0.0029, rel=1e-12)
