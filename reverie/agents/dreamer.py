@@ -142,7 +142,7 @@ class DreamerV3(WorldModelAgent):
     def _build_behavior(self, feat: int, units: int, layers: int, unimix: float) -> None:
         """Actor, critic, slow critic and return normaliser on features of width ``feat``."""
         self.actor = Actor(feat, self.spec, units, layers, unimix)
-        self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0)
+        self.critic = MLP(feat, 255, units=units, layers=layers, out_scale=0.0, float32_out=True)  # two-hot logits
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer()
 

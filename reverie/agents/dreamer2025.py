@@ -160,7 +160,7 @@ class DreamerV3_2025(WorldModelAgent):
         split = None if action_spec.discrete else (action_spec.dim, action_spec.dim)  # mean, std: heads.py:146-148
         self.actor = Actor(feat, action_spec, units, actor_layers, actor_unimix, min_std, max_std,
                            net=RMSMLP(feat, out, units, actor_layers, actor_outscale, out_split=split))
-        self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale)
+        self.critic = RMSMLP(feat, 255, units, critic_layers, critic_outscale, float32_out=True)  # two-hot logits
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.retnorm = ReturnNormalizer(retnorm_decay, retnorm_limit, retnorm_low, retnorm_high)
         self.policy_lag = PolicyLag(self.wm, self.actor) if policy_lag else None

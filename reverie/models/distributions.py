@@ -121,12 +121,14 @@ class TwoHotSymlog(td.Distribution):
         return self._mean_of(self.probs)
 
     def _mean_of(self, probs: torch.Tensor) -> torch.Tensor:
-        if self._symmetric:
-            # pair the mirrored halves, so equal probabilities cancel exactly (mean 0 at 0 logits)
-            m = self.bins.shape[-1] // 2
-            diff = probs[..., m + 1 :] - probs[..., :m].flip(-1)  # (..., m)
-            return self._unsquash(diff @ self.bins[m + 1 :])
-        return self._unsquash(probs @ self.bins)
+        # autocast off: a bf16 product would round the expected bin (symlog(100) = 4.6 to 1/32, the value by ~1.5)
+        with torch.autocast(probs.device.type, enabled=False):
+            if self._symmetric:
+                # pair the mirrored halves, so equal probabilities cancel exactly (mean 0 at 0 logits)
+                m = self.bins.shape[-1] // 2
+                diff = probs[..., m + 1 :] - probs[..., :m].flip(-1)  # (..., m)
+                return self._unsquash(diff @ self.bins[m + 1 :])
+            return self._unsquash(probs @ self.bins)
 
     @property
     def mode(self) -> torch.Tensor:

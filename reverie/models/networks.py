@@ -8,6 +8,8 @@ import math
 import torch
 from torch import nn
 
+from reverie.runtime.precision import float32_linear
+
 
 def trunc_normal_init_(weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Fan-average truncated normal init (reference ``winit: normal``, ``fan: avg``) of ``(out, in, ...)`` weights:
@@ -49,10 +51,13 @@ class NormLinear(nn.Sequential):
 
 class MLP(nn.Module):
     """``(..., in_dim)`` -> ``layers`` x :class:`NormLinear` of ``units``, then a linear output unless ``out_dim`` is
-    None; ``out_scale=0.0`` zero-initialises it (reward and critic heads, so two-hot predictions start at 0)."""
+    None; ``out_scale=0.0`` zero-initialises it (reward and critic heads, so two-hot predictions start at 0);
+    ``float32_out``: the output layer runs outside autocast (:func:`reverie.runtime.precision.float32_linear`)."""
 
-    def __init__(self, in_dim: int, out_dim: int | None, units: int = 512, layers: int = 2, out_scale: float = 1.0):
+    def __init__(self, in_dim: int, out_dim: int | None, units: int = 512, layers: int = 2, out_scale: float = 1.0,
+                 float32_out: bool = False):
         super().__init__()
+        self.float32_out = bool(float32_out)
         hidden: list[nn.Module] = []
         dim = in_dim
         for _ in range(layers):
@@ -69,4 +74,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.hidden(x)
-        return x if self.out is None else self.out(x)
+        if self.out is None:
+            return x
+        return float32_linear(self.out, x) if self.float32_out else self.out(x)

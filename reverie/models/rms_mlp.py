@@ -12,6 +12,7 @@ from torch import nn
 
 from reverie.models.networks import trunc_normal_fan_in_
 from reverie.models.rmsnorm import RMSNorm
+from reverie.runtime.precision import float32_linear
 
 
 class Dense(nn.Linear):
@@ -46,12 +47,13 @@ class NormDense(nn.Sequential):
 
 class RMSMLP(nn.Module):
     """``(..., in_dim)`` -> ``layers`` x :class:`NormDense` of ``units``, then a :class:`Dense` (or, with
-    ``out_split``, :class:`SplitDense`) output unless ``out_dim`` is None. ValueError: ``out_split`` does not sum to
-    ``out_dim``."""
+    ``out_split``, :class:`SplitDense`) output unless ``out_dim`` is None; ``float32_out`` as
+    :class:`reverie.models.networks.MLP`'s. ValueError: ``out_split`` does not sum to ``out_dim``."""
 
     def __init__(self, in_dim: int, out_dim: int | None, units: int, layers: int, outscale: float = 1.0,
-                 out_split: Sequence[int] | None = None):
+                 out_split: Sequence[int] | None = None, float32_out: bool = False):
         super().__init__()
+        self.float32_out = bool(float32_out)
         dims = [in_dim] + [units] * layers
         self.hidden = nn.Sequential(*[NormDense(a, b) for a, b in zip(dims[:-1], dims[1:])])
         if out_split is not None and (out_dim is None or sum(out_split) != out_dim):
@@ -64,4 +66,6 @@ class RMSMLP(nn.Module):
 
     def forward(self, x):
         x = self.hidden(x)
-        return x if self.out is None else self.out(x)
+        if self.out is None:
+            return x
+        return float32_linear(self.out, x) if self.float32_out else self.out(x)

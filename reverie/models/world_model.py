@@ -145,7 +145,7 @@ def dreamer_nets(units: int = 512, layers: int = 2, mlp_units: int | None = None
         image_decoder=lambda width, shape, dyn: ConvDecoder(width, shape, depth=cnn_depth, **(cnn or {})),
         vector_decoder=lambda width, dims: MLP(width, sum(dims), units=vec_units, layers=vec_layers),
         reward_head=lambda width: MLP(width, 1 if gaussian else reward_bins, units=units, layers=layers,
-                                      out_scale=0.0),
+                                      out_scale=0.0, float32_out=not gaussian),  # two-hot logits in float32
         cont_head=lambda width: MLP(width, 1, units=units, layers=layers),
         reward=partial(fixed_normal_reward, std=decoder_std) if gaussian else two_hot_symlog_reward,
         dynamics=categorical_rssm,
@@ -196,7 +196,7 @@ def dreamer2025_nets(units: int = 1024, enc_layers: int = 3, dec_layers: int = 3
         vector_encoder=lambda dim: RMSMLP(dim, None, units, enc_layers),
         image_decoder=image_decoder,
         vector_decoder=lambda width, dims: RMSMLP(width, sum(dims), units, dec_layers, out_split=dims),
-        reward_head=lambda width: RMSMLP(width, reward_bins, units, reward_layers, outscale=0.0),
+        reward_head=lambda width: RMSMLP(width, reward_bins, units, reward_layers, outscale=0.0, float32_out=True),
         cont_head=lambda width: RMSMLP(width, 1, units, cont_layers, outscale=1.0),
         reward=two_hot_symexp_reward,
         dynamics=block_rssm)
