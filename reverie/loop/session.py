@@ -74,6 +74,7 @@ class Session(SessionBuild, SessionStart, SessionReport, SessionCheckpoint, Sess
         self.repeat = int(cfg.env.get("action_repeat", 1) or 1)
         self.max_bad = int(tc.get("max_nonfinite_updates", 20))
         self.overlap = bool(tc.get("async_collect", False))
+        self.dataset_steps = None if dataset is None else int(dataset.steps)  # a fresh pretrain's replay: just these
         self._build_envs()
         self._build_agent_and_replay()
         self.imagine = getattr(self.agent, "imagine_batch", None)  # (N, C + 1): agent=storm's imagination contexts

@@ -101,9 +101,12 @@ class SessionBuild:
         self.online = bool(cfg.agent.get("replay_online", False))  # the online queue (official replay.online)
         if cfg.replay.get("preflight", True):
             # a dataset (offline, or kept by init_from) may fill the replay beyond the env steps: count all of it
+            # (a fresh pretrain run holds its dataset and nothing more: bounded by the dataset's steps)
             dataset = bool(self.offline or cfg.get("init_from"))
-            held = int(cfg.replay.capacity) if dataset else self.steps
-            bound = "replay.capacity (a dataset may fill it)" if dataset else STEPS_BOUND
+            known = self.dataset_steps if self.offline else None
+            held = known if known is not None else int(cfg.replay.capacity) if dataset else self.steps
+            bound = ("min(replay.capacity, the dataset's steps)" if known is not None else
+                     "replay.capacity (a dataset may fill it)" if dataset else STEPS_BOUND)
             fits = preflight(spec, int(cfg.replay.capacity), self.agent, cfg.replay.storage, replay_dir,
                              self.run_dir / "checkpoints", self.keep, steps=held, num_envs=self.n, bound=bound,
                              env_bytes=self._checkpoint_extra_bytes())

@@ -95,8 +95,10 @@ def test_init_from_a_behavior_run_takes_the_policy_and_drop_data(data, tmp_path,
     pre = tmp_path / "pre"
     assert main(["pretrain", str(data), "exp=debug", f"run_dir={pre}", "pretrain.behavior=true",
                  "pretrain.updates=6", "pretrain.eval_episodes=0"]) == 0
-    # the disk line bounds a dataset-filled replay by its capacity, not by env steps (a pretrain run takes none)
-    assert "steps = replay.capacity (a dataset may fill it) x" in capsys.readouterr().out
+    # the disk line bounds a pretrain run's replay by its dataset (147 steps over exp=debug's 4 env columns: at most
+    # ceil(147 / 4) = 37 rows each, 148), not by env steps (it takes none) nor by replay.capacity
+    out = capsys.readouterr().out
+    assert "(replay of at most 148 steps = min(replay.capacity, the dataset's steps) x" in out
     metrics = read_jsonl(pre / "metrics.jsonl")
     assert all("loss/actor" in m for m in metrics) and not (pre / "scores.jsonl").read_text()  # no env steps at all
     online = tmp_path / "online"
