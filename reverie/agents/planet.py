@@ -28,6 +28,9 @@ class PlaNet(WorldModelAgent):
     with this ``act``. ``planet_dreamer_nets``: DreamerV3's conv stack and MLPs (``units``, ``layers``, ``cnn``) instead
     of PlaNet's. ``*_scale``: the loss scales. ``planner``: :func:`reverie.agents.planning.make_planner`'s ``kind``;
     ``action_noise``: Gaussian std or Discrete epsilon at ``explore``; ``model_eps``: TF's (:func:`tf_adam_epsilon`).
+    ``representation``, ``objectives``: the world model's objective (docs/representation.md; not in the reference:
+    a decoder-free PlaNet, ``r2`` or ``infonce``, for the Atari study), scaled by ``representation_scale`` (None:
+    R2-Dreamer's 0.05 for ``barlow``, 1.0 for ``infonce``; the reconstruction's decoders are scaled 1).
     Raises ValueError for :func:`make_planner`'s errors or DreamerV3's ``planner`` choices, TypeError for a dynamics
     without the :class:`reverie.models.dynamics.Dynamics` members."""
 
@@ -41,7 +44,8 @@ class PlaNet(WorldModelAgent):
                  iterations: int = 10, plan_gamma: float = 1.0, plan_sample: bool = True, plan_cont: bool = True,
                  action_noise: float = 0.3,
                  model_lr: float = 1e-3, model_eps: float = 1e-4, model_clip: float = 1000.0, device: str = "cpu",
-                 precision: str = "float32", kernels: str = "auto"):
+                 precision: str = "float32", kernels: str = "auto", representation: str = "reconstruction",
+                 objectives: dict | None = None, representation_scale: float | None = None):
         super().__init__()
         self.spec, self.action_noise, self.model_clip = action_spec, action_noise, model_clip
         self.obs_keys = sorted(obs_shapes)
@@ -49,7 +53,8 @@ class PlaNet(WorldModelAgent):
                              layers=layers, likelihood="gaussian", decoder_std=decoder_std, image_bits=image_bits,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              nets="dreamer" if planet_dreamer_nets else "planet", head_units=head_units,
-                             head_layers=head_layers, act=act)
+                             head_layers=head_layers, act=act, representation=representation,
+                             objectives=objectives)
         check_dynamics(self.wm.dynamics)
         if planner in PLANNERS:  # DreamerV3's choice, same key: docs/planning.md's `agent.module.planner=cem`
             raise ValueError(f"PlaNet always plans with CEM; its agent.module.planner picks the CEM's distribution: "
@@ -61,6 +66,10 @@ class PlaNet(WorldModelAgent):
         # the decoders 1 (the reference scales none); overshooting is read when the dynamics has it (D > 0)
         scales = {"rec": 1.0, "reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
                   "global_kl": global_divergence_scale, "overshooting": overshooting_scale}
+        if self.wm.representation.scale_key != "rec":  # a decoder-free objective: R2-Dreamer's scale unless given
+            rep_defaults = {"barlow": 0.05, "infonce": 1.0}  # configs/model/_base_.yaml:22-23 at 546e4fa
+            key = self.wm.representation.scale_key
+            scales[key] = rep_defaults[key] if representation_scale is None else float(representation_scale)
         self.loss_scales = loss_scale_table(
             None, self.wm.representation, self.wm.loss_keys, "PlaNet", defaults=scales,
             fix="PlaNet scales the decoders, reward, cont, kl, global_kl and overshooting only (agent.module."

@@ -213,3 +213,20 @@ def test_decoder_std_s_times_s2_has_the_gradients_of_divergence_scale_s2(s, free
     # and the plain losses do differ: the equivalence is of gradients up to the factor s^2, not of the loss values
     torch.manual_seed(1)
     assert not torch.isclose(a.model_loss(data)[0] * s**2, b.model_loss(data)[0])
+
+
+@pytest.mark.parametrize("representation, key, scale", [("r2", "barlow", 0.05), ("infonce", "infonce", 1.0)])
+def test_a_decoder_free_planet_trains_its_objective_instead_of_decoders(representation, key, scale):
+    """``agent.module.representation`` (the Atari study's decoder-free point): no decoders, the objective's loss
+    scaled as R2-Dreamer scales it, and one update moves the projector and the encoder through it."""
+    torch.manual_seed(0)
+    agent = PlaNet({"vector": (4,)}, ActionSpec(True, 2), **{**TINY, **planet(representation=representation)})
+    assert not agent.wm.decodes and agent.wm.decoder is None and agent.loss_scales[key] == scale
+    assert "vector" not in agent.loss_scales and "rec" not in agent.loss_scales
+    projector = agent.wm.representation.projector.weight.detach().clone()
+    metrics = agent.update(batch(T=8, B=4, discrete=True))
+    assert math.isfinite(float(metrics[f"loss/{key}"])) and "loss/vector" not in metrics
+    assert not torch.equal(projector, agent.wm.representation.projector.weight)
+    halved = PlaNet({"vector": (4,)}, ActionSpec(True, 2),
+                    **{**TINY, **planet(representation=representation, representation_scale=scale / 2)})
+    assert halved.loss_scales[key] == scale / 2
