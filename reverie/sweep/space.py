@@ -21,16 +21,25 @@ from reverie.sweep.spec import Param, SweepSpec, _format_value
 
 def configurations(spec: SweepSpec) -> list[dict[str, Any]]:
     """``[{key: value}, ...]``: grid parameters crossed in file order, each of ``spec.samples`` random draws crossed
-    with every grid point. Raises ValueError for an Optuna search (the searcher makes its configurations)."""
+    with every grid point; an ablation: :func:`baseline` first, then each other value of one key at a time, in file
+    order. Raises ValueError for an Optuna search (the searcher makes its configurations)."""
     if spec.algorithm == "optuna":
         raise ValueError("optuna searches get their configurations from the searcher, not from configurations()")
     grid = spec.grid_params
+    if spec.algorithm == "ablation":
+        base = baseline(spec)
+        return [base] + [{**base, p.key: value} for p in grid for value in p.values[1:]]
     points = [dict(zip([p.key for p in grid], values)) for values in itertools.product(*(p.values for p in grid))]
     if spec.algorithm == "grid":
         return points
     rng = np.random.default_rng(spec.search_seed)
     draws = [{p.key: sample(p, rng) for p in spec.random_params} for _ in range(spec.samples)]
     return [{**point, **draw} for draw in draws for point in points]
+
+
+def baseline(spec: SweepSpec) -> dict[str, Any]:
+    """An ablation's reference configuration: every grid key at its first value."""
+    return {p.key: p.values[0] for p in spec.grid_params}
 
 
 def sample(param: Param, rng: np.random.Generator) -> Any:

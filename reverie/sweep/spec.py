@@ -19,9 +19,11 @@ DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
 """Search-space distributions: ``grid`` (every value, crossed with the other grid parameters), ``choice`` (one of
 the values at random), ``uniform`` ``[lo, hi]``, ``loguniform`` ``[lo, hi]`` (both > 0), ``randint`` ``[lo, hi)``."""
 
-ALGORITHMS = ("grid", "random", "optuna")
+ALGORITHMS = ("grid", "random", "optuna", "ablation")
 """``grid``: the grid parameters only (no random ones allowed); ``random``: ``samples`` random draws (crossed with
-the grid); ``optuna``: Optuna TPE through Ray Tune's integration, ``samples`` configurations."""
+the grid); ``optuna``: Optuna TPE through Ray Tune's integration, ``samples`` configurations; ``ablation``: one
+knob at a time: the baseline (every grid key at its first value) and each other value of one key with the rest at
+the baseline, compared against the baseline (grid keys only)."""
 
 METRICS = ("eval_return",)
 """Trial metrics: ``eval_return`` = mean return of the last evaluation (``summary.json``; higher is better), and
@@ -173,13 +175,15 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
     algorithm = str(search.get("algorithm") or ("random" if has_random else "grid"))
     if algorithm not in ALGORITHMS:
         raise SweepSpecError(f"{where}: search.algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    if algorithm == "grid" and has_random:
+    if algorithm in ("grid", "ablation") and has_random:
         names = ", ".join(p.key for p in params if p.kind != "grid")
-        raise SweepSpecError(f"{where}: search.algorithm is grid but {names} use random distributions; set "
+        raise SweepSpecError(f"{where}: search.algorithm is {algorithm} but {names} use random distributions; set "
                              f"search.algorithm: random (or optuna) with search.samples, or make them grid lists")
-    samples = _positive_int(search.get("samples", 1 if algorithm == "grid" else 8), "search.samples", where)
-    if algorithm == "grid" and samples != 1:
-        raise SweepSpecError(f"{where}: search.samples is {samples} but a grid search runs every grid point once; "
+    single = algorithm in ("grid", "ablation")
+    samples = _positive_int(search.get("samples", 1 if single else 8), "search.samples", where)
+    if single and samples != 1:
+        what = "every grid point" if algorithm == "grid" else "each of its configurations"
+        raise SweepSpecError(f"{where}: search.samples is {samples} but a {algorithm} search runs {what} once; "
                              f"drop samples, or use algorithm random/optuna")
     search_seed = int(search.get("seed", 0))
 

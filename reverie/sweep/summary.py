@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reverie.sweep.space import config_id, configurations, overrides
+from reverie.sweep.space import baseline, config_id, configurations, overrides
 from reverie.sweep.spec import SweepSpec
 from reverie.sweep.trial import STOPPED, SUMMARY, TRIAL_META, command_args
 
@@ -97,21 +97,31 @@ def config_table(trials: pd.DataFrame, keys: list[str], reps: int = 2000, seed: 
     return table.sort_values("mean", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
-def comparisons(trials: pd.DataFrame, configs: pd.DataFrame, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """The best configuration against each other one (``reverie.scores.aggregate.compare_sets`` on final eval
-    returns): ``config_id, diff`` (IQM best - IQM other), ``lo, hi`` (95% bootstrap CI), ``p_permutation, p_welch``."""
+def comparisons(trials: pd.DataFrame, configs: pd.DataFrame, reps: int = 2000, seed: int = 0,
+                baseline: str | None = None) -> pd.DataFrame:
+    """The best configuration against each other one (``reverie.scores.aggregate.compare_sets`` on the trials'
+    metric): ``config_id, diff`` (IQM best - IQM other), ``lo, hi`` (95% bootstrap CI), ``p_permutation, p_welch``.
+    With ``baseline`` (an ablation's reference configuration id) each other configuration against it instead:
+    ``diff`` = IQM this - IQM baseline."""
     from reverie.scores.aggregate import compare_sets
 
     scored = configs[configs["seeds"] > 0]
-    if len(scored) < 2:
-        return pd.DataFrame(columns=["config_id", "diff", "lo", "hi", "p_permutation", "p_welch"])
+    empty = pd.DataFrame(columns=["config_id", "diff", "lo", "hi", "p_permutation", "p_welch"])
+    if len(scored) < 2 or (baseline is not None and baseline not in set(scored["config_id"])):
+        return empty
     finished = trials[trials["status"] == "finished"]
     returns = {cid: part["value"].to_numpy(np.float64)[:, None] for cid, part in finished.groupby("config_id")}
-    best = scored["config_id"].iloc[0]
+    keys = ("diff", "lo", "hi", "p_permutation", "p_welch")
     rows = []
+    if baseline is not None:
+        for cid in [c for c in scored["config_id"] if c != baseline]:
+            result = compare_sets(returns[cid], returns[baseline], reps=reps, seed=seed)
+            rows.append({"config_id": cid, **{k: result[k] for k in keys}})
+        return pd.DataFrame(rows) if rows else empty
+    best = scored["config_id"].iloc[0]
     for cid in scored["config_id"].iloc[1:1 + MAX_COMPARISONS]:
         result = compare_sets(returns[best], returns[cid], reps=reps, seed=seed)
-        rows.append({"config_id": cid, **{k: result[k] for k in ("diff", "lo", "hi", "p_permutation", "p_welch")}})
+        rows.append({"config_id": cid, **{k: result[k] for k in keys}})
     return pd.DataFrame(rows)
 
 
@@ -126,9 +136,11 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
     keys = [p.key for p in spec.params]
     trials = trial_table(spec, sweep_dir)
     configs = config_table(trials, keys)
-    pairs = comparisons(trials, configs)
+    reference = config_id(baseline(spec)) if spec.algorithm == "ablation" else None
+    pairs = comparisons(trials, configs, baseline=reference)
     trials.to_csv(sweep_dir / "trials.csv", index=False)
-    configs.merge(pairs.add_prefix("vs_best_").rename(columns={"vs_best_config_id": "config_id"}), on="config_id",
+    prefix = "vs_baseline_" if reference else "vs_best_"
+    configs.merge(pairs.add_prefix(prefix).rename(columns={f"{prefix}config_id": "config_id"}), on="config_id",
                   how="left").to_csv(sweep_dir / "summary.csv", index=False)
     best = None
     if len(configs) and configs["seeds"].iloc[0] > 0:
@@ -141,12 +153,12 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
                                      *overrides(params)])}
         (sweep_dir / "best.json").write_text(json.dumps(best, indent=2), encoding="utf-8")
     compared = None
-    if plots and len(pairs) and spec.command == "train":  # `reverie compare` reads episodes in the env
+    if plots and len(pairs) and spec.command == "train" and reference is None:  # compare reads env episodes
         plot_params(spec, trials, configs, sweep_dir / "params")
         compared = run_compare(trials, configs["config_id"].iloc[0], pairs["config_id"].iloc[0], sweep_dir / "compare")
     elif plots and best is not None:
         plot_params(spec, trials, configs, sweep_dir / "params")
-    text = summary_markdown(spec, trials, configs, pairs, best, compared)
+    text = summary_markdown(spec, trials, configs, pairs, best, compared, reference)
     (sweep_dir / "summary.md").write_text(text, encoding="utf-8")
     counts = trials["status"].value_counts()
     return {"trials": len(trials), "finished": int(counts.get("finished", 0)), "stopped": int(counts.get("stopped", 0)),
@@ -155,8 +167,8 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
 
 
 def summary_markdown(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFrame, pairs: pd.DataFrame,
-                     best: dict | None, compared: str | None) -> str:
-    """The text of ``summary.md``."""
+                     best: dict | None, compared: str | None, reference: str | None = None) -> str:
+    """The text of ``summary.md``; ``reference``: an ablation's baseline id (the comparisons are against it)."""
     from reverie.scores.plots import markdown_table
 
     counts = trials["status"].value_counts()
@@ -169,7 +181,8 @@ def summary_markdown(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFram
              f"; seeds {list(spec.seeds)}; search {spec.algorithm}.", ""]
     vs = pairs.set_index("config_id") if len(pairs) else None
     header = ["configuration", *[k.split(".")[-1] for k in configs.columns[1:1 + len(spec.params)]],
-              "mean [95% CI]", "IQM", "seeds/runs", "wall min", "best - this (IQM) [95% CI], p perm / Welch"]
+              "mean [95% CI]", "IQM", "seeds/runs", "wall min",
+              ("this - baseline" if reference else "best - this") + " (IQM) [95% CI], p perm / Welch"]
     rows = []
     for _, r in configs.iterrows():
         cmp = ""
@@ -181,6 +194,9 @@ def summary_markdown(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFram
                      f"{r['iqm']:.4g}" if r["seeds"] else "n/a", f"{r['seeds']}/{r['runs']}",
                      f"{r['wall_s'] / 60:.1f}" if np.isfinite(r["wall_s"]) else "n/a", cmp])
     lines += [markdown_table(header, rows), ""]
+    if reference:
+        lines += [f"Ablation: each configuration changes one key from the baseline `{reference}` (every key at its "
+                  f"first listed value); the last column is its difference from the baseline.", ""]
     if best:
         lines += [f"**Best configuration**: `{best['config_id']}`: {spec.metric} {best['mean']:.4g} "
                   f"(95% CI [{best['ci'][0]:.4g}, {best['ci'][1]:.4g}], {best['seeds']} seeds). Rerun it with:", "",

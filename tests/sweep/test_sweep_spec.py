@@ -108,6 +108,16 @@ def test_grid_is_the_product_in_file_order_and_budget_sets_train_steps():
                                     {"a.x": 2, "a.y": "p"}, {"a.x": 2, "a.y": "q"}, {"a.x": 2, "a.y": "r"}]
 
 
+def test_an_ablation_is_the_baseline_then_one_key_at_a_time():
+    spec = parse_spec({"space": {"a.x": [1, 2, 3], "a.y": {"grid": ["p", "q"]}}, "search": {"algorithm": "ablation"}})
+    assert configurations(spec) == [{"a.x": 1, "a.y": "p"}, {"a.x": 2, "a.y": "p"}, {"a.x": 3, "a.y": "p"},
+                                    {"a.x": 1, "a.y": "q"}]  # 1 + (3 - 1) + (2 - 1), not the 6 of a grid
+    with pytest.raises(SweepSpecError, match="search.algorithm is ablation but a.z use random"):
+        parse_spec({"space": {"a.x": [1, 2], "a.z": {"uniform": [0, 1]}}, "search": {"algorithm": "ablation"}})
+    with pytest.raises(SweepSpecError, match="an? ablation search runs each of its configurations once"):
+        parse_spec({"space": {"a.x": [1, 2]}, "search": {"algorithm": "ablation", "samples": 3}})
+
+
 def test_random_draws_are_seeded_shared_by_grid_points_and_inside_bounds():
     data = {"space": {"g": [0, 1], "lr": {"loguniform": ["1e-5", 1.0e-3]}, "k": {"randint": [2, 5]},
                       "u": {"uniform": [0.0, 1.0]}, "c": {"choice": ["a", "b"]}},

@@ -75,6 +75,26 @@ def test_write_summary_files_best_and_comparison(sweep):
     assert "IQM difference = 120" in (sweep_dir / "compare" / "table.md").read_text()
 
 
+def test_an_ablation_compares_every_configuration_with_its_baseline(tmp_path):
+    """Baseline (x=1, y=p) at 10/20/30; x=2 better by 100 (110/120/130), y=q worse by 5 (5/15/25): each difference
+    is against the baseline, not the best, with the sign of this - baseline."""
+    spec = parse_spec({"name": "abl", "base": ["exp=debug"], "seeds": 3, "search": {"algorithm": "ablation"},
+                       "space": {"a.x": [1, 2], "a.y": ["p", "q"]}})
+    shift = {(1, "p"): 0.0, (2, "p"): 100.0, (1, "q"): -5.0}
+    for params in configurations(spec):
+        for seed, base in zip(spec.seeds, [10.0, 20.0, 30.0]):
+            make_trial(tmp_path, params, seed, base + shift[params["a.x"], params["a.y"]])
+    write_summary(spec, tmp_path, plots=False)
+    rows = [dict(zip(*[line.split(",") for line in pair])) for pair in
+            [((tmp_path / "summary.csv").read_text().splitlines()[0], line)
+             for line in (tmp_path / "summary.csv").read_text().splitlines()[1:]]]
+    by = {(r["a.x"], r["a.y"]): r for r in rows}
+    assert float(by["2", "p"]["vs_baseline_diff"]) == 100.0 and float(by["1", "q"]["vs_baseline_diff"]) == -5.0
+    assert by["1", "p"]["vs_baseline_diff"] == ""  # the baseline itself
+    text = (tmp_path / "summary.md").read_text()
+    assert "this - baseline (IQM)" in text and "Ablation: each configuration changes one key" in text
+
+
 def test_missing_and_stopped_trials_are_counted_not_scored(sweep):
     spec, sweep_dir = sweep
     params = {"agent.train_ratio": 128}
