@@ -254,3 +254,15 @@ def test_a_missing_dataset_or_heldout_set_is_refused_before_ray_starts(tmp_path,
     path.write_text(yaml.safe_dump({**GRID, "base": base, "command": "pretrain", "data": str(tmp_path / "data")}))
     assert cmd_sweep([str(path), "--dir", str(tmp_path / "sweep"), "--dry-run"]) == 2
     assert "pretrain.heldout" in capsys.readouterr().err and not (tmp_path / "sweep").exists()
+
+
+def test_every_example_sweep_file_parses():
+    from pathlib import Path
+
+    from reverie.sweep import load_spec
+
+    files = sorted((Path(__file__).parents[2] / "examples" / "sweeps").glob("*.yaml"))
+    assert len(files) >= 5
+    specs = {f.stem: load_spec(f) for f in files}
+    knobs = specs["planet_atari_knobs"]
+    assert knobs.algorithm == "ablation" and len(configurations(knobs)) == 6  # 1 + 2 + 1 + 1 + 1
