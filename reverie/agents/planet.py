@@ -81,8 +81,9 @@ class PlaNet(WorldModelAgent):
         self.model_opt.register_step_pre_hook(partial(_tf_adam_epsilon_hook, eps=model_eps))
 
     def _choose(self, post: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
-        """The CEM's action from the posterior (``"explore"``: plus action noise)."""
-        return self.planner.act(self.plan_model, post, mode, self.action_noise).float()
+        """The CEM's action from the posterior (``"explore"``: plus action noise); float32 (float64 in float64 runs)."""
+        action = self.planner.act(self.plan_model, post, mode, self.action_noise)
+        return action.to(torch.promote_types(action.dtype, torch.float32))
 
     def update(self, batch: dict[str, np.ndarray]) -> UpdateResult:
         """One world-model update on a replay batch ``(T, B, ...)`` (no actor or critic); returns ``loss/<key>``,

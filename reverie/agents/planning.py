@@ -174,9 +174,8 @@ class GaussianCEM(_SequencePlanner):
     @torch.no_grad()
     def plan_sequence(self, model: PlanningModel, start: State) -> torch.Tensor:
         """The final mean ``(N, H, A)``, inside the box, for start states ``(N, ...)``."""
-        n = next(iter(start.values())).shape[0]
-        device = next(iter(start.values())).device
-        low, high = self.low.to(device), self.high.to(device)
+        n, device, dtype = _batch_device_dtype(start)
+        low, high = self.low.to(device, dtype), self.high.to(device, dtype)
         H, C, A, gamma = self.horizon, self.candidates, low.numel(), discount_of(model, self.gamma)
         mean = ((low + high) / 2).expand(n, H, A).clone()  # (N, H, A)
         std = ((high - low) / 2).expand(n, H, A).clone()
@@ -185,7 +184,7 @@ class GaussianCEM(_SequencePlanner):
             proposals = torch.maximum(torch.minimum(proposals, high), low)
         starts = _repeat(start, C + self.policy_candidates)  # (N*(C+P), ...)
         for _ in range(self.iterations):
-            cand = mean[:, None] + std[:, None] * torch.randn(n, C, H, A, device=device)  # (N, C, H, A)
+            cand = mean[:, None] + std[:, None] * torch.randn(n, C, H, A, device=device, dtype=dtype)  # (N, C, H, A)
             cand = torch.maximum(torch.minimum(cand, high), low)
             if proposals is not None:
                 cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
@@ -203,7 +202,7 @@ class GaussianCEM(_SequencePlanner):
         """The plan ``(N, A)``, plus ``noise * N(0, 1)`` at ``"explore"`` (PlaNet 0.3), clipped into the box."""
         action = self.plan(model, start)
         if mode == "explore" and noise > 0:
-            low, high = self.low.to(action.device), self.high.to(action.device)
+            low, high = self.low.to(action.device, action.dtype), self.high.to(action.device, action.dtype)
             action = torch.maximum(torch.minimum(action + noise * torch.randn_like(action), high), low)
         return action
 
@@ -229,16 +228,15 @@ class CategoricalCEM(_SequencePlanner):
     @torch.no_grad()
     def plan_sequence(self, model: PlanningModel, start: State) -> torch.Tensor:
         """Per-step action probabilities ``(N, H, A)`` after the last refit, for start states ``(N, ...)``."""
-        n = next(iter(start.values())).shape[0]
-        device = next(iter(start.values())).device
+        n, device, dtype = _batch_device_dtype(start)
         H, C, A, gamma = self.horizon, self.candidates, self.num_actions, discount_of(model, self.gamma)
-        probs = torch.full((n, H, A), 1.0 / A, device=device)
+        probs = torch.full((n, H, A), 1.0 / A, device=device, dtype=dtype)
         proposals = self._proposals(model, start, n, A)  # (N, P, H, A) one-hot, or None
         starts = _repeat(start, C + self.policy_candidates)
         for _ in range(self.iterations):
             cdf = probs.cumsum(-1)[:, None]  # (N, 1, H, A)
-            u = torch.rand(n, C, H, 1, device=device) * cdf[..., -1:]
-            cand = one_hot_index((cdf < u).sum(-1).clamp_(max=A - 1), A)  # inverse CDF -> (N, C, H, A) one-hot
+            u = torch.rand(n, C, H, 1, device=device, dtype=dtype) * cdf[..., -1:]
+            cand = one_hot_index((cdf < u).sum(-1).clamp_(max=A - 1), A, dtype)  # inverse CDF -> (N, C, H, A)
             if proposals is not None:
                 cand = torch.cat([cand, proposals], 1)  # (N, C+P, H, A)
             elites, weights = self._elites(model, starts, cand, gamma)
@@ -256,7 +254,15 @@ class CategoricalCEM(_SequencePlanner):
             if mode == "explore" and noise > 0:
                 swap = torch.rand(index.shape, device=index.device) < noise
                 index = torch.where(swap, torch.randint_like(index, self.num_actions), index)
-        return one_hot_index(index, self.num_actions)
+        return one_hot_index(index, self.num_actions, probs.dtype)
+
+
+def _batch_device_dtype(start: State) -> tuple[int, torch.device, torch.dtype]:
+    """``(N, device, dtype)`` of start states ``(N, ...)``: the planners draw their candidates in the states'
+    floating dtype (float32, or float64 for a float64 agent)."""
+    first = next(iter(start.values()))
+    dtype = next((v.dtype for v in start.values() if v.is_floating_point()), torch.float32)
+    return first.shape[0], first.device, dtype
 
 
 def make_planner(spec: ActionSpec, kind: str = "auto", low: Any = -1.0, high: Any = 1.0,

@@ -293,11 +293,11 @@ def test_the_presets_read_the_continue_as_the_docs_say():
         assert load_config(overrides).agent.module.imag_cont == "prob", overrides
 
 
-@pytest.mark.parametrize("agent_name", ["dreamerv3", "dreamerv3_2025"])
+@pytest.mark.parametrize("agent_name", ["dreamerv3", "dreamerv3_2025", "planet"])
 def test_a_float64_agent_acts_from_its_initial_state(agent_name):
-    """``precision=float64``: the first step's previous action (zeros) and the 2025 agent's chosen action are float64
-    like the parameters (they were float32 and the first or second act raised a dtype error). PlaNet's planner still
-    plans in float32 only."""
+    """``precision=float64``: the first step's previous action (zeros) and the chosen action are float64 like the
+    parameters (they were float32 and the first or second act raised a dtype error; PlaNet's CEM drew float32
+    candidates)."""
     from reverie.agents.build import build_agent
     from reverie.configs.compose import load_config
 
