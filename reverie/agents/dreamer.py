@@ -78,7 +78,8 @@ class DreamerV3(WorldModelAgent):
         loss_scales: over :data:`LOSS_SCALES`; with ``rec`` spread over the decoded keys, the keys must be the world
             model's losses. representation, objectives: ``"reconstruction"``, ``"r2"`` or ``"infonce"`` and their
             settings (docs/representation.md). head_inputs: what the decoder, reward and continue heads read
-            (:class:`reverie.models.world_model.WorldModel`; default ``cat(h, z)``).
+            (:class:`reverie.models.world_model.WorldModel`; default ``cat(h, z)``). nets: the world model's
+            networks, ``"dreamer"`` or ``"storm"`` (:func:`reverie.models.world_model.storm_nets`).
         precision: ``"auto"`` (bfloat16 where native), ``"float32"``, ``"bfloat16"`` or ``"float64"``
             (:mod:`reverie.runtime.precision`). compile: ``torch.compile`` the hot callables (turns the kernels off).
             kernels: ``"auto"`` or ``"off"`` (:mod:`reverie.models.kernels`; the same losses up to rounding).
@@ -102,7 +103,8 @@ class DreamerV3(WorldModelAgent):
                  ac_eps: float = 1e-5, ac_clip: float = 100.0, device: str = "cpu", precision: str = "auto",
                  compile: bool = False, kernels: str = "auto", planner: str = "actor", plan: dict | None = None,
                  representation: str = "reconstruction", objectives: dict | None = None,
-                 actor_grad_disc: str = "reinforce", head_inputs: dict[str, str] | None = None):
+                 actor_grad_disc: str = "reinforce", head_inputs: dict[str, str] | None = None,
+                 nets: str = "dreamer"):
         super().__init__()
         if imag_last < 0:
             raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
@@ -127,7 +129,7 @@ class DreamerV3(WorldModelAgent):
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              representation=representation, objectives=objectives,
-                             head_inputs=head_inputs)
+                             head_inputs=head_inputs, nets=nets)
         check_dynamics(self.wm.dynamics)
         self._build_behavior(self.wm.dynamics.feat_dim, units, layers, unimix)
         self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",

@@ -130,7 +130,8 @@ class Storm(DreamerV3):
         obs_shapes, action_spec, dynamics, units, layers, mlp_units, mlp_layers, cnn_depth, cnn, loss_scales,
             model_lr, model_eps, model_clip, device, precision, kernels, representation, objectives, head_inputs:
             the world model's, as :class:`reverie.agents.DreamerV3` (STORM's heads: ``agent=storm`` sets
-            ``head_inputs`` to the decoder from ``z``, reward and continue from ``h``).
+            ``head_inputs`` to the decoder from ``z``, reward and continue from ``h``). nets: ``"storm"``,
+            STORM's BatchNorm conv stacks and heads (:mod:`reverie.models.storm_nets`), or ``"dreamer"``.
         horizon: imagined steps (STORM ``ImagineBatchLength: 16``).
         imag_contexts, imag_context: imagination starts per update and the replayed steps each is observed from
             (``ImagineBatchSize: 1024``, ``ImagineContextLength: 8``); ``imag_contexts=0``: start from the training
@@ -157,7 +158,7 @@ class Storm(DreamerV3):
                  loss_scales: dict[str, float] | None = None, model_lr: float = 1e-4, model_eps: float = 1e-8,
                  model_clip: float = 1000.0, device: str = "cpu", precision: str = "auto", kernels: str = "auto",
                  representation: str = "reconstruction", objectives: dict | None = None,
-                 head_inputs: dict[str, str] | None = None):
+                 head_inputs: dict[str, str] | None = None, nets: str = "storm"):
         if not action_spec.discrete:
             raise ValueError("agent=storm: STORM's policy is a categorical over discrete actions (Atari); for "
                              "continuous actions use agent=dreamerv3 dynamics=storm")
@@ -177,7 +178,7 @@ class Storm(DreamerV3):
                          gamma=gamma, lam=lam, actor_entropy=actor_entropy, loss_scales=loss_scales,
                          model_lr=model_lr, model_eps=model_eps, model_clip=model_clip, ac_clip=ac_clip,
                          device=device, precision=precision, kernels=kernels, representation=representation,
-                         objectives=objectives, head_inputs=head_inputs)
+                         objectives=objectives, head_inputs=head_inputs, nets=nets)
         if act_on == "prior" and not isinstance(self.wm.dynamics, HasPrior):
             raise ValueError(f"agent=storm: agent.module.act_on=prior needs a dynamics with a prior(state) method "
                              f"(TransformerDynamics); {type(self.wm.dynamics).__name__} has none: set "

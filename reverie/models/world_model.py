@@ -26,10 +26,11 @@ from reverie.models.networks import MLP
 from reverie.models.planet_nets import ConvHaDecoder, ConvHaEncoder, FeedForward
 from reverie.models.representation import Reconstruction, make_representation
 from reverie.models.rms_mlp import RMSMLP
+from reverie.models.storm_nets import StormDecoder, StormEncoder, StormHead
 from reverie.models.switch import resolve
 
 LIKELIHOODS = ("symlog", "gaussian")
-NETS = ("dreamer", "planet")
+NETS = ("dreamer", "planet", "storm")
 HEAD_INPUTS = ("features", "h", "z")  # what a head reads: cat(h, z), h alone or z alone
 HEADS = ("decoder", "reward", "cont")
 
@@ -202,6 +203,23 @@ def dreamer2025_nets(units: int = 1024, enc_layers: int = 3, dec_layers: int = 3
         dynamics=block_rssm)
 
 
+def storm_nets(stem: int = 32, units: int | None = None, mlp_units: int = 1024, mlp_layers: int = 5) -> Nets:
+    """STORM (weipu-zhang/STORM at 1c50658, ``sub_models/world_models.py``; :mod:`reverie.models.storm_nets`): the
+    BatchNorm conv encoder and decoder (``stem`` channels, STORM's 32), the reward and termination heads (two
+    LayerNorm-ReLU layers of ``units``, None: the width they read), two-hot symlog reward; vector keys (STORM has
+    none) DreamerV3's MLPs of ``mlp_units x mlp_layers``."""
+    return Nets(
+        "storm",
+        image_encoder=lambda shape: StormEncoder(shape, stem=stem),
+        vector_encoder=lambda dim: MLP(dim, None, units=mlp_units, layers=max(mlp_layers, 1)),
+        image_decoder=lambda width, shape, dyn: StormDecoder(width, shape, stem=stem),
+        vector_decoder=lambda width, dims: MLP(width, sum(dims), units=mlp_units, layers=mlp_layers),
+        reward_head=lambda width: StormHead(width, 255, units, float32_out=True),
+        cont_head=lambda width: StormHead(width, 1, units, negate=True),
+        reward=two_hot_symlog_reward,
+        dynamics=categorical_rssm)
+
+
 class WorldModel(nn.Module):
     """Encoders, dynamics, representation objective and reward and continue heads over dict observations of image
     ``(C, H, W)`` (uint8, concatenated along channels, one image encoder, as the reference's ``MultiEncoder``) and
@@ -251,14 +269,18 @@ class WorldModel(nn.Module):
         if likelihood not in LIKELIHOODS or decoder_std <= 0 or not 1 <= image_bits <= 8:
             raise ValueError(f"WorldModel: need likelihood in {LIKELIHOODS}, decoder_std > 0 and image_bits in 1..8; "
                              f"got {likelihood!r}, {decoder_std}, {image_bits}")
-        if isinstance(nets, str) and (nets not in NETS or (nets == "planet" and likelihood != "gaussian")):
-            raise ValueError(f"WorldModel: nets must be 'dreamer' or, with likelihood='gaussian', 'planet'; got "
-                             f"nets={nets!r} with likelihood={likelihood!r}")
+        if isinstance(nets, str) and (nets not in NETS or (nets == "planet" and likelihood != "gaussian") or
+                                      (nets == "storm" and likelihood != "symlog")):
+            raise ValueError(f"WorldModel: nets must be 'dreamer', 'storm' or, with likelihood='gaussian', 'planet'; "
+                             f"got nets={nets!r} with likelihood={likelihood!r}")
         if nets == "dreamer":
             nets = dreamer_nets(units, layers, mlp_units, mlp_layers, cnn_depth, cnn, reward_bins, likelihood,
                                 decoder_std)
         elif nets == "planet":
             nets = planet_nets(head_units, head_layers, act, cnn_depth, decoder_std)
+        elif nets == "storm":
+            nets = storm_nets(cnn_depth, mlp_units=units if mlp_units is None else mlp_units,
+                              mlp_layers=layers if mlp_layers is None else mlp_layers)
         elif not isinstance(nets, Nets):
             raise ValueError(f"WorldModel: nets must be 'dreamer', 'planet' or a Nets (e.g. dreamer2025_nets(...)); "
                              f"got {nets!r}")

@@ -178,3 +178,39 @@ def test_reverie_imagine_acts_with_storms_policy():
     feat = torch.randn(1, agent.wm.dynamics.feat_dim)
     act = action_source(agent, ActionSpec(True, 3), "policy", 4, 0)(0, feat)
     assert torch.equal(act, torch.nn.functional.one_hot(agent.ac.policy(feat).probs.argmax(-1), 3).float())
+
+
+def test_storm_nets_on_images_update_with_batch_statistics_and_act_with_running_ones():
+    """agent=storm's default ``nets: storm`` (STORM's BatchNorm conv stacks and heads, checked against STORM's modules
+    in tests/goldens/test_storm_nets.py) on 64 x 64 images: an update moves the BatchNorm running statistics (batch
+    statistics, as STORM's world-model update), acting and imagination contexts read them without moving them (as
+    STORM's ``eval()``), and ``nets=dreamer`` keeps DreamerV3's LayerNorm stacks."""
+    from reverie.models.storm_nets import StormBatchNorm2d, StormEncoder
+
+    torch.manual_seed(0)
+    cfg = load_config(["agent=storm", "exp=debug", "agent.module.imag_contexts=4", "agent.module.imag_context=3",
+                       "agent.module.precision=float32"]).agent
+    agent = build_agent(cfg, {"image": (3, 64, 64)}, ActionSpec(True, 6))
+    assert isinstance(agent.wm.image_encoder, StormEncoder)
+    norms = [m for m in agent.wm.modules() if isinstance(m, StormBatchNorm2d)]
+    assert norms and all(float(m.running_var.mean()) == 1.0 for m in norms)
+    rng = np.random.default_rng(0)
+
+    def window(T, B):
+        is_first = np.zeros((T, B), bool)
+        is_first[0] = True
+        return {"image": rng.integers(0, 256, (T, B, 3, 64, 64), dtype=np.uint8),
+                "prev_action": np.eye(6, dtype=np.float32)[rng.integers(0, 6, (T, B))],
+                "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
+                "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
+
+    obs = {"image": rng.integers(0, 256, (2, 3, 64, 64), dtype=np.uint8), "is_first": np.ones(2, bool)}
+    state = [m.running_mean.clone() for m in norms]
+    agent.act(obs, mode="explore")
+    assert all(torch.equal(a, m.running_mean) for a, m in zip(state, norms))  # acting: read, not moved
+    metrics = agent.update(window(8, 2) | {"imagine": window(4, 4)})
+    assert np.isfinite(float(metrics["loss/model"]))
+    assert all(not torch.equal(a, m.running_mean) for a, m in zip(state, norms))  # the update's batch statistics
+    dreamer = build_agent(load_config(["agent=storm", "exp=debug", "agent.module.nets=dreamer"]).agent,
+                          {"image": (3, 64, 64)}, ActionSpec(True, 6))
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in dreamer.wm.modules())
