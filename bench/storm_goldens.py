@@ -108,14 +108,18 @@ def main() -> None:
         out |= {f"{k.split('/')[0]}{u}/{k.split('/', 1)[1]}" if "/" in k else f"{k}{u}": v for k, v in seen.items()}
         out |= {f"param{u}/{k}": v.clone().numpy() for k, v in agent.state_dict().items()}
         out[f"ema{u}"] = np.asarray([float(agent.lowerbound_ema.get()), float(agent.upperbound_ema.get())])
-    out["meta"] = np.asarray(json.dumps({
-        "commit": COMMIT, "seed": SEED, "feat": FEAT, "layers": LAYERS, "units": UNITS, "actions": ACTIONS,
-        "B": B, "L": L, "gamma": 0.985, "lambda": 0.95, "entropy_coef": 3e-4, "torch": torch.__version__,
-        "command": "bench/storm_goldens.py --source <STORM at 1c50658> --deps <einops, tensorboardX, yacs> "
-                   f"--out {args.out}"}))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, **out)
-    print(f"wrote {args.out}: {len(out)} arrays, {Path(args.out).stat().st_size / 1e3:.0f} kB")
+    save(out, {"feat": FEAT, "layers": LAYERS, "units": UNITS, "actions": ACTIONS, "B": B, "L": L, "gamma": 0.985,
+               "lambda": 0.95, "entropy_coef": 3e-4}, "bench/storm_goldens.py", args.out)
+
+
+def save(out: dict[str, np.ndarray], sizes: dict, script: str, path: str) -> None:
+    """Write ``out`` plus its ``meta`` (commit, seed, torch, ``sizes`` and the command) to ``path`` (npz)."""
+    out["meta"] = np.asarray(json.dumps({"commit": COMMIT, "seed": SEED, **sizes, "torch": torch.__version__,
+                                         "command": f"{script} --source <STORM at 1c50658> --deps <einops, "
+                                                    f"tensorboardX, yacs> --out {path}"}))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **out)
+    print(f"wrote {path}: {len(out)} arrays, {Path(path).stat().st_size / 1e3:.0f} kB")
 
 
 if __name__ == "__main__":

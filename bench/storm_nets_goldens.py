@@ -17,15 +17,16 @@ batch-first as STORM holds them; ``meta`` has the sizes, commit and command.
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-COMMIT = "1c50658"
-SEED = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from storm_goldens import SEED, save  # noqa: E402  (the same commit, seed and file format)
+
 B, L, STEM, Z, H, CHANNELS = 2, 2, 4, 32, 16, 3
 
 
@@ -83,14 +84,8 @@ def main() -> None:
     run(decoder, "decoder", torch.randn(B, L, Z, generator=g), g, out)
     run(reward, "reward", torch.randn(B, L, H, generator=g), g, out)
     run(termination, "termination", torch.randn(B, L, H, generator=g), g, out)
-    out["meta"] = np.asarray(json.dumps({
-        "commit": COMMIT, "seed": SEED, "B": B, "L": L, "stem": STEM, "z": Z, "h": H, "channels": CHANNELS,
-        "torch": torch.__version__,
-        "command": "bench/storm_nets_goldens.py --source <STORM at 1c50658> --deps <einops, tensorboardX, yacs> "
-                   f"--out {args.out}"}))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, **out)
-    print(f"wrote {args.out}: {len(out)} arrays, {Path(args.out).stat().st_size / 1e3:.0f} kB")
+    save(out, {"B": B, "L": L, "stem": STEM, "z": Z, "h": H, "channels": CHANNELS}, "bench/storm_nets_goldens.py",
+         args.out)
 
 
 if __name__ == "__main__":
