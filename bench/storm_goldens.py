@@ -60,14 +60,21 @@ def make_batch(g: torch.Generator) -> dict[str, torch.Tensor]:
             "termination": (torch.rand(B, L, generator=g) < 0.15).float()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def storm_args(doc: str) -> argparse.Namespace:
+    """``--source`` (STORM at 1c50658), ``--deps`` and ``--out``; puts STORM's modules and its small dependencies on
+    ``sys.path``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", required=True, help="weipu-zhang/STORM at 1c50658")
     parser.add_argument("--deps", required=True, help="a pip --target folder with einops, tensorboardX, yacs")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(args.source).resolve()))
     sys.path.append(str(Path(args.deps).resolve()))  # after site-packages: this project's numpy and torch win
+    return args
+
+
+def main() -> None:
+    args = storm_args(__doc__)
     cpu_for_cuda()
     import agents  # STORM's agents.py
 

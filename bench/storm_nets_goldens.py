@@ -16,16 +16,14 @@ batch-first as STORM holds them; ``meta`` has the sizes, commit and command.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from storm_goldens import SEED, save  # noqa: E402  (the same commit, seed and file format)
+from storm_goldens import SEED, save, storm_args  # noqa: E402  (the same commit, seed and file format)
 
 B, L, STEM, Z, H, CHANNELS = 2, 2, 4, 32, 16, 3
 
@@ -57,13 +55,7 @@ def run(module: torch.nn.Module, name: str, x: torch.Tensor, g: torch.Generator,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", required=True, help="weipu-zhang/STORM at 1c50658")
-    parser.add_argument("--deps", required=True, help="a pip --target folder with einops, tensorboardX, yacs")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    sys.path.insert(0, str(Path(args.source).resolve()))
-    sys.path.append(str(Path(args.deps).resolve()))  # after site-packages: this project's numpy and torch win
+    args = storm_args(__doc__)
     torch.set_num_threads(1)
     from sub_models.world_models import DecoderBN, EncoderBN, RewardDecoder, TerminationDecoder
 
