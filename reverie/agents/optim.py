@@ -77,6 +77,7 @@ class LaProp(torch.optim.Optimizer):
             if group["agc"] > 0:
                 agc_clip_(params, grads, group["agc"], group["pmin"])
             beta1, beta2, eps = group["beta1"], group["beta2"], group["eps"]
+            form = group.get("form", "official")  # checkpoints from before the option have no form
             for p, g in zip(params, grads):
                 state = self.state[p]
                 if not state:
@@ -90,7 +91,6 @@ class LaProp(torch.optim.Optimizer):
                 g = g.to(v.dtype)
                 v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
                 u = g / ((v / (1.0 - beta2 ** t)).sqrt_().add_(eps))  # RMS-normalised gradient
-                form = group.get("form", "official")  # checkpoints from before the option have no form
                 lr = self.learning_rate(group["lr"], group["warmup"], t, form)
                 if form == "official":
                     m.mul_(beta1).add_(u, alpha=1.0 - beta1)

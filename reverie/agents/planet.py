@@ -66,10 +66,9 @@ class PlaNet(WorldModelAgent):
         # the decoders 1 (the reference scales none); overshooting is read when the dynamics has it (D > 0)
         scales = {"rec": 1.0, "reward": reward_scale, "cont": cont_scale, "kl": divergence_scale,
                   "global_kl": global_divergence_scale, "overshooting": overshooting_scale}
-        if self.wm.representation.scale_key != "rec":  # a decoder-free objective: R2-Dreamer's scale unless given
-            rep_defaults = {"barlow": 0.05, "infonce": 1.0}  # configs/model/_base_.yaml:22-23 at 546e4fa
-            key = self.wm.representation.scale_key
-            scales[key] = rep_defaults[key] if representation_scale is None else float(representation_scale)
+        rep = self.wm.representation
+        if not rep.decodes:  # a decoder-free objective: R2-Dreamer's scale unless given
+            scales[rep.scale_key] = rep.default_scale if representation_scale is None else float(representation_scale)
         self.loss_scales = loss_scale_table(
             None, self.wm.representation, self.wm.loss_keys, "PlaNet", defaults=scales,
             fix="PlaNet scales the decoders, reward, cont, kl, global_kl and overshooting only (agent.module."

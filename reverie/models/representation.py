@@ -1,9 +1,9 @@
 """A world model's representation objective, chosen by ``agent.module.representation`` (docs/representation.md).
 
 Each is an ``nn.Module`` owning its networks, with ``name`` (the config value), ``scale_key`` (its ``loss_scales``
-entry), ``loss_keys``, ``decodes`` and ``loss(feat, embed, batch) -> (losses {key: (T, B)}, info {key: scalar})``
-from posterior features ``(T, B, F)``, embedding ``(T, B, E)`` and replay batch ``(T, B, ...)``:
-``reconstruction`` (:class:`Reconstruction`, DreamerV3 eq. 4, PlaNet eq. 3), ``r2`` (:class:`BarlowTwins`,
+entry), ``loss_keys``, ``decodes`` (the decoder-free ones also ``default_scale``, R2-Dreamer's) and
+``loss(feat, embed, batch) -> (losses {key: (T, B)}, info {key: scalar})`` from posterior features ``(T, B, F)``,
+embedding ``(T, B, E)`` and replay batch ``(T, B, ...)``: ``reconstruction`` (:class:`Reconstruction`, DreamerV3 eq. 4, PlaNet eq. 3), ``r2`` (:class:`BarlowTwins`,
 R2-Dreamer, arXiv 2603.18202, NM512/r2dreamer at 546e4fa ``dreamer.py:383-398``) and ``infonce``
 (:class:`InfoNCE`, ``dreamer.py:399-408``).
 """
@@ -117,6 +117,7 @@ class BarlowTwins(nn.Module):
 
     name = "r2"
     scale_key = "barlow"
+    default_scale = 0.05  # R2-Dreamer's loss_scales.barlow (configs/model/_base_.yaml:22), for agents without one
     decodes = False
     loss_keys = ("barlow",)
     SETTINGS = {"lambd": 5e-4, "eps": 1e-8}  # _base_.yaml:37, dreamer.py:391
@@ -146,6 +147,7 @@ class InfoNCE(nn.Module):
 
     name = "infonce"
     scale_key = "infonce"
+    default_scale = 1.0  # R2-Dreamer's loss_scales.infonce (configs/model/_base_.yaml:23)
     decodes = False
     loss_keys = ("infonce",)
     SETTINGS: dict[str, Any] = {}

@@ -65,7 +65,7 @@ class StormEncoder(nn.Module):
             raise ValueError(f"STORM's encoder takes square images, got {height}x{width}")
         layers: list[nn.Module] = []
         cin, cout = channels, int(stem)
-        for stage in range(storm_stages(height, min_res)):
+        for _ in range(storm_stages(height, min_res)):
             layers += [nn.Conv2d(cin, cout, 4, 2, 1, bias=False), StormBatchNorm2d(cout), nn.ReLU()]
             cin, cout = cout, cout * 2
         self.layers = nn.Sequential(*layers)

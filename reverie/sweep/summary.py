@@ -111,18 +111,16 @@ def comparisons(trials: pd.DataFrame, configs: pd.DataFrame, reps: int = 2000, s
         return empty
     finished = trials[trials["status"] == "finished"]
     returns = {cid: part["value"].to_numpy(np.float64)[:, None] for cid, part in finished.groupby("config_id")}
-    keys = ("diff", "lo", "hi", "p_permutation", "p_welch")
+    if baseline is not None:  # (first, second, row): diff = IQM first - IQM second, reported in row's line
+        pairs = [(cid, baseline, cid) for cid in scored["config_id"] if cid != baseline]
+    else:
+        best = scored["config_id"].iloc[0]
+        pairs = [(best, cid, cid) for cid in scored["config_id"].iloc[1:1 + MAX_COMPARISONS]]
     rows = []
-    if baseline is not None:
-        for cid in [c for c in scored["config_id"] if c != baseline]:
-            result = compare_sets(returns[cid], returns[baseline], reps=reps, seed=seed)
-            rows.append({"config_id": cid, **{k: result[k] for k in keys}})
-        return pd.DataFrame(rows) if rows else empty
-    best = scored["config_id"].iloc[0]
-    for cid in scored["config_id"].iloc[1:1 + MAX_COMPARISONS]:
-        result = compare_sets(returns[best], returns[cid], reps=reps, seed=seed)
-        rows.append({"config_id": cid, **{k: result[k] for k in keys}})
-    return pd.DataFrame(rows)
+    for first, second, cid in pairs:
+        result = compare_sets(returns[first], returns[second], reps=reps, seed=seed)
+        rows.append({"config_id": cid, **{k: result[k] for k in empty.columns[1:]}})
+    return pd.DataFrame(rows) if rows else empty
 
 
 def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
