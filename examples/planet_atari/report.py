@@ -7,6 +7,14 @@
 For every finished trial (``summary.json`` present) of every sweep folder given, reads the last ``metrics.jsonl`` row
 holding ``heldout/quality/<key>_psnr_k<k>`` and averages it over the configuration's seeds; writes one panel per
 sweep (a line per configuration, labelled by its swept values) and prints a table of the mean PSNR at each k.
+
+Two configurations of two sweeps (e.g. action repeat 8 against the repeat-4 baseline, which are sweeps on different
+datasets) are compared step by step with ``--pair``; ``--time-ratio 2`` compares the first one's step k with the
+second one's step 2k (equal game time when the first repeats each action twice as long)::
+
+    python examples/planet_atari/report.py --pair sweeps/planet_atari_repeat8 "divergence_scale=1.0" \
+        sweeps/planet_atari_knobs "divergence_scale=1.0, free_nats=3.0, global_divergence_scale=0.0, ..." \
+        --time-ratio 2
 """
 
 from __future__ import annotations
@@ -38,12 +46,52 @@ def trial_curves(sweep: Path, key: str = "image") -> dict[str, dict[int, list[fl
     return curves
 
 
+def paired_steps(first: dict[int, list[float]], second: dict[int, list[float]], time_ratio: int = 1,
+                 reps: int = 2000) -> list[dict[str, float]]:
+    """Per step k of ``first`` that ``second`` has at ``time_ratio * k``: both means over seeds and ``diff`` = IQM
+    first - IQM second with its 95% bootstrap CI (``lo, hi``) and permutation / Welch p-values
+    (``reverie.scores.aggregate.compare_sets``, each seed one run)."""
+    import numpy as np
+
+    from reverie.scores.aggregate import compare_sets
+
+    rows = []
+    for k in sorted(first):
+        if time_ratio * k not in second:
+            continue
+        a, b = (np.asarray(v, np.float64)[:, None] for v in (first[k], second[time_ratio * k]))
+        result = compare_sets(a, b, reps=reps)
+        rows.append({"k": k, "k_second": time_ratio * k, "mean_first": float(a.mean()), "mean_second": float(b.mean()),
+                     **{name: float(result[name]) for name in ("diff", "lo", "hi", "p_permutation", "p_welch")}})
+    return rows
+
+
+def print_pair(args) -> None:
+    """``--pair``: the step-by-step comparison table of two configurations."""
+    (dir_a, label_a), (dir_b, label_b) = args.pair[:2], args.pair[2:]
+    first, second = trial_curves(Path(dir_a), args.key)[label_a], trial_curves(Path(dir_b), args.key)[label_b]
+    if not first or not second:
+        raise SystemExit(f"no finished trial of {label_a!r} in {dir_a} or of {label_b!r} in {dir_b}")
+    print(f"| k | k of the second | first: {label_a} | second: {label_b} | first - second (IQM) [95% CI] | "
+          f"p perm / Welch |\n|---|---|---|---|---|---|")
+    for r in paired_steps(first, second, args.time_ratio):
+        print(f"| {r['k']} | {r['k_second']} | {r['mean_first']:.2f} | {r['mean_second']:.2f} | {r['diff']:.2f} "
+              f"[{r['lo']:.2f}, {r['hi']:.2f}] | {r['p_permutation']:.2g} / {r['p_welch']:.2g} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweeps", nargs="+", type=Path)
+    parser.add_argument("sweeps", nargs="*", type=Path)
+    parser.add_argument("--pair", nargs=4, metavar=("SWEEP_A", "LABEL_A", "SWEEP_B", "LABEL_B"),
+                        help="compare two configurations step by step instead of drawing the curves")
+    parser.add_argument("--time-ratio", type=int, default=1, help="--pair: A's step k against B's step ratio * k")
     parser.add_argument("--key", default="image", help="the image observation key (default image)")
     parser.add_argument("--out", type=Path, default=Path("planet_atari_psnr_k.png"))
     args = parser.parse_args()
+    if args.pair:
+        return print_pair(args)
+    if not args.sweeps:
+        parser.error("give the sweep folders to draw, or --pair")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -17,12 +17,12 @@ from reverie.sweep.space import config_id
 
 
 class SweepProgress(Callback):
-    """Counts trials done / running / failed and the best finished trial so far (``metric``: higher is better).
-    ``total``: Tune trials (configurations x seeds; Optuna: configurations); ``done_before``: trials an earlier run
-    finished that Tune will not see; ``stream``: default stdout."""
+    """Counts trials done / running / failed and the best finished trial so far (``metric``: higher is better, or
+    lower with ``maximise=False``). ``total``: Tune trials (configurations x seeds; Optuna: configurations);
+    ``done_before``: trials an earlier run finished that Tune will not see; ``stream``: default stdout."""
 
-    def __init__(self, total: int, metric: str, done_before: int = 0, stream: Any = None):
-        self.total, self.metric = total, metric
+    def __init__(self, total: int, metric: str, done_before: int = 0, stream: Any = None, maximise: bool = True):
+        self.total, self.metric, self.maximise = total, metric, maximise
         self.stream = stream or sys.stdout
         self.running: set[str] = set()
         self.done: list[str] = [f"earlier-{i}" for i in range(done_before)]
@@ -42,7 +42,7 @@ class SweepProgress(Callback):
         result = trial.last_result or {}
         value = result.get(self.metric)
         if value is not None and math.isfinite(float(value)) and result.get("done", True):
-            if self.best is None or float(value) > self.best[0]:
+            if self.best is None or (float(value) > self.best[0]) == self.maximise:
                 self.best = (float(value), self._name(trial))
         text = f"{float(value):.4g}" if value is not None else "n/a"
         self._line(f"finished {self._name(trial)}: {self.metric} {text}")

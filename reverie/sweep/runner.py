@@ -16,7 +16,7 @@ import yaml
 
 import reverie
 from reverie.sweep.space import config_id, configurations, tune_domains
-from reverie.sweep.spec import SweepSpec, SweepSpecError
+from reverie.sweep.spec import SweepSpec, SweepSpecError, maximised
 from reverie.sweep.trial import STOPPED, SUMMARY, TRIAL_META, run_trial, trial_dir
 
 SPEC_COPY = "sweep.yaml"
@@ -100,7 +100,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
 
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup),
                                     {"cpu": spec.cpus, "gpu": spec.gpus})
-    best = None
+    best, up = None, maximised(spec.metric)
     if spec.algorithm == "optuna":
         param_space, searcher, samples, total = _optuna(spec, sweep_dir)
         done_before = total - samples
@@ -112,10 +112,10 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
         for t in trials:  # the progress line's "best so far" starts from the finished trials
             path = trial_dir(sweep_dir, t["params"], t["seed"]) / SUMMARY
             value = json.loads(path.read_text(encoding="utf-8")).get(spec.metric) if path.is_file() else None
-            if value is not None and math.isfinite(value) and (best is None or value > best[0]):
+            if value is not None and math.isfinite(value) and (best is None or (value > best[0]) == up):
                 best = (float(value), f"{config_id(t['params'])} seed {t['seed']}")
     scheduler = _asha(spec, steps, sweep_dir) if spec.asha else None
-    progress = SweepProgress(total=total, metric=spec.metric, done_before=done_before)
+    progress = SweepProgress(total=total, metric=spec.metric, done_before=done_before, maximise=up)
     progress.best = best
     if samples > 0:  # else every trial is finished already: only the summary is rewritten
         if not ray.is_initialized():
@@ -130,7 +130,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, address: str | None = None
                              filter(None, [setup["python_path"], os.environ.get("PYTHONPATH")]))}})
         tuner = tune.Tuner(
             trainable, param_space=param_space,
-            tune_config=tune.TuneConfig(metric=spec.metric, mode="max", search_alg=searcher, scheduler=scheduler,
+            tune_config=tune.TuneConfig(metric=spec.metric, mode="max" if up else "min", search_alg=searcher, scheduler=scheduler,
                                         num_samples=samples, max_concurrent_trials=spec.max_concurrent,
                                         reuse_actors=False),  # a stopped trial may still be saving a checkpoint
             run_config=tune.RunConfig(name=time.strftime("tune_%Y%m%d_%H%M%S"), storage_path=str(sweep_dir / "ray"),
@@ -169,7 +169,7 @@ def _optuna(spec: SweepSpec, sweep_dir: Path):
         if len(finals) == len(spec.seeds) and all(math.isfinite(f) for f in finals):
             done[config_id(params)] = (params, sum(finals) / len(finals))
     points = [p for p, _ in done.values()]
-    searcher = OptunaSearch(metric=spec.metric, mode="max", seed=spec.search_seed,
+    searcher = OptunaSearch(metric=spec.metric, mode="max" if maximised(spec.metric) else "min", seed=spec.search_seed,
                             points_to_evaluate=points or None,
                             evaluated_rewards=[r for _, r in done.values()] or None)
     return {"params": tune_domains(spec)}, searcher, max(spec.samples - len(done), 0), spec.samples

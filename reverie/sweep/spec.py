@@ -30,6 +30,14 @@ METRICS = ("eval_return",)
 the prediction quality of the run's last open-loop report, a ``summary.json`` entry as well (:data:`QUALITY`:
 ``quality/<key>_psnr`` or ``_ssim``, their ``_recon`` and ``_onestep`` forms; higher is better)."""
 QUALITY = re.compile(r"^(heldout/)?quality/\w+_(psnr|ssim)(_recon|_onestep)?$")
+ERRORS = re.compile(r"^(heldout/)?quality/reward_error$")
+"""Trial metrics where lower is better: the mean absolute error of the reward head's open-loop prediction
+(``summary.json``), the one quality a decoder-free world model (no images to score) reports."""
+
+
+def maximised(metric: str) -> bool:
+    """Whether a larger ``metric`` is better: True for returns, PSNR and SSIM, False for :data:`ERRORS`."""
+    return not ERRORS.match(metric)
 COMMANDS = ("train", "pretrain")
 """What each trial runs: ``reverie train`` (env steps; ``budget`` sets ``train.steps``) or ``reverie pretrain DATA``
 (the dataset ``data``, no env steps; ``budget`` sets ``pretrain.updates``): every trial learns from the same rows."""
@@ -81,7 +89,8 @@ class SweepSpec:
         samples: random/optuna configurations (1 for a pure grid).
         search_seed: seed of the random draws (and of Optuna's sampler).
         seeds: training seeds run for every configuration.
-        metric: the trial metric (:data:`METRICS`); always maximised.
+        metric: the trial metric (:data:`METRICS`, :data:`QUALITY`, :data:`ERRORS`); maximised, except the errors
+            (:func:`maximised`).
         cpus, gpus: resources per trial (Ray Tune ``with_resources``).
         max_concurrent: cap on running trials (None: resources decide).
         retries: Ray Tune ``FailureConfig.max_failures``.
@@ -189,10 +198,11 @@ def parse_spec(data: Any, default_name: str = "sweep", where: str = "sweep file"
 
     seeds = _seeds(data.get("seeds", 1), where)
     metric = str(data.get("metric") or "eval_return")
-    if metric not in METRICS and not QUALITY.match(metric):
+    if metric not in METRICS and not QUALITY.match(metric) and not ERRORS.match(metric):
         raise SweepSpecError(f"{where}: metric {metric!r} is not supported; supported: {', '.join(METRICS)}, or a "
                              f"prediction quality quality/<key>_psnr | _ssim (e.g. quality/image_psnr; also "
-                             f"..._psnr_recon, ..._psnr_onestep): a run's open-loop reports must be on")
+                             f"..._psnr_recon, ..._psnr_onestep) or quality/reward_error (minimised), each also "
+                             f"with heldout/: a run's open-loop reports must be on")
     resources = data.get("resources") or {}
     if not isinstance(resources, dict):
         raise SweepSpecError(f"{where}: 'resources' must be a mapping like {{cpus: 1, gpus: 0}}")

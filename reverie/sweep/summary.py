@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from reverie.sweep.space import baseline, config_id, configurations, overrides
-from reverie.sweep.spec import SweepSpec
+from reverie.sweep.spec import SweepSpec, maximised
 from reverie.sweep.trial import STOPPED, SUMMARY, TRIAL_META, command_args
 
 MAX_COMPARISONS = 12
@@ -71,11 +71,12 @@ def trial_table(spec: SweepSpec, sweep_dir: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def config_table(trials: pd.DataFrame, keys: list[str], reps: int = 2000, seed: int = 0) -> pd.DataFrame:
+def config_table(trials: pd.DataFrame, keys: list[str], reps: int = 2000, seed: int = 0,
+                 maximise: bool = True) -> pd.DataFrame:
     """Per configuration: ``mean, mean_lo, mean_hi, iqm, iqm_lo, iqm_hi`` of the trial metric (``value``) over its
     finished seeds (95% bootstrap CIs from ``reverie.scores.aggregate.aggregates``), ``seeds`` finished / ``runs``
-    planned, ``wall_s`` summed over its trials; sorted by mean, best first. Configurations with no finished seed keep
-    NaNs."""
+    planned, ``wall_s`` summed over its trials; sorted by mean, best first (the largest, or with ``maximise=False``
+    the smallest). Configurations with no finished seed keep NaNs."""
     from reverie.scores.aggregate import aggregates
 
     finished = trials[trials["status"] == "finished"]
@@ -94,7 +95,7 @@ def config_table(trials: pd.DataFrame, keys: list[str], reps: int = 2000, seed: 
                    stopped=int((part["status"] == "stopped").sum()), wall_s=float(part["wall_s"].sum(min_count=1)))
         rows.append(row)
     table = pd.DataFrame(rows)
-    return table.sort_values("mean", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+    return table.sort_values("mean", ascending=not maximise, na_position="last", kind="stable").reset_index(drop=True)
 
 
 def comparisons(trials: pd.DataFrame, configs: pd.DataFrame, reps: int = 2000, seed: int = 0,
@@ -133,7 +134,7 @@ def write_summary(spec: SweepSpec, sweep_dir: str | Path, plots: bool = True) ->
     sweep_dir = Path(sweep_dir)
     keys = [p.key for p in spec.params]
     trials = trial_table(spec, sweep_dir)
-    configs = config_table(trials, keys)
+    configs = config_table(trials, keys, maximise=maximised(spec.metric))
     reference = config_id(baseline(spec)) if spec.algorithm == "ablation" else None
     pairs = comparisons(trials, configs, baseline=reference)
     trials.to_csv(sweep_dir / "trials.csv", index=False)
@@ -173,7 +174,8 @@ def summary_markdown(spec: SweepSpec, trials: pd.DataFrame, configs: pd.DataFram
     what = ("final evaluation's mean return" if spec.metric == "eval_return" else
             "prediction quality of the last open-loop report" + (" on the held-out data" if
                                                                   spec.metric.startswith("heldout/") else ""))
-    lines = [f"# Sweep {spec.name}: {spec.metric} ({what}; higher is better)", "",
+    better = "higher" if maximised(spec.metric) else "lower"
+    lines = [f"# Sweep {spec.name}: {spec.metric} ({what}; {better} is better)", "",
              f"{len(trials)} trials: {int(counts.get('finished', 0))} finished, {int(counts.get('stopped', 0))} "
              f"stopped early, {int(counts.get('incomplete', 0))} incomplete. Base: `{' '.join(spec.base) or '(none)'}`"
              f"; seeds {list(spec.seeds)}; search {spec.algorithm}.", ""]

@@ -41,3 +41,17 @@ def test_curves_average_the_last_report_over_seeds(tmp_path):
     per_k = curves["divergence_scale=1.0"]
     assert dict(per_k) == {1: [20.0, 22.0], 2: [16.0, 14.0]}  # the last report's values, seed by seed
     assert sum(per_k[1]) / 2 == pytest.approx(21.0)
+
+
+def test_paired_steps_compare_two_configurations_at_equal_game_time():
+    """--time-ratio 2: the first configuration's step k against the second's step 2k; the difference of two seed
+    sets with no spread is their mean difference, and a step the second lacks is skipped."""
+    report = load_report()
+    first = {1: [20.0, 20.0, 20.0], 2: [18.0, 18.0, 18.0], 3: [10.0, 10.0, 10.0]}
+    second = {1: [30.0] * 3, 2: [25.0, 25.0, 25.0], 4: [17.0, 17.0, 17.0]}
+    rows = report.paired_steps(first, second, time_ratio=2, reps=200)
+    assert [(r["k"], r["k_second"]) for r in rows] == [(1, 2), (2, 4)]
+    assert rows[0]["diff"] == pytest.approx(-5.0) and rows[1]["diff"] == pytest.approx(1.0)
+    assert rows[0]["mean_first"] == 20.0 and rows[0]["mean_second"] == 25.0
+    same = report.paired_steps(first, second, time_ratio=1, reps=200)
+    assert [r["k"] for r in same] == [1, 2] and same[0]["diff"] == pytest.approx(-10.0)

@@ -69,7 +69,7 @@ def test_empty_search_space(space):
     ({"resources": {"cpus": 0}}, "resources.cpus must be a positive number"),
     ({"retries": -1}, "retries must be an integer >= 0"),
     ({"metric": "loss"}, "metric 'loss' is not supported"),
-    ({"metric": "quality/reward_error"}, "prediction quality quality/<key>_psnr | _ssim"),  # lower is better
+    ({"metric": "quality/image_error"}, "prediction quality quality/<key>_psnr | _ssim"),
     ({"scheduler": {"asha": {}}, "search": {"algorithm": "optuna", "samples": 2}}, "Optuna trials run their seeds"),
 ])
 def test_bad_values_are_explained(change, message):

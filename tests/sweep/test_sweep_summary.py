@@ -147,3 +147,33 @@ def test_the_summary_ranks_by_the_sweeps_metric_not_the_return(tmp_path):
     write_summary(spec, tmp_path, plots=False)
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["params"] == {"agent.train_ratio": 32} and best["mean"] == pytest.approx(28.0)
+
+
+def test_an_error_metric_is_minimised(tmp_path):
+    """quality/reward_error (a decoder-free model's one quality): the best configuration has the smallest mean error,
+    the summary says lower is better, and the progress line's best so far is the smallest value."""
+    from reverie.sweep.progress import SweepProgress
+    from reverie.sweep.spec import maximised
+
+    assert not maximised("heldout/quality/reward_error") and maximised("heldout/quality/image_psnr")
+    spec = parse_spec({**SPEC, "metric": "heldout/quality/reward_error"})
+    for params in configurations(spec):
+        for seed, final in zip(spec.seeds, RETURNS[params["agent.train_ratio"]]):
+            run = make_trial(tmp_path, params, seed, final)
+            summary = json.loads((run / "summary.json").read_text())
+            summary["heldout/quality/reward_error"] = final / 100  # ratio 32: mean 0.2; ratio 128: mean 1.4
+            (run / "summary.json").write_text(json.dumps(summary))
+    write_summary(spec, tmp_path, plots=False)
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["params"] == {"agent.train_ratio": 32} and best["mean"] == pytest.approx(0.2)
+    assert "lower is better" in (tmp_path / "summary.md").read_text()
+
+    class Trial:  # what SweepProgress reads of a Tune trial
+        def __init__(self, value):
+            self.trial_id, self.config, self.last_result = str(value), {}, {"m": value, "done": True}
+
+    progress = SweepProgress(total=2, metric="m", maximise=False, stream=open("/dev/null", "w"))
+    for value in (0.5, 0.2, 0.9):
+        progress.on_trial_complete(0, [], Trial(value))
+    assert progress.best[0] == 0.2
+
