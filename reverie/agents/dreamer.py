@@ -79,7 +79,9 @@ class DreamerV3(WorldModelAgent):
             model's losses. representation, objectives: ``"reconstruction"``, ``"r2"`` or ``"infonce"`` and their
             settings (docs/representation.md). head_inputs: what the decoder, reward and continue heads read
             (:class:`reverie.models.world_model.WorldModel`; default ``cat(h, z)``). nets: the world model's
-            networks, ``"dreamer"`` or ``"storm"`` (:func:`reverie.models.world_model.storm_nets`).
+            networks, ``"dreamer"`` or ``"storm"`` (:func:`reverie.models.world_model.storm_nets`). loss_layout:
+            ``"dreamer"`` (every row's losses) or ``"storm"`` (STORM's window, a transformer dynamics;
+            :meth:`reverie.models.world_model.WorldModel.storm_loss`).
         precision: ``"auto"`` (bfloat16 where native), ``"float32"``, ``"bfloat16"`` or ``"float64"``
             (:mod:`reverie.runtime.precision`). compile: ``torch.compile`` the hot callables (turns the kernels off).
             kernels: ``"auto"`` or ``"off"`` (:mod:`reverie.models.kernels`; the same losses up to rounding).
@@ -104,7 +106,7 @@ class DreamerV3(WorldModelAgent):
                  compile: bool = False, kernels: str = "auto", planner: str = "actor", plan: dict | None = None,
                  representation: str = "reconstruction", objectives: dict | None = None,
                  actor_grad_disc: str = "reinforce", head_inputs: dict[str, str] | None = None,
-                 nets: str = "dreamer"):
+                 nets: str = "dreamer", loss_layout: str = "dreamer"):
         super().__init__()
         if imag_last < 0:
             raise ValueError(f"DreamerV3: imag_last must be >= 0 (0: imagine from every replayed row), got {imag_last}")
@@ -129,7 +131,7 @@ class DreamerV3(WorldModelAgent):
                              units=units, layers=layers, mlp_units=mlp_units, mlp_layers=mlp_layers,
                              cnn_depth=cnn_depth, cnn=dict(cnn) if cnn else None, kernels=kernels,
                              representation=representation, objectives=objectives,
-                             head_inputs=head_inputs, nets=nets)
+                             head_inputs=head_inputs, nets=nets, loss_layout=loss_layout)
         check_dynamics(self.wm.dynamics)
         self._build_behavior(self.wm.dynamics.feat_dim, units, layers, unimix)
         self.loss_scales = loss_scale_table(loss_scales, self.wm.representation, self.wm.loss_keys, "DreamerV3",

@@ -124,7 +124,8 @@ class Storm(DreamerV3):
     What is STORM's here and what is not yet: docs/transformer.md, "agent=storm". STORM's: the actor-critic and its
     update (checked against its code), the imagination starts (``imag_contexts`` fresh contexts of
     ``imag_context`` replayed steps, observed without dropout, then the prior of the step after them,
-    ``train.py:52-73``) and acting on the prior (``act_on``).
+    ``train.py:52-73``), acting on the prior (``act_on``) and the world model's loss layout (``loss_layout``,
+    checked against its ``WorldModel.update``).
 
     Args:
         obs_shapes, action_spec, dynamics, units, layers, mlp_units, mlp_layers, cnn_depth, cnn, loss_scales,
@@ -132,6 +133,10 @@ class Storm(DreamerV3):
             the world model's, as :class:`reverie.agents.DreamerV3` (STORM's heads: ``agent=storm`` sets
             ``head_inputs`` to the decoder from ``z``, reward and continue from ``h``). nets: ``"storm"``,
             STORM's BatchNorm conv stacks and heads (:mod:`reverie.models.storm_nets`), or ``"dreamer"``.
+        loss_layout: ``"storm"`` (STORM's world-model losses over a window of ``T - 1`` steps,
+            :meth:`reverie.models.world_model.WorldModel.storm_loss`; checked against STORM's own update by
+            tests/goldens/test_storm_world_model.py) or ``"dreamer"`` (DreamerV3's, every row); None: ``"storm"``
+            for a dynamics with STORM's window pass (the transformer, ``agent=storm``'s), else ``"dreamer"``.
         horizon: imagined steps (STORM ``ImagineBatchLength: 16``).
         imag_contexts, imag_context: imagination starts per update and the replayed steps each is observed from
             (``ImagineBatchSize: 1024``, ``ImagineContextLength: 8``); ``imag_contexts=0``: start from the training
@@ -158,7 +163,8 @@ class Storm(DreamerV3):
                  loss_scales: dict[str, float] | None = None, model_lr: float = 1e-4, model_eps: float = 1e-8,
                  model_clip: float = 1000.0, device: str = "cpu", precision: str = "auto", kernels: str = "auto",
                  representation: str = "reconstruction", objectives: dict | None = None,
-                 head_inputs: dict[str, str] | None = None, nets: str = "storm"):
+                 head_inputs: dict[str, str] | None = None, nets: str = "storm",
+                 loss_layout: str | None = None):
         if not action_spec.discrete:
             raise ValueError("agent=storm: STORM's policy is a categorical over discrete actions (Atari); for "
                              "continuous actions use agent=dreamerv3 dynamics=storm")
@@ -171,6 +177,8 @@ class Storm(DreamerV3):
                              f"window's posteriors) and agent.module.imag_context >= 1; got {imag_contexts}, "
                              f"{imag_context}")
         self.act_on, self.imag_contexts, self.imag_context = act_on, int(imag_contexts), int(imag_context)
+        if loss_layout is None:  # a partial's class, or the RSSM (None)
+            loss_layout = "storm" if hasattr(getattr(dynamics, "func", dynamics), "observe_storm") else "dreamer"
         self._ac_settings = dict(units=ac_units, layers=ac_layers, gamma=gamma, lam=lam, entropy=actor_entropy,
                                  lr=ac_lr, eps=ac_eps, clip=ac_clip, slow_decay=slow_decay)
         super().__init__(obs_shapes, action_spec, dynamics=dynamics, units=units, layers=layers, mlp_units=mlp_units,
@@ -178,7 +186,7 @@ class Storm(DreamerV3):
                          gamma=gamma, lam=lam, actor_entropy=actor_entropy, loss_scales=loss_scales,
                          model_lr=model_lr, model_eps=model_eps, model_clip=model_clip, ac_clip=ac_clip,
                          device=device, precision=precision, kernels=kernels, representation=representation,
-                         objectives=objectives, head_inputs=head_inputs, nets=nets)
+                         objectives=objectives, head_inputs=head_inputs, nets=nets, loss_layout=loss_layout)
         if act_on == "prior" and not isinstance(self.wm.dynamics, HasPrior):
             raise ValueError(f"agent=storm: agent.module.act_on=prior needs a dynamics with a prior(state) method "
                              f"(TransformerDynamics); {type(self.wm.dynamics).__name__} has none: set "
@@ -209,11 +217,16 @@ class Storm(DreamerV3):
     @torch.no_grad()
     def context_starts(self, contexts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """STORM's imagination starts (``world_models.py`` ``imagine_data``): observe the first ``C`` rows of each
-        ``(C + 1, N, ...)`` context window without dropout or gradient (row 0 counts as ``is_first``), then one
-        prior step with the action taken after row ``C`` (row ``C + 1``'s ``prev_action``): the state ``(N, ...)``
-        of the step after the context, its latent drawn from the prior."""
+        ``(C + 1, N, ...)`` context window without dropout or gradient, then one prior step with the action taken
+        after row ``C`` (row ``C + 1``'s ``prev_action``): the state ``(N, ...)`` of the step after the context,
+        its latent drawn from the prior. ``loss_layout: storm``: the ``C`` tokens ``(z_t, a_t)`` of STORM's
+        context (:meth:`~reverie.models.dynamics.TransformerDynamics.observe_storm`, no start token, positions
+        ``0 .. C-1``); ``dreamer``: row 0's start token, then ``C`` steps (row 0 counts as ``is_first``)."""
         dynamics, C = self.wm.dynamics, self.imag_context
         embed = self.wm.encode({k: contexts[k][:C] for k in self.obs_keys})  # (C, N, E)
+        if self.wm.loss_layout == "storm":
+            _, next_ = dynamics.observe_storm(embed, contexts["prev_action"][1:C + 1], contexts["is_first"][1:C + 1])
+            return dynamics.truncate(next_)  # the prior after the token (z_{C-1}, a_{C-1})
         post, _ = dynamics.observe(embed, contexts["prev_action"][:C], contexts["is_first"][:C])
         return dynamics.img_step(dynamics.truncate(post), contexts["prev_action"][C])
 

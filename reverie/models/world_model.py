@@ -33,6 +33,7 @@ LIKELIHOODS = ("symlog", "gaussian")
 NETS = ("dreamer", "planet", "storm")
 HEAD_INPUTS = ("features", "h", "z")  # what a head reads: cat(h, z), h alone or z alone
 HEADS = ("decoder", "reward", "cont")
+LOSS_LAYOUTS = ("dreamer", "storm")  # every row's losses (DreamerV3), or STORM's window (WorldModel.storm_loss)
 
 
 class FeaturePart(nn.Module):
@@ -242,12 +243,15 @@ class WorldModel(nn.Module):
         representation, objectives: the representation objective and its settings (docs/representation.md).
         head_inputs: ``{head: part}`` for ``decoder``, ``reward``, ``cont``: ``"features"`` (``cat(h, z)``, the
             default), ``"h"`` or ``"z"`` (STORM: decoder ``z``, reward and cont ``h``), via :class:`FeaturePart`.
+        loss_layout: ``"dreamer"`` (every row's losses, :meth:`loss`) or ``"storm"`` (STORM's window,
+            :meth:`storm_loss`; a dynamics with ``observe_storm`` and ``storm_loss``, the transformer's).
 
     Raises:
         ValueError: a shape neither ``(F,)`` nor ``(C, H, W)``; image keys of different sizes; no observation keys;
             an image size the conv stack cannot take; an unknown ``likelihood``, ``nets``, ``kernels``, objective or
             setting; ``nets="planet"`` with ``likelihood="symlog"``; ``decoder_std <= 0``; ``image_bits`` outside
-            ``1..8``; an unknown ``head_inputs`` key or part, or ``h``/``z`` of features that are not ``cat(h, z)``.
+            ``1..8``; an unknown ``head_inputs`` key or part, or ``h``/``z`` of features that are not ``cat(h, z)``;
+            an unknown ``loss_layout``, or ``"storm"`` with a dynamics that has no ``observe_storm``.
     """
 
     def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
@@ -257,7 +261,7 @@ class WorldModel(nn.Module):
                  head_units: int = 300, head_layers: int = 3, act: str = "relu", mlp_units: int | None = None,
                  mlp_layers: int | None = None, representation: str = "reconstruction",
                  objectives: dict | None = None, head_inputs: dict[str, str] | None = None,
-                 cont_discount: float = 1.0):
+                 cont_discount: float = 1.0, loss_layout: str = "dreamer"):
         super().__init__()
         given = head_inputs if head_inputs is not None else {}
         bad = ([f"{given!r} (not a mapping)"] if not hasattr(given, "items") else
@@ -305,6 +309,12 @@ class WorldModel(nn.Module):
             self.dynamics = nets.dynamics(action_dim, embed, dict(dynamics or {}), kernels)
         else:
             self.dynamics = dynamics(action_dim=action_dim, embed_dim=embed)
+        if loss_layout not in LOSS_LAYOUTS or (loss_layout == "storm" and not all(
+                hasattr(self.dynamics, m) for m in ("observe_storm", "storm_loss", "storm_posterior"))):
+            raise ValueError(f"WorldModel: loss_layout must be one of {LOSS_LAYOUTS}, and 'storm' needs a dynamics "
+                             f"with STORM's window pass (TransformerDynamics); got {loss_layout!r} with "
+                             f"{type(self.dynamics).__name__}")
+        self.loss_layout = loss_layout
         feat = self.dynamics.feat_dim
         parts = self._feature_parts(head_inputs)
 
@@ -450,6 +460,8 @@ class WorldModel(nn.Module):
             ``(T, B, F)`` with their gradient; the detached diagnostics (KL, entropies, ``r2/...``). With
             ``image_bits < 8`` the images are bit-reduced with dequantisation noise first (PlaNet).
         """
+        if self.loss_layout == "storm":
+            return self.storm_loss(batch, state)
         batch = self.preprocess(batch, noise=True)  # image_bits < 8: uint8 -> float pixel values, dequantised
         embed = self.encode(batch)  # (T, B, E)
         post, prior = self.dynamics.observe(embed, batch["prev_action"], batch["is_first"], state)
@@ -461,6 +473,45 @@ class WorldModel(nn.Module):
         losses["cont"] = -cont.log_prob(target)
         dynamics_losses, info = self.dynamics.loss(post, prior, batch["prev_action"], batch["is_first"])
         return ModelLoss(losses | dynamics_losses, post, feat, info | rep_info)
+
+    def storm_loss(self, batch: dict[str, torch.Tensor], state: State | None = None) -> ModelLoss:
+        """STORM's world-model losses on a window (``loss_layout: storm``; ``world_models.py:378-407`` at 1c50658).
+
+        The ``T`` rows hold STORM's window of ``T - 1`` steps: step ``t`` is ``o_t`` (row ``t``) and what followed
+        its action ``a_t``: row ``t + 1``'s ``prev_action``, ``reward``, ``is_terminal`` (reverie's row timing). Row
+        ``T - 1``'s observation and row 0's ``prev_action``, ``reward`` and ``is_terminal`` are not read; row 0 has
+        no start token (:meth:`observe_storm`: the token of step ``t`` is ``(z_t, a_t)``, ``h_t`` its output).
+
+        Args:
+            batch: as :meth:`loss`, ``T >= 3``. state: must be None (a window starts from nothing, as STORM's).
+
+        Returns:
+            :class:`ModelLoss`: ``losses`` of the ``T - 1`` steps ``(T-1, B)``, each the loss of STORM's step: the
+            reconstruction of ``o_t`` and any representation loss from ``features(steps)`` (``cat(h_t, z_t)``;
+            STORM's decoder reads ``z_t`` alone), ``reward`` and ``cont`` of row ``t + 1`` from the same features
+            (STORM's heads read ``h_t``); ``dyn`` and ``rep`` scalars ``()`` (free bits on the batch mean,
+            ``dynamics.storm_loss``). ``post``: reverie's posterior of rows ``1 .. T-2`` ``(T-2, B, ...)`` (``h``
+            and the cache from step ``t - 1``, ``z_t`` from ``o_t``; imagination starts), ``feat`` its features.
+
+        Raises:
+            ValueError: ``T < 3`` or a ``state``.
+        """
+        T = batch["is_first"].shape[0]
+        if T < 3 or state is not None:
+            raise ValueError(f"WorldModel: loss_layout=storm reads windows of T >= 3 rows from no carried state "
+                             f"(STORM's window of T - 1 steps), got T={T}, state={'given' if state else None}")
+        batch = self.preprocess(batch, noise=True)
+        observed = {k: batch[k][:-1] for k in self.obs_shapes}  # o_0 .. o_{T-2}: (T-1, B, ...)
+        embed = self.encode(observed)  # (T-1, B, E): the encoder's batch statistics over these rows alone
+        steps, next_ = self.dynamics.observe_storm(embed, batch["prev_action"][1:], batch["is_first"][1:])
+        feat = self.dynamics.features(steps)  # (T-1, B, F): cat(h_t, z_t)
+        losses, rep_info = self.representation.loss(feat, embed, observed)
+        losses["reward"] = -self.reward(feat).log_prob(batch["reward"][1:])
+        cont = self.cont(feat)
+        losses["cont"] = -cont.log_prob((1.0 - batch["is_terminal"][1:].to(cont.logits.dtype)) * self.cont_discount)
+        dynamics_losses, info = self.dynamics.storm_loss(steps, next_)
+        post = self.dynamics.storm_posterior(steps, next_)  # reverie's posterior of rows 1 .. T-2
+        return ModelLoss(losses | dynamics_losses, post, self.dynamics.features(post), info | rep_info)
 
 
 class NoDecoder(RuntimeError):

@@ -92,14 +92,18 @@ def test_act_on_prior_is_refused_for_a_dynamics_without_a_prior():
         _storm("agent.module.act_on=posteriour")
 
 
-def test_context_starts_are_the_prior_of_the_step_after_the_context(monkeypatch):
+@pytest.mark.parametrize("layout", ["dreamer", "storm"])
+def test_context_starts_are_the_prior_of_the_step_after_the_context(layout, monkeypatch):
     """The start after C observed context rows and the action taken after the last one equals the state the
     whole-window observe pass gives row C + 1 (same latents: draws replaced by the mode): deter and prior logits;
-    computed there by batched attention over the window, here by C rows and one cached prior step."""
+    computed there by batched attention over the window, here by C rows and one cached prior step. STORM's layout:
+    the C tokens (z_t, a_t) of the context and no start token, the prior after the last one (the window pass over
+    all C + 1 rows gives it at step C - 1)."""
     from reverie.models.dynamics import TransformerDynamics
 
     torch.manual_seed(0)
-    agent = _storm("agent.module.imag_context=5", "agent.module.precision=float32").double()
+    agent = _storm("agent.module.imag_context=5", "agent.module.precision=float32",
+                   f"agent.module.loss_layout={layout}").double()
     dyn = agent.wm.dynamics
     monkeypatch.setattr(dyn, "_draw", lambda logits, sample: TransformerDynamics._draw(dyn, logits, False))
     C, N = 5, 7
@@ -110,10 +114,17 @@ def test_context_starts_are_the_prior_of_the_step_after_the_context(monkeypatch)
     ctx["is_first"][3, 2] = True  # an episode starts inside one context
     start = agent.context_starts(ctx)
     with torch.no_grad():
-        post, prior = dyn.observe(agent.wm.encode({"vector": ctx["vector"]}), ctx["prev_action"], ctx["is_first"])
+        embed = agent.wm.encode({"vector": ctx["vector"]})
+        if layout == "storm":  # steps t = 0..C: a_t is row t + 1's prev_action (the last one is never read)
+            action = torch.cat([ctx["prev_action"][1:], torch.zeros_like(ctx["prev_action"][:1])])
+            is_first = torch.cat([ctx["is_first"][1:], torch.zeros_like(ctx["is_first"][:1])])
+            post, prior = dyn.observe_storm(embed, action, is_first)  # STORM's timing: step t holds h_t, p(z_t+1)
+        else:
+            post, prior = dyn.observe(embed, ctx["prev_action"], ctx["is_first"])
+    row = C - 1 if layout == "storm" else C
     assert start["deter"].shape == (N, dyn.deter)
-    torch.testing.assert_close(start["deter"], post["deter"][C], rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(start["logits"], prior["logits"][C], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(start["deter"], post["deter"][row], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(start["logits"], prior["logits"][row], rtol=1e-10, atol=1e-10)
     assert not torch.allclose(start["logits"], post["logits"][C])  # the prior's, not the posterior's of row C + 1
 
 
@@ -139,7 +150,7 @@ def test_storm_atari100k_is_storms_protocol():
     env, agent, train = cfg.env, cfg.agent, cfg.train
     assert (env.suite, env.sticky, env.noops, env.life_loss, env.action_repeat, env.size, env.actions) == \
         ("atari", 0.25, 0, "terminal", 4, 64, "minimal")
-    assert (agent.name, agent.batch_size, agent.batch_length, agent.train_ratio) == ("storm", 16, 64, 1024)
+    assert (agent.name, agent.batch_size, agent.batch_length, agent.train_ratio) == ("storm", 16, 65, 1040)
     module = agent.module
     assert (module.dynamics.context, module.dynamics.deter, module.dynamics.layers, module.dynamics.heads) == \
         (64, 512, 2, 8)

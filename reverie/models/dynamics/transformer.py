@@ -23,7 +23,9 @@ feed-forward of ``units`` (STORM: ``2 * width``) with dropout, residual and Laye
 absolute embedding of the index within the sequence (``attention_blocks.py:147-172``); here each head has a learned
 bias per relative offset ``0 .. L-1`` (added to the attention scores), so that a token's keys and values do not
 depend on where it sat in a window and the fixed-size cache can slide past ``L`` (acting through whole episodes,
-imagination from any row). docs/transformer.md lists every difference.
+imagination from any row). ``positions="absolute"`` is STORM's embedding, ``episode_mask=False`` STORM's context
+across episode starts, and :meth:`TransformerDynamics.observe_storm` STORM's window timing (the world model's
+``loss_layout: storm``). docs/transformer.md lists every difference.
 
 State (every entry batch-first, fixed-shaped: ``(N, ...)`` for one step, ``(T, B, ...)`` along a sequence):
 
@@ -48,24 +50,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from reverie.models.distributions import UnimixCategorical, one_hot_index, unimix_sample
-from reverie.models.dynamics.base import Policy, State
+from reverie.models.dynamics.base import Policy, State, free_bits, rollout
 from reverie.models.dynamics.categorical import kl_losses, scale_action
 from reverie.models.switch import resolve
 
+POSITIONS = ("relative", "absolute")
 
-def attention_mask(is_first: torch.Tensor, carry_valid: torch.Tensor, context: int) -> tuple[torch.Tensor,
-                                                                                              torch.Tensor]:
+
+def attention_mask(is_first: torch.Tensor, carry_valid: torch.Tensor, context: int,
+                   episodes: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Which keys each query of a window may attend to, and at which relative offset.
 
     The keys are the ``L`` cached tokens before the window (slot ``j`` is the token ``j - L`` steps relative to row
     0) followed by the window's ``T`` tokens: key ``j`` sits at position ``p_j = j - L``. Query ``t`` attends to key
     ``j`` iff ``p_j <= t`` (causal), ``t - p_j < L`` (the last ``L`` tokens: what the cache holds), no ``is_first``
-    lies in ``(p_j, t]`` (the same episode) and the key is valid (cached slots: ``carry_valid``; window tokens:
-    always).
+    lies in ``(p_j, t]`` (the same episode; only with ``episodes``) and the key is valid (cached slots:
+    ``carry_valid``; window tokens: always).
 
     Args:
         is_first: ``(T, B)`` bool. carry_valid: ``(B, L)`` bool, the cache's ``valid`` before the window.
-        context: ``L``.
+        context: ``L``. episodes: block attention across ``is_first`` (False: STORM's context, which has no
+            episode mask, ``world_models.py:393``).
 
     Returns:
         ``(allowed (B, T, L + T) bool, offsets (T, L + T) int64)``: ``offsets[t, j] = t - p_j``, clamped into
@@ -80,7 +85,8 @@ def attention_mask(is_first: torch.Tensor, carry_valid: torch.Tensor, context: i
     band = (offsets >= 0) & (offsets < L)  # causal and within the last L tokens
     episode = torch.cumsum(is_first.to(torch.int64), 0).transpose(0, 1)  # (T, B) -> (B, T): episode index per row
     key_episode = torch.cat([torch.zeros(B, L, dtype=torch.int64, device=device), episode], 1)  # (B, L + T)
-    same = episode[:, :, None] == key_episode[:, None, :]  # (B, T, L + T)
+    same = episode[:, :, None] == key_episode[:, None, :] if episodes else torch.ones((), dtype=torch.bool,
+                                                                                        device=device)
     key_valid = torch.cat([carry_valid.bool(), torch.ones(B, T, dtype=torch.bool, device=device)], 1)  # (B, L + T)
     allowed = band[None] & same & key_valid[:, None, :]
     return allowed, offsets.clamp(0, L - 1)
@@ -161,21 +167,28 @@ class TransformerDynamics(nn.Module):
             DreamerV3's ``rssm.action_clip``); 0 turns it off. One-hot actions are unchanged.
         kernels: accepted for the config's shared ``agent.module.dynamics`` block; there is no fast path for this
             module, so ``"auto"`` and ``"off"`` run the same code.
+        positions: ``"relative"`` (a learned score bias per layer, head and offset; the cache slides past ``L``) or
+            ``"absolute"`` (STORM's: a learned embedding of the token's index in its context added to the token,
+            then LayerNorm, ``attention_blocks.py:147-164``, ``transformer_model.py:62,69-71``). Absolute positions
+            are baked into the cached keys, so a window holds at most ``L`` tokens (:meth:`observe` refuses longer
+            ones) and a step after a full cache re-runs the last ``L`` tokens at positions ``0 .. L-1`` (STORM's
+            acting re-runs its context each step, ``train.py:105-111``); the state keeps the tokens for it.
+        episode_mask: block attention across ``is_first`` (True); False: STORM's context, which attends across
+            episode starts (``world_models.py:393``; the token at ``is_first`` is still the start token).
 
     Raises:
         ValueError: ``heads`` does not divide ``deter``; a size below 1; ``dropout`` outside ``[0, 1)``; an unknown
-            ``kernels``; any other keyword (the keys of another dynamics' config block, e.g. ``hidden`` of the 2025
-            agent's: the message says how to replace the block).
+            ``kernels`` or ``positions``; any other keyword (the keys of another dynamics' config block, e.g.
+            ``hidden`` of the 2025 agent's: the message says how to replace the block).
     """
 
     loss_keys = ("dyn", "rep")
     feature_keys = ("deter", "stoch")
-    state_keys = ("deter", "stoch", "logits", "keys", "values", "valid")
 
     def __init__(self, action_dim: int, embed_dim: int, deter: int = 512, stoch: int = 32, classes: int = 32,
                  units: int | None = None, layers: int = 2, heads: int = 8, context: int = 64, dropout: float = 0.1,
                  unimix: float = 0.01, free_nats: float = 1.0, action_clip: float = 1.0, kernels: str = "auto",
-                 **foreign):
+                 positions: str = "relative", episode_mask: bool = True, **foreign):
         super().__init__()
         if foreign:  # keys of another dynamics' block that dynamics=storm merged into (Hydra merges, never deletes)
             raise ValueError(
@@ -195,6 +208,13 @@ class TransformerDynamics(nn.Module):
                              f"agent.module.dynamics.heads to a divisor of {deter} (STORM: 8 heads at width 512)")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"TransformerDynamics: dropout must be in [0, 1), got {dropout}")
+        if positions not in POSITIONS:
+            raise ValueError(f"TransformerDynamics: positions must be one of {POSITIONS} (absolute: STORM's learned "
+                             f"embedding), got {positions!r}")
+        self.positions, self.episode_mask = positions, bool(episode_mask)
+        # the state: absolute positions keep the window's tokens (before their positions) to re-run a full cache
+        self.state_keys = ("deter", "stoch", "logits", "keys", "values", "valid") + \
+            (("tokens",) if positions == "absolute" else ())
         self.kernels_allowed = resolve(kernels)  # checked; nothing to install (no fast path here)
         self.action_dim, self.embed_dim = action_dim, embed_dim
         self.deter, self.stoch, self.classes, self.units = deter, stoch, classes, units
@@ -205,8 +225,11 @@ class TransformerDynamics(nn.Module):
         self.stem = nn.Sequential(nn.Linear(stoch * classes + action_dim, deter, bias=False), nn.LayerNorm(deter),
                                   nn.ReLU(), nn.Linear(deter, deter, bias=False), nn.LayerNorm(deter))
         self.blocks = nn.ModuleList(Block(deter, heads, units, dropout) for _ in range(layers))
-        # a learned score bias per layer, head and relative offset 0..L-1 (STORM: absolute positions, module docstring)
-        self.position_bias = nn.Parameter(torch.zeros(layers, heads, context))
+        if positions == "relative":  # a learned score bias per layer, head and relative offset 0..L-1
+            self.position_bias = nn.Parameter(torch.zeros(layers, heads, context))
+        else:  # STORM's PositionalEncoding1D (attention_blocks.py:147-164) and the LayerNorm after it
+            self.position = nn.Embedding(context, deter)  # (transformer_model.py:58,70)
+            self.position_norm = nn.LayerNorm(deter, eps=1e-6)  # (transformer_model.py:62,71)
         self.post_net = nn.Linear(embed_dim, stoch * classes)  # STORM DistHead.post_head
         self.prior_net = nn.Linear(deter, stoch * classes)  # STORM DistHead.prior_head
 
@@ -217,9 +240,12 @@ class TransformerDynamics(nn.Module):
         itself alone; its own features are not a prediction (the RSSM's initial state is a learned one)."""
         w = self.prior_net.weight
         cache = w.new_zeros(batch, self.layers, self.context, self.deter)
-        return {"deter": w.new_zeros(batch, self.deter), "stoch": w.new_zeros(batch, self.stoch, self.classes),
-                "logits": w.new_zeros(batch, self.stoch, self.classes), "keys": cache, "values": cache.clone(),
-                "valid": torch.zeros(batch, self.context, dtype=torch.bool, device=w.device)}
+        state = {"deter": w.new_zeros(batch, self.deter), "stoch": w.new_zeros(batch, self.stoch, self.classes),
+                 "logits": w.new_zeros(batch, self.stoch, self.classes), "keys": cache, "values": cache.clone(),
+                 "valid": torch.zeros(batch, self.context, dtype=torch.bool, device=w.device)}
+        if self.positions == "absolute":  # the tokens before their positions (N, L, D), to re-run a full cache
+            state["tokens"] = w.new_zeros(batch, self.context, self.deter)
+        return state
 
     def features(self, state: State) -> torch.Tensor:
         """``cat(deter, flat stoch)`` ``(..., D + S*K)`` (DreamerV3's features; STORM's agent reads
@@ -245,11 +271,23 @@ class TransformerDynamics(nn.Module):
         action = scale_action(action, self.action_clip)
         return self.stem(torch.cat([prev_stoch.flatten(-2).to(action.dtype), action], -1))
 
-    def _bias(self, layer: int, offsets: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def _bias(self, layer: int, offsets: torch.Tensor | None, allowed: torch.Tensor) -> torch.Tensor:
         """The additive attention scores ``(B, H, Tq, Tk)``: the layer's offset bias where ``allowed``
-        ``(B, Tq, Tk)``, ``-inf`` elsewhere; ``offsets (Tq, Tk)`` index ``position_bias[layer]``."""
+        ``(B, Tq, Tk)``, ``-inf`` elsewhere; ``offsets (Tq, Tk)`` index ``position_bias[layer]``. Absolute
+        positions: ``(B, 1, Tq, Tk)``, 0 or ``-inf`` (STORM's ``masked_fill(mask == 0, -1e9)``,
+        ``attention_blocks.py:39-40``: the same probabilities)."""
+        if self.positions == "absolute":
+            zero = torch.zeros((), dtype=self.prior_net.weight.dtype, device=allowed.device)
+            return zero.expand(allowed.shape)[:, None].masked_fill(~allowed[:, None], float("-inf"))
         bias = self.position_bias[layer][:, offsets]  # (H, L)[:, (Tq, Tk)] -> (H, Tq, Tk)
         return bias[None].masked_fill(~allowed[:, None], float("-inf"))
+
+    def _place(self, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """Absolute positions: ``LN(token + E[position])`` ``(..., D)`` from tokens ``(..., D)`` and ``position
+        (...)`` int64 (STORM ``transformer_model.py:69-71``); relative: the tokens as they are."""
+        if self.positions == "relative":
+            return tokens
+        return self.position_norm(tokens + self.position(position).to(tokens.dtype))
 
     # ----------------------------------------------------------------------------------------------- observe
     def observe(self, embed: torch.Tensor, prev_action: torch.Tensor, is_first: torch.Tensor,
@@ -262,9 +300,12 @@ class TransformerDynamics(nn.Module):
 
         Each row's ``keys``/``values`` ``(T, B, layers, L, D)`` are a view of the window's keys and values (no copy
         per row; :meth:`starts` copies the rows it takes).
+
+        Raises:
+            ValueError: absolute positions and ``T > L``; NotImplementedError: absolute positions, a carried cache
+                that holds tokens and ``T > 1`` (acting continues one step at a time).
         """
         T, B = is_first.shape
-        L = self.context
         state = self.initial(B) if state is None else state
         post_logits = self._logits(self.post_net, embed)  # (T, B, S, K): the embedding alone (STORM section 3.1)
         stoch = self._draw(post_logits, sample)
@@ -272,9 +313,74 @@ class TransformerDynamics(nn.Module):
         prev_stoch = torch.cat([state["stoch"][None].to(stoch.dtype), stoch[:-1]])  # z_{t-1}: (T, B, S, K)
         prev_stoch = prev_stoch * (1.0 - first[..., None])  # the start token where is_first
         tokens = self._tokens(prev_stoch, prev_action * (1.0 - first).to(prev_action.dtype))  # (T, B, D)
-        allowed, offsets = attention_mask(is_first, state["valid"] > 0.5, L)  # (B, T, L+T), (T, L+T)
+        if self.positions == "absolute" and bool((state["valid"] > 0.5).any()):  # acting: one step after a carry
+            if T != 1:
+                raise NotImplementedError("TransformerDynamics(positions='absolute'): observe continues a carried "
+                                          "cache one step at a time (T = 1, acting); observe longer windows from "
+                                          "state=None")
+            valid = state["valid"] > 0.5
+            if self.episode_mask:
+                valid = valid & ~is_first[0, :, None]
+            deter, cache = self._step(state, tokens[0], valid)
+            deter, cache = deter[None], {k: v[None] for k, v in cache.items()}  # (B, ...) -> (1, B, ...)
+        else:
+            deter, cache = self._transform(tokens, is_first, state)
+        prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K)
+        shared = {"deter": deter, **cache}
+        return ({**shared, "stoch": stoch, "logits": post_logits},
+                {**shared, "stoch": self._draw(prior_logits, sample), "logits": prior_logits})
+
+    def observe_storm(self, embed: torch.Tensor, action: torch.Tensor, is_first: torch.Tensor,
+                      sample: bool = True) -> tuple[State, State]:
+        """STORM's window pass (``world_models.py:384-398``, the world-model update's ``loss_layout: storm``): one
+        token per observed step ``t = 0 .. T-1``, ``x_t = stem(z_t, a_t)``, no start token before it.
+
+        Args:
+            embed: ``(T, B, E)`` of ``o_0 .. o_{T-1}``. action: ``(T, B, A)``, ``a_t`` the action taken after
+                ``o_t`` (reverie's rows: the next row's ``prev_action``). is_first: ``(T, B)``, whether the row
+                after ``o_t`` starts an episode (the next row's ``is_first``): there the token is the start token
+                ``stem(0, 0)``, as :meth:`observe` makes it, and with ``episode_mask`` attention stops before it.
+            sample: draw the latents (False: their modes).
+
+        Returns:
+            ``(steps, next)`` ``(T, B, ...)`` in STORM's timing, sharing ``deter`` (STORM's ``h_t``, the output at
+            ``x_t``) and the cache (the tokens up to ``x_t``): ``steps`` holds the posterior ``z_t ~ q(z_t | o_t)``,
+            ``next`` the prior of the step after, ``z_{t+1} ~ p(z_{t+1} | h_t)``, which is a state of reverie's
+            timing: row ``t + 1``'s prior (an imagination start: :meth:`truncate` of it follows a context).
+
+        Raises:
+            ValueError: absolute positions and ``T > L``.
+        """
+        post_logits = self._logits(self.post_net, embed)  # (T, B, S, K)
+        stoch = self._draw(post_logits, sample)
+        first = is_first.to(stoch.dtype)[..., None]  # (T, B, 1)
+        tokens = self._tokens(stoch * (1.0 - first[..., None]), action * (1.0 - first).to(action.dtype))
+        deter, cache = self._transform(tokens, is_first, self.initial(is_first.shape[1]))
+        prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K): z_{t+1}
+        shared = {"deter": deter, **cache}
+        return ({**shared, "stoch": stoch, "logits": post_logits},
+                {**shared, "stoch": self._draw(prior_logits, sample), "logits": prior_logits})
+
+    def storm_posterior(self, steps: State, next_: State) -> State:
+        """Reverie's posterior states of rows ``1 .. T-2`` ``(T-2, B, ...)`` from :meth:`observe_storm`'s ``(T-1,
+        B, ...)`` pair: row ``t``'s ``deter`` and cache are step ``t - 1``'s (the token ``(z_{t-1}, a_{t-1})``), its
+        latent the posterior of ``o_t`` (imagination starts, :meth:`starts`)."""
+        return {**{k: v[:-1] for k, v in next_.items()}, "stoch": steps["stoch"][1:], "logits": steps["logits"][1:]}
+
+    def _transform(self, tokens: torch.Tensor, is_first: torch.Tensor,
+                   state: State) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The transformer over a window's tokens ``(T, B, D)`` after ``state``'s cache ``(B, ...)``: ``deter
+        (T, B, D)`` and each row's cache entries ``(T, B, ...)`` (``keys``, ``values``, ``valid``; ``tokens`` with
+        absolute positions, where a token's position is the number of tokens it may attend to before it)."""
+        T, B = is_first.shape
+        L = self.context
+        if self.positions == "absolute" and T > L:
+            raise ValueError(f"TransformerDynamics(positions='absolute'): a window of {T} tokens needs context >= "
+                             f"{T} (STORM: TransformerMaxLength = BatchLength), got context={L}")
+        allowed, offsets = attention_mask(is_first, state["valid"] > 0.5, L, self.episode_mask)  # (B, T, L+T)
         drop = self.training and self.dropout > 0 and torch.is_grad_enabled()
-        x = tokens.transpose(0, 1)  # (T, B, D) -> (B, T, D)
+        raw = tokens.transpose(0, 1)  # (T, B, D) -> (B, T, D)
+        x = self._place(raw, allowed.sum(-1) - 1)  # absolute: the index among the tokens attended to
         keys, values = [], []
         for layer, block in enumerate(self.blocks):
             k, v = block.keys_values(x)  # (B, T, D)
@@ -288,12 +394,12 @@ class TransformerDynamics(nn.Module):
         cache = {name: torch.stack(parts, 1).unfold(2, L, 1)[:, :, 1:].permute(2, 0, 1, 4, 3)
                  for name, parts in (("keys", keys), ("values", values))}
         # (B, layers, L+T, D) -> unfold (B, layers, T+1, D, L) -> rows 1.. (B, layers, T, D, L) -> (T, B, layers, L, D)
-        valid = torch.diagonal(allowed.unfold(2, L, 1)[:, :, 1:], 0, 1, 2).permute(2, 0, 1)
+        cache["valid"] = torch.diagonal(allowed.unfold(2, L, 1)[:, :, 1:], 0, 1, 2).permute(2, 0, 1)
         # the next query may attend where row t's did: allowed[b, t, t+1+j]; (B, T, T, L) -> (B, L, T) -> (T, B, L)
-        prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K)
-        shared = {"deter": deter, **cache, "valid": valid}
-        return ({**shared, "stoch": stoch, "logits": post_logits},
-                {**shared, "stoch": self._draw(prior_logits, sample), "logits": prior_logits})
+        if self.positions == "absolute":  # (B, L+T, D) -> unfold (B, T+1, D, L) -> rows 1.. -> (T, B, L, D)
+            raw = torch.cat([state["tokens"].to(raw.dtype), raw], 1)
+            cache["tokens"] = raw.unfold(1, L, 1)[:, 1:].permute(1, 0, 3, 2)
+        return deter, cache
 
     # ----------------------------------------------------------------------------------------------- imagine
     def img_step(self, state: State, action: torch.Tensor, sample: bool = True) -> State:
@@ -301,9 +407,24 @@ class TransformerDynamics(nn.Module):
         ``(N, ...)``. The token of ``(z_t, a_t)`` attends to the cache's last ``L - 1`` valid tokens and itself;
         the cache drops its oldest slot and appends the token (STORM ``forward_with_kv_cache``,
         ``transformer_model.py:86-102``, which keeps every token instead). No dropout."""
-        N, L = action.shape[0], self.context
-        x = self._tokens(state["stoch"], action)[:, None]  # (N, 1, D)
-        valid = torch.cat([state["valid"][:, 1:] > 0.5, torch.ones(N, 1, dtype=torch.bool, device=x.device)], 1)
+        deter, cache = self._step(state, self._tokens(state["stoch"], action), state["valid"] > 0.5)
+        logits = self._logits(self.prior_net, deter)
+        return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits, **cache}
+
+    def _step(self, state: State, token: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                       dict[str, torch.Tensor]]:
+        """One token ``(N, D)`` after the cache of ``state`` (``valid (N, L)``: the cached slots it may attend to)
+        -> ``deter (N, D)`` and the cache entries after it ``(N, ...)``. Absolute positions: the token's position is
+        the number of valid slots; where a cache is full, :meth:`_rerun`."""
+        N, L = token.shape[0], self.context
+        if self.positions == "absolute":
+            count = valid.sum(-1)  # (N,)
+            if bool((count >= L).any()):
+                return self._rerun(state, token, valid)
+            x = self._place(token, count)[:, None]  # (N, 1, D)
+        else:
+            x = token[:, None]  # (N, 1, D)
+        new_valid = torch.cat([valid[:, 1:], torch.ones(N, 1, dtype=torch.bool, device=x.device)], 1)
         offsets = torch.arange(L - 1, -1, -1, device=x.device)[None]  # slot j is L-1-j steps back: (1, L)
         keys, values = [], []
         for layer, block in enumerate(self.blocks):
@@ -312,11 +433,34 @@ class TransformerDynamics(nn.Module):
             v = torch.cat([state["values"][:, layer, 1:].to(v.dtype), v], 1)
             keys.append(k)
             values.append(v)
-            x = block(x, k, v, self._bias(layer, offsets, valid[:, None]), drop=False)
-        deter = x[:, 0]  # (N, 1, D) -> (N, D)
-        logits = self._logits(self.prior_net, deter)
-        return {"deter": deter, "stoch": self._draw(logits, sample), "logits": logits,
-                "keys": torch.stack(keys, 1), "values": torch.stack(values, 1), "valid": valid}  # (N, layers, L, D)
+            x = block(x, k, v, self._bias(layer, offsets, new_valid[:, None]), drop=False)
+        cache = {"keys": torch.stack(keys, 1), "values": torch.stack(values, 1),  # (N, layers, L, D)
+                 "valid": new_valid}
+        if self.positions == "absolute":
+            cache["tokens"] = torch.cat([state["tokens"][:, 1:].to(token.dtype), token[:, None]], 1)  # (N, L, D)
+        return x[:, 0], cache
+
+    def _rerun(self, state: State, token: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                        dict[str, torch.Tensor]]:
+        """Absolute positions after a full cache: the last ``L`` tokens (the cache's newest ``L - 1`` and
+        ``token (N, D)``) run again at positions ``0 .. L-1`` (those that are valid; STORM's acting re-runs its
+        context at every step, ``train.py:105-111``, ``world_models.py:281-289``). Returns as :meth:`_step`."""
+        N, L = token.shape[0], self.context
+        window = torch.cat([state["tokens"][:, 1:].to(token.dtype), token[:, None]], 1)  # (N, L, D)
+        new_valid = torch.cat([valid[:, 1:], torch.ones(N, 1, dtype=torch.bool, device=token.device)], 1)
+        x = self._place(window, (new_valid.cumsum(-1) - 1).clamp(min=0))  # (N, L, D)
+        slots = torch.arange(L, device=token.device)
+        causal = slots[:, None] >= slots[None, :]  # (L, L): query i, key j <= i
+        allowed = causal & (new_valid[:, None, :] | (slots[:, None] == slots[None, :]))  # (N, L, L); self always
+        keys, values = [], []
+        for layer, block in enumerate(self.blocks):
+            k, v = block.keys_values(x)  # (N, L, D)
+            keys.append(k)
+            values.append(v)
+            x = block(x, k, v, self._bias(layer, None, allowed), drop=False)
+        cache = {"keys": torch.stack(keys, 1), "values": torch.stack(values, 1), "valid": new_valid,
+                 "tokens": window}
+        return x[:, -1], cache
 
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
         """Roll the prior ``horizon`` steps from ``start`` ``(N, ...)`` with ``action_t = policy(state_t)`` (STORM
@@ -327,21 +471,26 @@ class TransformerDynamics(nn.Module):
 
         The same steps as :meth:`img_step` applied ``H`` times, without copying the cache at every step: each
         imagined token attends to the start's cache (split by head once) and to the imagined tokens so far, the
-        slots that fell out of the last ``L`` masked.
+        slots that fell out of the last ``L`` masked. Absolute positions: the ``m``-th imagined token sits at the
+        start's number of valid slots plus ``m - 1``; where that would pass ``L - 1``, :meth:`img_step` ``H`` times
+        (:func:`reverie.models.dynamics.rollout`: full caches re-run).
         """
         N, L = start["deter"].shape[0], self.context
         device = start["deter"].device
         slots = torch.arange(L, device=device)
+        start_valid = start["valid"] > 0.5  # (N, L)
+        count = start_valid.sum(-1)  # (N,): the first imagined token's absolute position
+        if self.positions == "absolute" and bool((count + horizon > L).any()):
+            return rollout(self.img_step, policy, start, horizon, self.feature_keys)
         # (N, L, D) -> (N, H, L, D/H), contiguous once (a strided one would be copied by every step's matmul)
         cache = [(block.split(start["keys"][:, i]).contiguous(), block.split(start["values"][:, i]).contiguous())
                  for i, block in enumerate(self.blocks)]
-        start_valid = start["valid"] > 0.5  # (N, L)
         new: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = [([], []) for _ in self.blocks]
         state = {k: start[k] for k in ("deter", "stoch", "logits")}
         states, actions = [state], []
         for step in range(horizon + 1):
             if step > 0:  # the step-th imagined token, t + step
-                x = self._tokens(state["stoch"], actions[-1])[:, None]  # (N, 1, D)
+                x = self._place(self._tokens(state["stoch"], actions[-1]), count + step - 1)[:, None]  # (N, 1, D)
                 made = torch.arange(1, step + 1, device=device)  # imagined tokens m = 1..step
                 # cached slot j holds token t-L+1+j: step+L-1-j back, kept while j >= step; token m: step-m back
                 offsets = torch.cat([step + L - 1 - slots, step - made]).clamp(0, L - 1)[None]  # (1, L + step)
@@ -424,3 +573,19 @@ class TransformerDynamics(nn.Module):
         and the unclipped ``kl`` and the latent entropies as info."""
         kl = kl_losses(post["logits"], prior["logits"], self.free_nats, self.unimix)
         return {"dyn": kl["dyn"], "rep": kl["rep"]}, {k: kl[k].mean() for k in ("kl", "prior_entropy", "post_entropy")}
+
+    def storm_loss(self, steps: State, next_: State) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """STORM's KL terms over a window in its timing (:meth:`observe_storm`; ``world_models.py:200-213,
+        405-406``): the posteriors of steps ``1 .. T-1`` against the priors predicted at steps ``0 .. T-2`` (step
+        0 has no prior: skipped), each KL summed over the ``S`` latents, then free bits on the mean over ``(T-1,
+        B)`` (:func:`batch_free_bits`): ``dyn = max(free, mean KL(sg(q) || p))``, ``rep = max(free, mean KL(q ||
+        sg(p)))``, scalars ``()``; the unclipped ``kl`` and the latent entropies as info."""
+        kl = kl_losses(steps["logits"][1:], next_["logits"][:-1], float("-inf"), self.unimix)  # (T-1, B), no clip
+        losses = {k: batch_free_bits(kl[k], self.free_nats) for k in ("dyn", "rep")}
+        return losses, {k: kl[k].mean() for k in ("kl", "prior_entropy", "post_entropy")}
+
+
+def batch_free_bits(kl: torch.Tensor, free_nats: float) -> torch.Tensor:
+    """STORM's free bits (``world_models.py:210-212``): ``max(free_nats, mean(kl))`` ``()`` over every step of the
+    batch ``kl (T, B)``, where DreamerV3 clips each step (:func:`reverie.models.dynamics.free_bits`)."""
+    return free_bits(kl.mean(), free_nats)

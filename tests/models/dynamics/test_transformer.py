@@ -410,3 +410,60 @@ def test_the_keys_of_another_dynamics_block_are_refused_with_the_fix():
                                          r".*'~agent.module.dynamics'.*replay_context=0"):
         TransformerDynamics(action_dim=2, embed_dim=8, **block)
     TransformerDynamics(action_dim=2, embed_dim=8, deter=16, stoch=4, classes=4, heads=2, context=4)  # its own keys
+
+
+# ------------------------------------------------------------------------------- STORM's positions and its context
+def make_absolute(context=4, episode_mask=True):
+    torch.manual_seed(0)
+    return TransformerDynamics(A, E, deter=8, stoch=3, classes=4, layers=2, heads=2, context=context, dropout=0.0,
+                               positions="absolute", episode_mask=episode_mask).double()
+
+
+def test_absolute_positions_continue_one_row_at_a_time_and_rerun_a_full_cache():
+    """positions=absolute (STORM's learned embedding + LayerNorm): acting one row at a time equals the window
+    observed at once while it fits in L (each token at its index in the episode); once the cache is full, a step
+    is the last L tokens run again at positions 0..L-1 (STORM's acting re-runs its context); imagination past L
+    equals img_step applied H times; a window longer than L is refused."""
+    L = 4
+    dyn = make_absolute(context=L)
+    embed, action, is_first = window(8, 2, firsts=[(2, 1)])
+    whole, _ = dyn.observe(embed[:L], action[:L], is_first[:L], sample=False)
+    state, rows = dyn.initial(2), []
+    for t in range(8):
+        post, _ = dyn.observe(embed[t:t + 1], action[t:t + 1], is_first[t:t + 1], state, sample=False)
+        state = dyn.truncate(post)
+        rows.append(state)
+        if t >= L:  # column 0: the cache was full; its step is the last L tokens from nothing
+            tokens = state["tokens"].transpose(0, 1)  # (B, L, D) -> (L, B, D)
+            again, _ = dyn._transform(tokens, torch.zeros(L, 2, dtype=torch.bool), dyn.initial(2))
+            torch.testing.assert_close(state["deter"][0], again[-1, 0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.stack([r["deter"] for r in rows[:L]]), whole["deter"], rtol=0, atol=1e-12)
+    assert int(rows[2]["valid"][1].sum()) == 1  # column 1's episode restarts at row 2: position 0 again
+    start = dyn.starts(whole)
+
+    def policy(s):
+        return torch.tanh(s["deter"][:, :A] * 3.0)
+
+    torch.manual_seed(5)
+    states, actions = dyn.imagine(policy, start, 3)  # past L for the later rows: img_step's re-runs
+    torch.manual_seed(5)
+    s, chained = start, [start["deter"]]
+    for i in range(3):
+        s = dyn.img_step(s, actions[i])
+        chained.append(s["deter"])
+    torch.testing.assert_close(torch.stack(chained), states["deter"], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="needs context >= 5"):
+        dyn.observe(*window(5, 2), sample=False)
+    with pytest.raises(ValueError, match="positions must be one of"):
+        TransformerDynamics(A, E, deter=8, heads=2, positions="rotary")
+
+
+def test_without_the_episode_mask_attention_crosses_is_first():
+    """episode_mask=false (STORM's context): a query after an is_first attends to the tokens before it, which the
+    default mask blocks; the rest of the mask is the same."""
+    is_first = torch.zeros(4, 1, dtype=torch.bool)
+    is_first[0] = is_first[2] = True
+    masked, _ = attention_mask(is_first, torch.zeros(1, 3, dtype=torch.bool), 3)
+    crossing, _ = attention_mask(is_first, torch.zeros(1, 3, dtype=torch.bool), 3, episodes=False)
+    assert not masked[0, 2, 3 + 1] and crossing[0, 2, 3 + 1]  # row 2 attends to row 1 only without the mask
+    assert torch.equal(masked | crossing, crossing) and int((crossing & ~masked).sum()) == 3
