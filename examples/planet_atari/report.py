@@ -7,6 +7,9 @@
 For every finished trial (``summary.json`` present) of every sweep folder given, reads the last ``metrics.jsonl`` row
 holding ``heldout/quality/<key>_psnr_k<k>`` and averages it over the configuration's seeds; writes one panel per
 sweep (a line per configuration, labelled by its swept values) and prints a table of the mean PSNR at each k.
+``--baseline`` adds what a model must beat on the same held-out windows: every open-loop frame predicted as the last
+context frame (:func:`copy_last_baseline`; run from the folder the sweeps ran in, whose relative data paths the
+trials' configs hold).
 
 Two configurations of two sweeps (e.g. action repeat 8 against the repeat-4 baseline, which are sweeps on different
 datasets) are compared step by step with ``--pair``; ``--time-ratio 2`` compares the first one's step k with the
@@ -44,6 +47,42 @@ def trial_curves(sweep: Path, key: str = "image") -> dict[str, dict[int, list[fl
         for k, value in last.items():
             curves[label][k].append(float(value))
     return curves
+
+
+def copy_last_baseline(trial: Path, key: str = "image") -> dict[str, float]:
+    """What a model must beat: on the held-out windows a trial is scored on (its ``pretrain.heldout``,
+    ``pretrain.heldout_sequences`` windows of ``agent.batch_length`` rows drawn with seed 0, the 5 context rows of
+    ``reverie.viz.report.CONTEXT``), the PSNR of predicting every open-loop frame as the last context frame
+    (``psnr_k<k>`` and their mean ``psnr``, as the trials' ``heldout/quality/<key>_psnr``), and the reward error of
+    predicting 0 (``reward_error``). Paths in the trial's config are relative to the folder the sweep ran in."""
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from reverie.data import load_dataset
+    from reverie.data.heldout import heldout_replay
+    from reverie.viz.report import CONTEXT, sample_for_report
+
+    cfg = OmegaConf.load(trial / "config.yaml")
+    length = int(cfg.agent.batch_length)
+    replay = heldout_replay(load_dataset(cfg.pretrain.heldout, cfg.env))
+    batch = sample_for_report(replay, int(cfg.pretrain.heldout_sequences), length, seed=0)
+    return copy_last_scores(np.asarray(batch[key]), np.asarray(batch["reward"]), min(CONTEXT, length - 1))
+
+
+def copy_last_scores(frames, reward, context: int) -> dict[str, float]:
+    """:func:`copy_last_baseline` on arrays: ``frames (T, B, C, H, W)`` uint8, ``reward (T, B)``, ``context`` = C:
+    ``psnr_k<k>`` (mean over B of the PSNR of frame ``C - 1 + k`` against frame ``C - 1``), ``psnr`` (their mean)
+    and ``reward_error`` (mean ``|reward|`` of rows ``C ..``)."""
+    import numpy as np
+
+    from reverie.viz.quality import psnr
+
+    c = context
+    steps = psnr(frames[c:], np.broadcast_to(frames[c - 1], frames[c:].shape))  # (T - C, B)
+    out = {f"psnr_k{k}": float(steps[k - 1].mean()) for k in range(1, len(steps) + 1)}
+    out["psnr"] = float(steps.mean())
+    out["reward_error"] = float(np.abs(reward[c:]).mean())
+    return out
 
 
 def paired_steps(first: dict[int, list[float]], second: dict[int, list[float]], time_ratio: int = 1,
@@ -85,6 +124,8 @@ def main() -> None:
     parser.add_argument("--pair", nargs=4, metavar=("SWEEP_A", "LABEL_A", "SWEEP_B", "LABEL_B"),
                         help="compare two configurations step by step instead of drawing the curves")
     parser.add_argument("--time-ratio", type=int, default=1, help="--pair: A's step k against B's step ratio * k")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also print (and draw) the copy-the-last-context-frame baseline of each sweep's data")
     parser.add_argument("--key", default="image", help="the image observation key (default image)")
     parser.add_argument("--out", type=Path, default=Path("planet_atari_psnr_k.png"))
     args = parser.parse_args()
@@ -100,13 +141,21 @@ def main() -> None:
     fig, axes = plt.subplots(1, len(args.sweeps), figsize=(6 * len(args.sweeps), 4), squeeze=False)
     for ax, sweep in zip(axes[0], args.sweeps):
         curves = trial_curves(sweep, args.key)
-        print(f"## {sweep.name}\n\n| configuration | seeds | PSNR (dB) at k = 1 / 5 / 10 / last |\n|---|---|---|")
-        for label, per_k in sorted(curves.items()):
-            ks = sorted(per_k)
-            means = [sum(per_k[k]) / len(per_k[k]) for k in ks]
-            ax.plot(ks, means, label=label)
-            picks = [means[ks.index(k)] for k in (1, 5, 10) if k in ks] + [means[-1]]
-            print(f"| {label} | {len(per_k[ks[0]])} | {' / '.join(f'{m:.2f}' for m in picks)} |")
+        print(f"## {sweep.name}\n\n| configuration | seeds | PSNR (dB) at k = 1 / 5 / 10 / last | mean over k |\n"
+              f"|---|---|---|---|")
+        rows = {label: {k: sum(v) / len(v) for k, v in per_k.items()} for label, per_k in sorted(curves.items())}
+        if args.baseline and curves:
+            trial = next(t for t in sorted((sweep / "trials").glob("*")) if (t / "summary.json").is_file())
+            base = copy_last_baseline(trial, args.key)
+            rows["copy the last context frame"] = {int(name[6:]): v for name, v in base.items()
+                                                   if name.startswith("psnr_k")}
+        for label, by_k in rows.items():
+            ks = sorted(by_k)
+            means = [by_k[k] for k in ks]
+            ax.plot(ks, means, label=label, ls="--" if label.startswith("copy") else "-")
+            picks = [by_k[k] for k in (1, 5, 10) if k in by_k] + [means[-1]]
+            seeds = len(curves[label][ks[0]]) if label in curves else "-"
+            print(f"| {label} | {seeds} | {' / '.join(f'{m:.2f}' for m in picks)} | {sum(means) / len(means):.2f} |")
         print()
         ax.set(title=sweep.name, xlabel="open-loop step k (after the context frames)", ylabel="held-out PSNR (dB)")
         ax.legend(fontsize=7)

@@ -55,3 +55,22 @@ def test_paired_steps_compare_two_configurations_at_equal_game_time():
     assert rows[0]["mean_first"] == 20.0 and rows[0]["mean_second"] == 25.0
     same = report.paired_steps(first, second, time_ratio=1, reps=200)
     assert [r["k"] for r in same] == [1, 2] and same[0]["diff"] == pytest.approx(-10.0)
+
+
+def test_the_copy_last_frame_baseline_by_hand():
+    """Two context frames, then three more: the baseline predicts frame 1 for each; a frame that differs from it by
+    d in every value has MSE d^2, so PSNR = 10 log10(255^2 / d^2) = 20 log10(255 / d); equal frames are capped at
+    100 dB; the reward error is the mean |reward| after the context."""
+    import numpy as np
+
+    report = load_report()
+    frames = np.full((5, 2, 3, 4, 4), 100, np.uint8)  # (T, B, C, H, W)
+    frames[2, 0] += 5  # k = 1, window 0: off by 5
+    frames[3] += 51  # k = 2: both windows off by 51
+    reward = np.array([[9.0, 9.0], [9.0, 9.0], [1.0, 0.0], [0.0, -2.0], [0.0, 0.0]])
+    scores = report.copy_last_scores(frames, reward, context=2)
+    k1 = (20 * np.log10(255 / 5) + 100.0) / 2
+    k2 = 20 * np.log10(255 / 51)
+    assert scores["psnr_k1"] == pytest.approx(k1) and scores["psnr_k2"] == pytest.approx(k2)
+    assert scores["psnr_k3"] == 100.0 and scores["psnr"] == pytest.approx((k1 + k2 + 100.0) / 3)
+    assert scores["reward_error"] == pytest.approx(3.0 / 6)
