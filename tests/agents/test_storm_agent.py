@@ -158,6 +158,19 @@ def test_storm_atari100k_is_storms_protocol():
     assert (train.steps, train.prefill, train.eval_episodes, train.eval_mode) == (102000, 1024, 20, "sample")
 
 
+def test_storm_at_the_cpu_atari_budget_matches_the_dreamerv3_presets_updates():
+    """exp=atari_cpu agent=storm: the DreamerV3 preset's env, size and 6,250 updates per run (one per 16 env steps:
+    16 x 33 rows at train_ratio 33 against its 16 x 32 at 32), STORM's losses and imagination scheme kept."""
+    storm, dreamer = (load_config(["exp=atari_cpu", f"agent={a}", "env.task=boxing"]) for a in ("storm", "dreamerv3"))
+    assert storm.env == dreamer.env and storm.size == dreamer.size and storm.train == dreamer.train
+    updates = [c.train.steps * c.agent.train_ratio / (c.agent.batch_size * c.agent.batch_length)
+               for c in (storm, dreamer)]
+    assert updates == [6250, 6250]
+    module = storm.agent.module
+    assert (module.loss_layout, module.imag_contexts, module.imag_context, module.act_on) == ("storm", 128, 8, "prior")
+    assert (module.model_lr, module.ac_lr) == (3e-4, 1e-4)
+
+
 def test_few_imagination_starts_and_long_contexts_do_not_break_a_run(tmp_path):
     """STORM's k-th percentile of fewer than 20 returns is the smallest (its kthvalue would get k = 0), and a
     context window longer than the replay holds waits for the rows, as the training batch does."""
