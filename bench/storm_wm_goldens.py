@@ -40,15 +40,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from storm_goldens import SEED, cpu_for_cuda, save, storm_args  # noqa: E402  (the same commit, seed and format)
+# `python bench/<script>.py` puts bench/ first on the import path; this tree's root goes there instead.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path[0] = _ROOT
+elif _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+from bench.storm_goldens import SEED, cpu_for_cuda, save, storm_args  # noqa: E402  (the same commit, seed, format)
 
 B, L, SIDE, STEM, S, D, HEADS, LAYERS, ACTIONS, MAX_LENGTH, DROPOUT = 2, 5, 16, 2, 4, 8, 2, 2, 3, 6, 0.1
 
 
 def pseudo(n: int, k: int) -> np.ndarray:
     """``n`` float64 values in ``[-1, 1)`` from an integer hash of ``(i, k)`` (the same on every machine; the test
-    has a copy)."""
+    imports it)."""
     mask = np.uint64(0xFFFFFFFF)
     x = (np.arange(n, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(k) * np.uint64(40503)
          + np.uint64(12345)) & mask
@@ -60,7 +65,7 @@ def pseudo(n: int, k: int) -> np.ndarray:
 
 def initial_value(name: str, shape: tuple[int, ...], k: int) -> np.ndarray:
     """The initial value of parameter ``name`` (index ``k`` in the sorted names): norm scales ``1 + 0.2 u``,
-    biases ``0.2 u``, weights ``u sqrt(3 / fan_in)``, 0.8 times that in the latent heads (the test has a copy)."""
+    biases ``0.2 u``, weights ``u sqrt(3 / fan_in)``, 0.8 times that in the latent heads (the test imports it)."""
     u = pseudo(int(np.prod(shape)), k).reshape(shape)
     if name.endswith("bias"):
         return 0.2 * u
@@ -71,7 +76,7 @@ def initial_value(name: str, shape: tuple[int, ...], k: int) -> np.ndarray:
 
 
 def images(u: int) -> np.ndarray:
-    """Batch ``u``'s observations ``(B, L, 3, SIDE, SIDE)`` uint8 from :func:`pseudo` (the test has a copy)."""
+    """Batch ``u``'s observations ``(B, L, 3, SIDE, SIDE)`` uint8 from :func:`pseudo` (the test imports it)."""
     shape = (B, L, 3, SIDE, SIDE)
     return np.clip(np.floor((pseudo(int(np.prod(shape)), 1000 + u) + 1.0) * 128.0), 0, 255).astype(np.uint8) \
         .reshape(shape)

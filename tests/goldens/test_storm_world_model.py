@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -36,6 +37,10 @@ from reverie.models import draws
 from reverie.models.dynamics import TransformerDynamics, transformer
 from reverie.models.dynamics.base import free_bits
 from reverie.types import ActionSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench import storm_wm_goldens as goldens  # noqa: E402  (its parameter and image recipe; STORM not imported)
+from bench.storm_wm_goldens import initial_value  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "storm1c50658_world_model.npz"
 # STORM's logged tag (bench/storm_wm_goldens.py's order) -> reverie's metric
@@ -62,32 +67,10 @@ def golden() -> tuple[dict[str, np.ndarray], dict]:
     return data, json.loads(str(data["meta"]))
 
 
-# ------------------------------------------------------------------ copies of bench/storm_wm_goldens.py's values
-def pseudo(n: int, k: int) -> np.ndarray:
-    """``n`` float64 values in ``[-1, 1)`` from an integer hash of ``(i, k)`` (bench/storm_wm_goldens.py)."""
-    mask = np.uint64(0xFFFFFFFF)
-    x = (np.arange(n, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(k) * np.uint64(40503)
-         + np.uint64(12345)) & mask
-    for _ in range(2):
-        x = ((x ^ (x >> np.uint64(16))) * np.uint64(0x45D9F3B)) & mask
-    x = x ^ (x >> np.uint64(16))
-    return x.astype(np.float64) / 2.0 ** 31 - 1.0
-
-
-def initial_value(name: str, shape: tuple[int, ...], k: int) -> np.ndarray:
-    u = pseudo(int(np.prod(shape)), k).reshape(shape)
-    if name.endswith("bias"):
-        return 0.2 * u
-    if len(shape) == 1:
-        return 1.0 + 0.2 * u
-    scale = 0.8 if name.startswith("dist_head.") else 1.0  # the steps' KLs straddle the free bits (1)
-    return scale * u * np.sqrt(3.0 / np.prod(shape[1:]))
-
-
 def images(meta: dict, u: int) -> np.ndarray:
-    shape = (meta["B"], meta["L"], 3, meta["side"], meta["side"])
-    return np.clip(np.floor((pseudo(int(np.prod(shape)), 1000 + u) + 1.0) * 128.0), 0, 255).astype(np.uint8) \
-        .reshape(shape)
+    """Batch ``u``'s observations ``(B, L, 3, side, side)`` uint8, as bench/storm_wm_goldens.py made them."""
+    assert (meta["B"], meta["L"], meta["side"]) == (goldens.B, goldens.L, goldens.SIDE)
+    return goldens.images(u)
 
 
 # ---------------------------------------------------------------------------------------------- reverie's side
