@@ -92,7 +92,7 @@ def main() -> None:
     fig.suptitle(f"held-out frames (top) and open-loop predictions; red: the {context} context frames", fontsize=8)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
+    fig.savefig(args.out, dpi=80)
     print(f"wrote {args.out}")
 
 
