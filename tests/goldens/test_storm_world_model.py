@@ -37,6 +37,7 @@ from reverie.models import draws
 from reverie.models.dynamics import TransformerDynamics, transformer
 from reverie.models.dynamics.base import free_bits
 from reverie.types import ActionSpec
+from helpers.threads import single_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import storm_wm_goldens as goldens  # noqa: E402  (its parameter and image recipe; STORM not imported)
@@ -53,12 +54,7 @@ BLOCK = {"slf_attn.w_qs": "query", "slf_attn.w_ks": "key", "slf_attn.w_vs": "val
          "pos_ffn.layer_norm": "ffn_norm"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+one_thread = pytest.fixture(autouse=True)(single_thread)  # tiny tensors: one intra-op thread
 
 
 def golden() -> tuple[dict[str, np.ndarray], dict]:

@@ -19,17 +19,12 @@ from reverie.models.dynamics import TransformerDynamics, kl_losses
 from reverie.models.dynamics.transformer import attention_mask
 from reverie.models.kernels import install
 from reverie.types import ActionSpec
+from helpers.threads import single_thread
 
 A, E = 2, 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread (two threads on this loaded 2-core machine made an update 60x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+one_thread = pytest.fixture(autouse=True)(single_thread)  # tiny tensors: one intra-op thread
 
 
 def make(context=3, layers=2, heads=2, deter=8, dropout=0.0, seed=0, **kwargs):
