@@ -51,22 +51,18 @@ def trial_curves(sweep: Path, key: str = "image") -> dict[str, dict[int, list[fl
 
 def copy_last_baseline(trial: Path, key: str = "image") -> dict[str, float]:
     """What a model must beat: on the held-out windows a trial is scored on (its ``pretrain.heldout``,
-    ``pretrain.heldout_sequences`` windows of ``agent.batch_length`` rows drawn with seed 0, the 5 context rows of
-    ``reverie.viz.report.CONTEXT``), the PSNR of predicting every open-loop frame as the last context frame
-    (``psnr_k<k>`` and their mean ``psnr``, as the trials' ``heldout/quality/<key>_psnr``), and the reward error of
-    predicting 0 (``reward_error``). Paths in the trial's config are relative to the folder the sweep ran in."""
+    ``pretrain.heldout_sequences`` windows of ``agent.batch_length`` rows drawn with seed 0, the 5 context rows;
+    ``reverie.data.heldout.run_heldout_windows``), the PSNR of predicting every open-loop frame as the last context
+    frame (``psnr_k<k>`` and their mean ``psnr``, as the trials' ``heldout/quality/<key>_psnr``), and the reward
+    error of predicting 0 (``reward_error``). Paths in the trial's config are relative to the folder the sweep ran
+    in."""
     import numpy as np
     from omegaconf import OmegaConf
 
-    from reverie.data import load_dataset
-    from reverie.data.heldout import heldout_replay
-    from reverie.viz.report import CONTEXT, sample_for_report
+    from reverie.data.heldout import run_heldout_windows
 
-    cfg = OmegaConf.load(trial / "config.yaml")
-    length = int(cfg.agent.batch_length)
-    replay = heldout_replay(load_dataset(cfg.pretrain.heldout, cfg.env))
-    batch = sample_for_report(replay, int(cfg.pretrain.heldout_sequences), length, seed=0)
-    return copy_last_scores(np.asarray(batch[key]), np.asarray(batch["reward"]), min(CONTEXT, length - 1))
+    batch, context = run_heldout_windows(OmegaConf.load(trial / "config.yaml"))
+    return copy_last_scores(np.asarray(batch[key]), np.asarray(batch["reward"]), context)
 
 
 def copy_last_scores(frames, reward, context: int) -> dict[str, float]:

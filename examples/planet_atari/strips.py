@@ -2,12 +2,12 @@
 true frames of one held-out window above its open-loop prediction, the context frames marked.
 
     python examples/planet_atari/strips.py sweeps/planet_atari_divergence/trials/<default>_seed0 \\
-        sweeps/planet_atari_divergence/trials/<best>_seed0 --heldout data/planet_atari/boxing_r4_heldout \\
-        --out docs/results/planet_atari_strips_boxing.png
+        sweeps/planet_atari_divergence/trials/<best>_seed0 --out docs/results/planet_atari_strips_boxing.png
 
 Each run's final checkpoint is loaded (``reverie.load_run``, ``checkpoint="last"``) and predicts the same
 held-out windows as its ``heldout/quality`` metrics (``pretrain.heldout_sequences`` windows of the run's batch
-length, drawn with seed 0, ``reverie.data.heldout``): 5 posterior context frames, then the open loop driven by the
+length, drawn with seed 0, ``reverie.data.heldout.run_heldout_windows``; run it from the folder the sweep ran in,
+whose relative data paths the runs' configs hold): 5 posterior context frames, then the open loop driven by the
 logged actions. The window shown is ``--window`` (default: the one whose true frames change most after the
 context, so that something moves). Prints each row's PSNR per step.
 """
@@ -20,22 +20,18 @@ from pathlib import Path
 import numpy as np
 
 
-def predictions(run: Path, heldout: Path, sequences: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """``truth, openloop (T, B, H, W, 3) uint8`` of ``run``'s model on the held-out windows, and the context length."""
+def predictions(run: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """``truth, openloop (T, B, H, W, 3) uint8`` of ``run``'s model on the held-out windows it was scored on, and
+    the context length."""
     from omegaconf import OmegaConf
 
     from reverie import load_run
-    from reverie.data import load_dataset
-    from reverie.data.heldout import heldout_replay
+    from reverie.data.heldout import run_heldout_windows
     from reverie.viz.openloop import open_loop
-    from reverie.viz.report import CONTEXT, sample_for_report
 
     loaded = load_run(run, checkpoint="last")
-    cfg = OmegaConf.create(loaded.config)
-    replay = heldout_replay(load_dataset(heldout, cfg.env))
-    length = int(cfg.agent.batch_length)
-    batch = sample_for_report(replay, sequences, length, seed=0)  # the windows of the run's heldout metrics
-    result = open_loop(loaded.agent, batch, context=min(CONTEXT, length - 1), seed=0)
+    batch, context = run_heldout_windows(OmegaConf.create(loaded.config))  # the windows of its heldout metrics
+    result = open_loop(loaded.agent, batch, context=context, seed=0)
     key = result.image_keys[0]
     to_hwc = (0, 1, 3, 4, 2)  # (T, B, C, H, W) -> (T, B, H, W, C)
     return result.truth[key].transpose(to_hwc), result.openloop[key].transpose(to_hwc), result.context
@@ -50,9 +46,7 @@ def busiest_window(truth: np.ndarray, context: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--heldout", type=Path, required=True, help="the held-out dataset the runs were scored on")
     parser.add_argument("--labels", nargs="*", default=None, help="one row label per run (default: the folder)")
-    parser.add_argument("--sequences", type=int, default=32, help="pretrain.heldout_sequences of the runs")
     parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--frames", type=int, default=20, help="frames shown (context included)")
     parser.add_argument("--out", type=Path, required=True)
@@ -67,7 +61,7 @@ def main() -> None:
     labels = args.labels or [run.parent.parent.name + "/" + run.name for run in args.runs]
     rows, names, context = [], [], 0
     for run, label in zip(args.runs, labels):
-        truth, pred, context = predictions(run, args.heldout, args.sequences)
+        truth, pred, context = predictions(run)
         window = busiest_window(truth, context) if args.window is None else args.window
         if not rows:
             rows.append(truth[:args.frames, window])

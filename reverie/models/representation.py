@@ -3,9 +3,9 @@
 Each is an ``nn.Module`` owning its networks, with ``name`` (the config value), ``scale_key`` (its ``loss_scales``
 entry), ``loss_keys``, ``decodes`` (the decoder-free ones also ``default_scale``, R2-Dreamer's) and
 ``loss(feat, embed, batch) -> (losses {key: (T, B)}, info {key: scalar})`` from posterior features ``(T, B, F)``,
-embedding ``(T, B, E)`` and replay batch ``(T, B, ...)``: ``reconstruction`` (:class:`Reconstruction`, DreamerV3 eq. 4, PlaNet eq. 3), ``r2`` (:class:`BarlowTwins`,
-R2-Dreamer, arXiv 2603.18202, NM512/r2dreamer at 546e4fa ``dreamer.py:383-398``) and ``infonce``
-(:class:`InfoNCE`, ``dreamer.py:399-408``).
+embedding ``(T, B, E)`` and replay batch ``(T, B, ...)``: ``reconstruction`` (:class:`Reconstruction`, DreamerV3
+eq. 4, PlaNet eq. 3), ``r2`` (:class:`BarlowTwins`, R2-Dreamer, arXiv 2603.18202, NM512/r2dreamer at 546e4fa
+``dreamer.py:383-398``) and ``infonce`` (:class:`InfoNCE`, ``dreamer.py:399-408``).
 """
 
 from __future__ import annotations

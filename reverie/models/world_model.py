@@ -467,12 +467,18 @@ class WorldModel(nn.Module):
         post, prior = self.dynamics.observe(embed, batch["prev_action"], batch["is_first"], state)
         feat = self.dynamics.features(post)  # (T, B, F)
         losses, rep_info = self.representation.loss(feat, embed, batch)
-        losses["reward"] = -self.reward(feat).log_prob(batch["reward"])
-        cont = self.cont(feat)
-        target = (1.0 - batch["is_terminal"].to(cont.logits.dtype)) * self.cont_discount  # 2025 contdisc
-        losses["cont"] = -cont.log_prob(target)
+        losses |= self.head_losses(feat, batch["reward"], batch["is_terminal"])
         dynamics_losses, info = self.dynamics.loss(post, prior, batch["prev_action"], batch["is_first"])
         return ModelLoss(losses | dynamics_losses, post, feat, info | rep_info)
+
+    def head_losses(self, feat: torch.Tensor, reward: torch.Tensor,
+                    is_terminal: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``reward`` and ``cont`` negative log-likelihoods ``(T, B)`` of the heads on features ``(T, B, F)``
+        against ``reward`` and the continue target ``(1 - is_terminal) * cont_discount`` (2025 contdisc)."""
+        losses = {"reward": -self.reward(feat).log_prob(reward)}
+        cont = self.cont(feat)
+        losses["cont"] = -cont.log_prob((1.0 - is_terminal.to(cont.logits.dtype)) * self.cont_discount)
+        return losses
 
     def storm_loss(self, batch: dict[str, torch.Tensor], state: State | None = None) -> ModelLoss:
         """STORM's world-model losses on a window (``loss_layout: storm``; ``world_models.py:378-407`` at 1c50658).
@@ -506,9 +512,7 @@ class WorldModel(nn.Module):
         steps, next_ = self.dynamics.observe_storm(embed, batch["prev_action"][1:], batch["is_first"][1:])
         feat = self.dynamics.features(steps)  # (T-1, B, F): cat(h_t, z_t)
         losses, rep_info = self.representation.loss(feat, embed, observed)
-        losses["reward"] = -self.reward(feat).log_prob(batch["reward"][1:])
-        cont = self.cont(feat)
-        losses["cont"] = -cont.log_prob((1.0 - batch["is_terminal"][1:].to(cont.logits.dtype)) * self.cont_discount)
+        losses |= self.head_losses(feat, batch["reward"][1:], batch["is_terminal"][1:])
         dynamics_losses, info = self.dynamics.storm_loss(steps, next_)
         post = self.dynamics.storm_posterior(steps, next_)  # reverie's posterior of rows 1 .. T-2
         return ModelLoss(losses | dynamics_losses, post, self.dynamics.features(post), info | rep_info)

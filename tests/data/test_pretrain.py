@@ -64,6 +64,29 @@ def test_pretrain_writes_a_normal_run_directory(pretrained, data):
     assert action in (0, 1)
 
 
+def test_a_run_s_heldout_windows_rebuilt_from_its_config_give_its_heldout_quality(pretrained):
+    """reverie.data.heldout.run_heldout_windows (what the study's report and strip scripts read): the final model on
+    the windows rebuilt from the run's config alone gives the held-out reward error the run wrote at its last
+    report; windows drawn with another seed give another error (the check sees which windows are used)."""
+    from reverie.data import load_dataset
+    from reverie.data.heldout import heldout_replay, run_heldout_windows
+    from reverie.viz.openloop import open_loop
+    from reverie.viz.quality import prediction_quality
+    from reverie.viz.report import sample_for_report
+
+    run = load_run(pretrained, checkpoint="last")
+    cfg = OmegaConf.create(run.config)
+    batch, context = run_heldout_windows(cfg)
+    assert context == 5 and batch["reward"].shape == (cfg.agent.batch_length, cfg.pretrain.heldout_sequences)
+    written = json.loads((pretrained / "summary.json").read_text())["heldout/quality/reward_error"]
+    again = prediction_quality(open_loop(run.agent, batch, context=context, seed=0))["quality/reward_error"]
+    assert again == pytest.approx(written, rel=1e-6)
+    other = sample_for_report(heldout_replay(load_dataset(cfg.pretrain.heldout, cfg.env)),
+                              int(cfg.pretrain.heldout_sequences), int(cfg.agent.batch_length), seed=1)
+    moved = prediction_quality(open_loop(run.agent, other, context=context, seed=0))["quality/reward_error"]
+    assert moved != pytest.approx(written, rel=1e-6)
+
+
 def test_init_from_takes_the_world_model_and_the_dataset(pretrained, tmp_path, monkeypatch, capsys):
     """train_ratio 1 (1/32 update per env step): no update in 16 env steps changes what was loaded. seed 1: the fresh
     actor differs from the pretrain run's."""

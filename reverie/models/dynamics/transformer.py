@@ -325,10 +325,7 @@ class TransformerDynamics(nn.Module):
             deter, cache = deter[None], {k: v[None] for k, v in cache.items()}  # (B, ...) -> (1, B, ...)
         else:
             deter, cache = self._transform(tokens, is_first, state)
-        prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K)
-        shared = {"deter": deter, **cache}
-        return ({**shared, "stoch": stoch, "logits": post_logits},
-                {**shared, "stoch": self._draw(prior_logits, sample), "logits": prior_logits})
+        return self._post_and_prior(deter, cache, stoch, post_logits, sample)
 
     def observe_storm(self, embed: torch.Tensor, action: torch.Tensor, is_first: torch.Tensor,
                       sample: bool = True) -> tuple[State, State]:
@@ -356,7 +353,13 @@ class TransformerDynamics(nn.Module):
         first = is_first.to(stoch.dtype)[..., None]  # (T, B, 1)
         tokens = self._tokens(stoch * (1.0 - first[..., None]), action * (1.0 - first).to(action.dtype))
         deter, cache = self._transform(tokens, is_first, self.initial(is_first.shape[1]))
-        prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K): z_{t+1}
+        return self._post_and_prior(deter, cache, stoch, post_logits, sample)  # the prior: z_{t+1}
+
+    def _post_and_prior(self, deter: torch.Tensor, cache: dict[str, torch.Tensor], stoch: torch.Tensor,
+                        post_logits: torch.Tensor, sample: bool) -> tuple[State, State]:
+        """The posterior and prior states ``(T, B, ...)`` sharing ``deter`` and the cache: the posterior with the
+        given latents, the prior with latents drawn from ``prior_net(deter)``."""
+        prior_logits = self._logits(self.prior_net, deter)  # (T, B, S, K)
         shared = {"deter": deter, **cache}
         return ({**shared, "stoch": stoch, "logits": post_logits},
                 {**shared, "stoch": self._draw(prior_logits, sample), "logits": prior_logits})
