@@ -142,3 +142,36 @@ def test_r2_dmc_vision_preset_has_r2dreamers_values():
     assert (cfg.env.suite, cfg.env.image, cfg.env.num_envs, cfg.env.action_repeat) == ("dmc", True, 16, 2)
     assert (cfg.train.steps * cfg.env.action_repeat, cfg.train.eval_every * cfg.env.action_repeat,
             cfg.train.eval_episodes, cfg.train.prefill, cfg.replay.capacity) == (1_010_000, 10_000, 10, 0, 500_000)
+
+
+def _flat(node, prefix=""):
+    out = {}
+    for key, value in node.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def test_r2_dmc_cpu_differs_from_r2_dmc_vision_only_in_the_cpu_levers_it_lists():
+    """exp=r2_dmc_cpu's header lists what it changes from exp=r2_dmc_vision (exp=dmc_cpu's levers); every other
+    resolved key, the R2 objective, its scales and the optimiser's form included, is the same."""
+    from omegaconf import OmegaConf
+
+    cpu, full = (_flat(OmegaConf.to_container(load_config([f"exp={name}"]), resolve=True))
+                 for name in ("r2_dmc_cpu", "r2_dmc_vision"))
+    changed = {key: (full.get(key), cpu.get(key)) for key in set(cpu) | set(full) if cpu.get(key) != full.get(key)}
+    size = {key for key in changed if key.startswith("size.") or key in (
+        "agent.module.dynamics.deter", "agent.module.dynamics.hidden", "agent.module.dynamics.stoch",
+        "agent.module.units")}
+    assert cpu["size.deter"] == 128 and cpu["agent.module.units"] == 128  # size xxs
+    assert {key: changed[key] for key in set(changed) - size} == {
+        "exp_name": ("r2_dmc_vision", "r2_dmc_cpu"), "threads": (None, 1),
+        "agent.train_ratio": (512, 128), "agent.batch_length": (64, 32), "agent.module.imag_last": (0, 8),
+        "agent.module.lr": (4e-5, 1.2e-4), "env.num_envs": (16, 1), "replay.capacity": (500_000, 50_000),
+        "train.steps": (505_000, 15_000), "train.eval_every": (5_000, 2_500), "train.checkpoint_every": (10_000, 2_500)}
+    assert (cpu["agent.module.representation"], cpu["agent.module.laprop"], cpu["agent.module.actor_unimix"]) == \
+        ("r2", "original", 0.01)
+    for representation, decodes in (("r2", False), ("reconstruction", True)):  # the pair's two arms
+        cfg = load_config(["exp=r2_dmc_cpu", f"agent.module.representation={representation}",
+                           "agent.module.precision=float32"])
+        agent = build_agent(cfg.agent, {"image": (3, 64, 64)}, ActionSpec(False, 1))
+        assert agent.wm.decodes is decodes and agent.wm.dynamics.deter == 128
