@@ -101,6 +101,25 @@ def paired_steps(first: dict[int, list[float]], second: dict[int, list[float]], 
     return rows
 
 
+def paired_mean(first: dict[int, list[float]], second: dict[int, list[float]], time_ratio: int = 1,
+                reps: int = 2000) -> dict[str, float]:
+    """The two configurations over all the steps :func:`paired_steps` matches: each seed's mean PSNR over those
+    steps (the steps' lists are in seed order), compared as there (``mean_first``, ``mean_second``, ``diff``, ``lo``,
+    ``hi``, ``p_permutation``, ``p_welch``; ``steps``: how many)."""
+    import numpy as np
+
+    from reverie.scores.aggregate import compare_sets
+
+    ks = [k for k in sorted(first) if time_ratio * k in second]
+    if not ks:
+        raise ValueError("paired_mean: the two configurations share no step")
+    a = np.mean([first[k] for k in ks], axis=0)[:, None]  # (seeds, 1)
+    b = np.mean([second[time_ratio * k] for k in ks], axis=0)[:, None]
+    result = compare_sets(a, b, reps=reps)
+    return {"steps": len(ks), "mean_first": float(a.mean()), "mean_second": float(b.mean()),
+            **{name: float(result[name]) for name in ("diff", "lo", "hi", "p_permutation", "p_welch")}}
+
+
 def print_pair(args) -> None:
     """``--pair``: the step-by-step comparison table of two configurations."""
     (dir_a, label_a), (dir_b, label_b) = args.pair[:2], args.pair[2:]
@@ -112,6 +131,9 @@ def print_pair(args) -> None:
     for r in paired_steps(first, second, args.time_ratio):
         print(f"| {r['k']} | {r['k_second']} | {r['mean_first']:.2f} | {r['mean_second']:.2f} | {r['diff']:.2f} "
               f"[{r['lo']:.2f}, {r['hi']:.2f}] | {r['p_permutation']:.2g} / {r['p_welch']:.2g} |")
+    m = paired_mean(first, second, args.time_ratio)
+    print(f"| mean over the {m['steps']} steps | | {m['mean_first']:.2f} | {m['mean_second']:.2f} | {m['diff']:.3f} "
+          f"[{m['lo']:.3f}, {m['hi']:.3f}] | {m['p_permutation']:.2g} / {m['p_welch']:.2g} |")
 
 
 def main() -> None:

@@ -57,6 +57,19 @@ def test_paired_steps_compare_two_configurations_at_equal_game_time():
     assert [r["k"] for r in same] == [1, 2] and same[0]["diff"] == pytest.approx(-10.0)
 
 
+def test_paired_mean_averages_each_seed_over_the_matched_steps():
+    """Seed i's mean over the steps both have (k = 1, 2 against 2, 4 at ratio 2; k = 3 has no partner): first
+    (20 + 18) / 2 = 19 and (22 + 14) / 2 = 18, second (25 + 17) / 2 = 21 and (27 + 19) / 2 = 23."""
+    report = load_report()
+    first = {1: [20.0, 22.0], 2: [18.0, 14.0], 3: [0.0, 0.0]}
+    second = {2: [25.0, 27.0], 4: [17.0, 19.0]}
+    m = report.paired_mean(first, second, time_ratio=2, reps=200)
+    assert m["steps"] == 2 and m["mean_first"] == pytest.approx(18.5) and m["mean_second"] == pytest.approx(22.0)
+    assert m["diff"] == pytest.approx(-3.5)  # IQM of two values is their mean
+    with pytest.raises(ValueError, match="share no step"):
+        report.paired_mean({3: [1.0]}, second, time_ratio=2)
+
+
 def test_the_copy_last_frame_baseline_by_hand():
     """Two context frames, then three more: the baseline predicts frame 1 for each; a frame that differs from it by
     d in every value has MSE d^2, so PSNR = 10 log10(255^2 / d^2) = 20 log10(255 / d); equal frames are capped at
