@@ -8,15 +8,15 @@ For every finished trial (``summary.json`` present) of every sweep folder given,
 holding ``heldout/quality/<key>_psnr_k<k>`` and averages it over the configuration's seeds; writes one panel per
 sweep (a line per configuration, labelled by its swept values) and prints a table of the mean PSNR at each k.
 ``--baseline`` adds what a model must beat on the same held-out windows: every open-loop frame predicted as the last
-context frame (:func:`copy_last_baseline`; run from the folder the sweeps ran in, whose relative data paths the
-trials' configs hold).
+context frame (:func:`copy_last_baseline`), and as the mean of the training frames (:func:`mean_frame_baseline`);
+run from the folder the sweeps ran in, whose relative data paths the trials' configs hold.
 
 Two configurations of two sweeps (e.g. action repeat 8 against the repeat-4 baseline, which are sweeps on different
 datasets) are compared step by step with ``--pair``; ``--time-ratio 2`` compares the first one's step k with the
 second one's step 2k (equal game time when the first repeats each action twice as long)::
 
     python examples/planet_atari/report.py --pair sweeps/planet_atari_repeat8 "divergence_scale=1.0" \
-        sweeps/planet_atari_knobs "divergence_scale=1.0, free_nats=3.0, global_divergence_scale=0.0, ..." \
+        sweeps/planet_atari_knobs "free_nats=3.0, overshooting=0, global_divergence_scale=0.0, image_bits=5" \
         --time-ratio 2
 """
 
@@ -29,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 STEP = re.compile(r"^heldout/quality/(\w+)_psnr_k(\d+)$")
+BASELINES = ("copy the last context frame", "the training frames' mean")  # --baseline's rows (dashed)
 
 
 def trial_curves(sweep: Path, key: str = "image") -> dict[str, dict[int, list[float]]]:
@@ -78,6 +79,35 @@ def copy_last_scores(frames, reward, context: int) -> dict[str, float]:
     out = {f"psnr_k{k}": float(steps[k - 1].mean()) for k in range(1, len(steps) + 1)}
     out["psnr"] = float(steps.mean())
     out["reward_error"] = float(np.abs(reward[c:]).mean())
+    return out
+
+
+def mean_frame_baseline(trial: Path, key: str = "image") -> dict[str, float]:
+    """The average frame as a prediction: the mean of every frame of the trial's training dataset
+    (``pretrain.data``), scored on the held-out windows as :func:`copy_last_baseline` (``psnr_k<k>``, ``psnr``)."""
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from reverie.data.heldout import run_heldout_windows
+    from reverie.data.load import load_dataset
+
+    cfg = OmegaConf.load(trial / "config.yaml")
+    dataset = load_dataset(cfg.pretrain.data, cfg.env)
+    total = sum(e.rows[key].astype(np.float64).sum(axis=0) for e in dataset.episodes)
+    batch, context = run_heldout_windows(cfg)
+    return constant_frame_scores(np.asarray(batch[key]), total / dataset.steps, context)
+
+
+def constant_frame_scores(frames, frame, context: int) -> dict[str, float]:
+    """PSNR of predicting every open-loop frame as ``frame`` ``(C, H, W)`` (float, pixel values), against ``frames
+    (T, B, C, H, W)`` uint8 from row ``context`` on: ``psnr_k<k>`` (mean over B) and ``psnr`` (their mean)."""
+    import numpy as np
+
+    from reverie.viz.quality import psnr
+
+    steps = psnr(frames[context:], np.broadcast_to(frame, frames[context:].shape))  # (T - C, B)
+    out = {f"psnr_k{k}": float(steps[k - 1].mean()) for k in range(1, len(steps) + 1)}
+    out["psnr"] = float(steps.mean())
     return out
 
 
@@ -167,10 +197,13 @@ def main() -> None:
             base = copy_last_baseline(trial, args.key)
             rows["copy the last context frame"] = {int(name[6:]): v for name, v in base.items()
                                                    if name.startswith("psnr_k")}
+            mean = mean_frame_baseline(trial, args.key)
+            rows["the training frames' mean"] = {int(name[6:]): v for name, v in mean.items()
+                                                 if name.startswith("psnr_k")}
         for label, by_k in rows.items():
             ks = sorted(by_k)
             means = [by_k[k] for k in ks]
-            ax.plot(ks, means, label=label, ls="--" if label.startswith("copy") else "-")
+            ax.plot(ks, means, label=label, ls="--" if label in BASELINES else "-")
             picks = [by_k[k] for k in (1, 5, 10) if k in by_k] + [means[-1]]
             seeds = len(curves[label][ks[0]]) if label in curves else "-"
             print(f"| {label} | {seeds} | {' / '.join(f'{m:.2f}' for m in picks)} | {sum(means) / len(means):.2f} |")

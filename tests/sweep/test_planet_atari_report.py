@@ -87,3 +87,22 @@ def test_the_copy_last_frame_baseline_by_hand():
     assert scores["psnr_k1"] == pytest.approx(k1) and scores["psnr_k2"] == pytest.approx(k2)
     assert scores["psnr_k3"] == 100.0 and scores["psnr"] == pytest.approx((k1 + k2 + 100.0) / 3)
     assert scores["reward_error"] == pytest.approx(3.0 / 6)
+
+
+def test_a_constant_frame_prediction_by_hand():
+    """Every frame 0 except one pixel; predicting the constant frame 10 everywhere: MSE over (C, H, W) = 3 x 2 x 2 =
+    12 values of 100 (and one of (255 - 10)^2 where the pixel is lit); context rows are not scored."""
+    import math
+
+    import numpy as np
+
+    report = load_report()
+    frames = np.zeros((4, 1, 3, 2, 2), np.uint8)  # (T, B, C, H, W)
+    frames[3, 0, 0, 0, 0] = 255
+    frames[0] = 77  # a context row: not scored
+    out = report.constant_frame_scores(frames, np.full((3, 2, 2), 10.0), context=2)
+    k1 = 10 * math.log10(255 ** 2 / 100.0)
+    k2 = 10 * math.log10(255 ** 2 / ((11 * 100.0 + 245.0 ** 2) / 12))
+    assert out["psnr_k1"] == pytest.approx(k1) and out["psnr_k2"] == pytest.approx(k2)
+    assert out["psnr"] == pytest.approx((k1 + k2) / 2) and set(out) == {"psnr_k1", "psnr_k2", "psnr"}
+
