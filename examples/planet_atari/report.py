@@ -72,13 +72,8 @@ def copy_last_scores(frames, reward, context: int) -> dict[str, float]:
     and ``reward_error`` (mean ``|reward|`` of rows ``C ..``)."""
     import numpy as np
 
-    from reverie.viz.quality import psnr
-
-    c = context
-    steps = psnr(frames[c:], np.broadcast_to(frames[c - 1], frames[c:].shape))  # (T - C, B)
-    out = {f"psnr_k{k}": float(steps[k - 1].mean()) for k in range(1, len(steps) + 1)}
-    out["psnr"] = float(steps.mean())
-    out["reward_error"] = float(np.abs(reward[c:]).mean())
+    out = constant_frame_scores(frames, frames[context - 1], context)  # each window's last context frame
+    out["reward_error"] = float(np.abs(reward[context:]).mean())
     return out
 
 
@@ -99,8 +94,9 @@ def mean_frame_baseline(trial: Path, key: str = "image") -> dict[str, float]:
 
 
 def constant_frame_scores(frames, frame, context: int) -> dict[str, float]:
-    """PSNR of predicting every open-loop frame as ``frame`` ``(C, H, W)`` (float, pixel values), against ``frames
-    (T, B, C, H, W)`` uint8 from row ``context`` on: ``psnr_k<k>`` (mean over B) and ``psnr`` (their mean)."""
+    """PSNR of predicting every open-loop frame as ``frame`` (pixel values; ``(C, H, W)``, or ``(B, C, H, W)``: one
+    per window), against ``frames (T, B, C, H, W)`` uint8 from row ``context`` on: ``psnr_k<k>`` (mean over B) and
+    ``psnr`` (their mean)."""
     import numpy as np
 
     from reverie.viz.quality import psnr

@@ -1,20 +1,15 @@
 """examples/planet_atari/report.py: the held-out PSNR per open-loop step, averaged over a configuration's seeds
 from the last report of each finished trial (synthetic trial folders, numbers by hand)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-REPORT = Path(__file__).parents[2] / "examples" / "planet_atari" / "report.py"
 
-
-def load_report():
-    spec = importlib.util.spec_from_file_location("planet_atari_report", REPORT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def report(planet_atari_script):
+    return planet_atari_script("report")
 
 
 def trial(sweep: Path, name: str, params: dict, rows: list[dict], finished: bool = True) -> None:
@@ -26,8 +21,7 @@ def trial(sweep: Path, name: str, params: dict, rows: list[dict], finished: bool
         (run / "summary.json").write_text("{}")
 
 
-def test_curves_average_the_last_report_over_seeds(tmp_path):
-    report = load_report()
+def test_curves_average_the_last_report_over_seeds(tmp_path, report):
     old = {"step": 500, "heldout/quality/image_psnr_k1": 5.0, "heldout/quality/image_psnr_k2": 4.0}
     new = {"step": 1000, "heldout/quality/image_psnr_k1": 20.0, "heldout/quality/image_psnr_k2": 16.0,
            "heldout/quality/reward_error_k1": 0.5}
@@ -43,10 +37,9 @@ def test_curves_average_the_last_report_over_seeds(tmp_path):
     assert sum(per_k[1]) / 2 == pytest.approx(21.0)
 
 
-def test_paired_steps_compare_two_configurations_at_equal_game_time():
+def test_paired_steps_compare_two_configurations_at_equal_game_time(report):
     """--time-ratio 2: the first configuration's step k against the second's step 2k; the difference of two seed
     sets with no spread is their mean difference, and a step the second lacks is skipped."""
-    report = load_report()
     first = {1: [20.0, 20.0, 20.0], 2: [18.0, 18.0, 18.0], 3: [10.0, 10.0, 10.0]}
     second = {1: [30.0] * 3, 2: [25.0, 25.0, 25.0], 4: [17.0, 17.0, 17.0]}
     rows = report.paired_steps(first, second, time_ratio=2, reps=200)
@@ -57,10 +50,9 @@ def test_paired_steps_compare_two_configurations_at_equal_game_time():
     assert [r["k"] for r in same] == [1, 2] and same[0]["diff"] == pytest.approx(-10.0)
 
 
-def test_paired_mean_averages_each_seed_over_the_matched_steps():
+def test_paired_mean_averages_each_seed_over_the_matched_steps(report):
     """Seed i's mean over the steps both have (k = 1, 2 against 2, 4 at ratio 2; k = 3 has no partner): first
     (20 + 18) / 2 = 19 and (22 + 14) / 2 = 18, second (25 + 17) / 2 = 21 and (27 + 19) / 2 = 23."""
-    report = load_report()
     first = {1: [20.0, 22.0], 2: [18.0, 14.0], 3: [0.0, 0.0]}
     second = {2: [25.0, 27.0], 4: [17.0, 19.0]}
     m = report.paired_mean(first, second, time_ratio=2, reps=200)
@@ -70,13 +62,12 @@ def test_paired_mean_averages_each_seed_over_the_matched_steps():
         report.paired_mean({3: [1.0]}, second, time_ratio=2)
 
 
-def test_the_copy_last_frame_baseline_by_hand():
+def test_the_copy_last_frame_baseline_by_hand(report):
     """Two context frames, then three more: the baseline predicts frame 1 for each; a frame that differs from it by
     d in every value has MSE d^2, so PSNR = 10 log10(255^2 / d^2) = 20 log10(255 / d); equal frames are capped at
     100 dB; the reward error is the mean |reward| after the context."""
     import numpy as np
 
-    report = load_report()
     frames = np.full((5, 2, 3, 4, 4), 100, np.uint8)  # (T, B, C, H, W)
     frames[2, 0] += 5  # k = 1, window 0: off by 5
     frames[3] += 51  # k = 2: both windows off by 51
@@ -89,14 +80,13 @@ def test_the_copy_last_frame_baseline_by_hand():
     assert scores["reward_error"] == pytest.approx(3.0 / 6)
 
 
-def test_a_constant_frame_prediction_by_hand():
+def test_a_constant_frame_prediction_by_hand(report):
     """Every frame 0 except one pixel; predicting the constant frame 10 everywhere: MSE over (C, H, W) = 3 x 2 x 2 =
     12 values of 100 (and one of (255 - 10)^2 where the pixel is lit); context rows are not scored."""
     import math
 
     import numpy as np
 
-    report = load_report()
     frames = np.zeros((4, 1, 3, 2, 2), np.uint8)  # (T, B, C, H, W)
     frames[3, 0, 0, 0, 0] = 255
     frames[0] = 77  # a context row: not scored

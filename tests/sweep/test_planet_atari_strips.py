@@ -1,18 +1,11 @@
 """examples/planet_atari/strips.py: the window it shows by default is the one whose true frames move the most after
 the context (synthetic frames, the answer by construction)."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
-STRIPS = Path(__file__).parents[2] / "examples" / "planet_atari" / "strips.py"
 
-
-def test_the_busiest_window_is_the_one_that_moves_after_the_context():
-    spec = importlib.util.spec_from_file_location("planet_atari_strips", STRIPS)
-    strips = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(strips)
+def test_the_busiest_window_is_the_one_that_moves_after_the_context(planet_atari_script):
+    strips = planet_atari_script("strips")
     truth = np.zeros((8, 3, 4, 4, 3), np.uint8)  # (T, B, H, W, C)
     truth[:5:2, 0] = 255  # window 0 flickers in the context only: not counted
     truth[5::2, 2, 0, 0] = 200  # window 2: one pixel blinks after the context
