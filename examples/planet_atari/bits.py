@@ -1,7 +1,8 @@
 """Bit depth in the PlaNet-on-Atari study (docs/planet.md, "PlaNet on Atari"): how much of a low-bit model's PSNR
 loss is the quantisation itself.
 
-    python examples/planet_atari/bits.py sweeps/planet_atari_knobs/trials/<image_bits-3 trial>_seed0 ...
+    python examples/planet_atari/bits.py \\
+        sweeps/planet_atari_knobs/trials/free_nats-3_overshooting-0_global_divergence_scale-0_image_b_68e747_seed0 ...
 
 The study's PSNR compares each decoded frame with the true 8-bit frame. A model trained on ``image_bits: b`` frames
 predicts (at best) the bin centres of the b-bit frame, so it cannot beat the PSNR of those bin centres against the
@@ -19,11 +20,13 @@ import numpy as np
 
 
 def bin_centres(frames: np.ndarray, bits: int) -> np.ndarray:
-    """The ``bits``-bit bin centres of uint8 ``frames`` as pixel values (float64, the values
-    ``reverie.models.distributions.reduce_bits(..., noise=False)`` gives): ``(floor(x / s) + 1/2) s 255 / 256``,
-    ``s = 2^(8 - bits)``."""
-    step = 2.0 ** (8 - bits)
-    return (np.floor(frames.astype(np.float64) / step) + 0.5) * step * 255.0 / 256.0
+    """The ``bits``-bit bin centres of uint8 ``frames`` as pixel values, float64: what the model is trained on
+    without its dequantisation noise (``reverie.models.distributions.reduce_bits(..., noise=False)``)."""
+    import torch
+
+    from reverie.models.distributions import reduce_bits
+
+    return reduce_bits(torch.from_numpy(np.ascontiguousarray(frames)), bits, noise=False).double().numpy()
 
 
 def bit_depth_scores(truth: np.ndarray, pred: np.ndarray, bits: int, context: int) -> dict[str, float]:

@@ -8,8 +8,8 @@ For every finished trial (``summary.json`` present) of every sweep folder given,
 holding ``heldout/quality/<key>_psnr_k<k>`` and averages it over the configuration's seeds; writes one panel per
 sweep (a line per configuration, labelled by its swept values) and prints a table of the mean PSNR at each k.
 ``--baseline`` adds what a model must beat on the same held-out windows: every open-loop frame predicted as the last
-context frame (:func:`copy_last_baseline`), and as the mean of the training frames (:func:`mean_frame_baseline`);
-run from the folder the sweeps ran in, whose relative data paths the trials' configs hold.
+context frame, and as the mean of the training frames (:func:`baselines`); run from the folder the sweeps ran in,
+whose relative data paths the trials' configs hold.
 
 Two configurations of two sweeps (e.g. action repeat 8 against the repeat-4 baseline, which are sweeps on different
 datasets) are compared step by step with ``--pair``; ``--time-ratio 2`` compares the first one's step k with the
@@ -50,36 +50,14 @@ def trial_curves(sweep: Path, key: str = "image") -> dict[str, dict[int, list[fl
     return curves
 
 
-def copy_last_baseline(trial: Path, key: str = "image") -> dict[str, float]:
-    """What a model must beat: on the held-out windows a trial is scored on (its ``pretrain.heldout``,
+def baselines(trial: Path, key: str = "image") -> dict[str, dict[str, float]]:
+    """What a model must beat, on the held-out windows a trial is scored on (its ``pretrain.heldout``,
     ``pretrain.heldout_sequences`` windows of ``agent.batch_length`` rows drawn with seed 0, the 5 context rows;
-    ``reverie.data.heldout.run_heldout_windows``), the PSNR of predicting every open-loop frame as the last context
-    frame (``psnr_k<k>`` and their mean ``psnr``, as the trials' ``heldout/quality/<key>_psnr``), and the reward
-    error of predicting 0 (``reward_error``). Paths in the trial's config are relative to the folder the sweep ran
-    in."""
-    import numpy as np
-    from omegaconf import OmegaConf
-
-    from reverie.data.heldout import run_heldout_windows
-
-    batch, context = run_heldout_windows(OmegaConf.load(trial / "config.yaml"))
-    return copy_last_scores(np.asarray(batch[key]), np.asarray(batch["reward"]), context)
-
-
-def copy_last_scores(frames, reward, context: int) -> dict[str, float]:
-    """:func:`copy_last_baseline` on arrays: ``frames (T, B, C, H, W)`` uint8, ``reward (T, B)``, ``context`` = C:
-    ``psnr_k<k>`` (mean over B of the PSNR of frame ``C - 1 + k`` against frame ``C - 1``), ``psnr`` (their mean)
-    and ``reward_error`` (mean ``|reward|`` of rows ``C ..``)."""
-    import numpy as np
-
-    out = constant_frame_scores(frames, frames[context - 1], context)  # each window's last context frame
-    out["reward_error"] = float(np.abs(reward[context:]).mean())
-    return out
-
-
-def mean_frame_baseline(trial: Path, key: str = "image") -> dict[str, float]:
-    """The average frame as a prediction: the mean of every frame of the trial's training dataset
-    (``pretrain.data``), scored on the held-out windows as :func:`copy_last_baseline` (``psnr_k<k>``, ``psnr``)."""
+    ``reverie.data.heldout.run_heldout_windows``), keyed by :data:`BASELINES`' labels: every open-loop frame predicted
+    as the last context frame (:func:`copy_last_scores`: ``psnr_k<k>``, their mean ``psnr`` as the trials'
+    ``heldout/quality/<key>_psnr``, and the reward error of predicting 0), and as the mean of every frame of the
+    trial's training dataset (``pretrain.data``; :func:`constant_frame_scores`). Paths in the trial's config are
+    relative to the folder the sweep ran in."""
     import numpy as np
     from omegaconf import OmegaConf
 
@@ -87,10 +65,24 @@ def mean_frame_baseline(trial: Path, key: str = "image") -> dict[str, float]:
     from reverie.data.load import load_dataset
 
     cfg = OmegaConf.load(trial / "config.yaml")
-    dataset = load_dataset(cfg.pretrain.data, cfg.env)
-    total = sum(e.rows[key].astype(np.float64).sum(axis=0) for e in dataset.episodes)
     batch, context = run_heldout_windows(cfg)
-    return constant_frame_scores(np.asarray(batch[key]), total / dataset.steps, context)
+    frames = np.asarray(batch[key])
+    dataset = load_dataset(cfg.pretrain.data, cfg.env)
+    mean = sum(e.rows[key].astype(np.float64).sum(axis=0) for e in dataset.episodes) / dataset.steps
+    copy_last, mean_frame = BASELINES
+    return {copy_last: copy_last_scores(frames, np.asarray(batch["reward"]), context),
+            mean_frame: constant_frame_scores(frames, mean, context)}
+
+
+def copy_last_scores(frames, reward, context: int) -> dict[str, float]:
+    """The copy-last-frame baseline of :func:`baselines` on arrays: ``frames (T, B, C, H, W)`` uint8, ``reward
+    (T, B)``, ``context`` = C: ``psnr_k<k>`` (mean over B of the PSNR of frame ``C - 1 + k`` against frame ``C - 1``),
+    ``psnr`` (their mean) and ``reward_error`` (mean ``|reward|`` of rows ``C ..``)."""
+    import numpy as np
+
+    out = constant_frame_scores(frames, frames[context - 1], context)  # each window's last context frame
+    out["reward_error"] = float(np.abs(reward[context:]).mean())
+    return out
 
 
 def constant_frame_scores(frames, frame, context: int) -> dict[str, float]:
@@ -190,12 +182,8 @@ def main() -> None:
         rows = {label: {k: sum(v) / len(v) for k, v in per_k.items()} for label, per_k in sorted(curves.items())}
         if args.baseline and curves:
             trial = next(t for t in sorted((sweep / "trials").glob("*")) if (t / "summary.json").is_file())
-            base = copy_last_baseline(trial, args.key)
-            rows["copy the last context frame"] = {int(name[6:]): v for name, v in base.items()
-                                                   if name.startswith("psnr_k")}
-            mean = mean_frame_baseline(trial, args.key)
-            rows["the training frames' mean"] = {int(name[6:]): v for name, v in mean.items()
-                                                 if name.startswith("psnr_k")}
+            for label, scores in baselines(trial, args.key).items():
+                rows[label] = {int(name[6:]): v for name, v in scores.items() if name.startswith("psnr_k")}
         for label, by_k in rows.items():
             ks = sorted(by_k)
             means = [by_k[k] for k in ks]

@@ -144,19 +144,14 @@ def test_r2_dmc_vision_preset_has_r2dreamers_values():
             cfg.train.eval_episodes, cfg.train.prefill, cfg.replay.capacity) == (1_010_000, 10_000, 10, 0, 500_000)
 
 
-def _flat(node, prefix=""):
-    out = {}
-    for key, value in node.items():
-        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return out
-
-
 def test_r2_dmc_cpu_differs_from_r2_dmc_vision_only_in_the_cpu_levers_it_lists():
     """exp=r2_dmc_cpu's header lists what it changes from exp=r2_dmc_vision (exp=dmc_cpu's levers); every other
     resolved key, the R2 objective, its scales and the optimiser's form included, is the same."""
     from omegaconf import OmegaConf
 
-    cpu, full = (_flat(OmegaConf.to_container(load_config([f"exp={name}"]), resolve=True))
+    from reverie.state.resume import flatten
+
+    cpu, full = (flatten(OmegaConf.to_container(load_config([f"exp={name}"]), resolve=True))
                  for name in ("r2_dmc_cpu", "r2_dmc_vision"))
     changed = {key: (full.get(key), cpu.get(key)) for key in set(cpu) | set(full) if cpu.get(key) != full.get(key)}
     size = {key for key in changed if key.startswith("size.") or key in (
