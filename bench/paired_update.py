@@ -5,6 +5,8 @@
     taskset -c 1 .venv/bin/python bench/paired_update.py /tmp/before . --config continuous --kernels off
     taskset -c 1 .venv/bin/python bench/paired_update.py . --config continuous --size xxs --length 32 --imag-last 8
                                                                      # one tree, the widths of exp=dmc_cpu
+    .venv/bin/python bench/paired_update.py /tmp/before . --preset "exp=atari_cpu agent=dreamerv3_2025" --pairs 4
+                                                                     # any preset's agent, on images
 
 Why: on a shared or virtualised machine the speed of the CPU drifts by 10% and more within minutes, so two
 separate runs of ``bench/update_time.py`` cannot resolve a change of a few percent. Here both trees' agents are
@@ -19,6 +21,11 @@ the ``--size`` preset, imagination from every row (or the last ``--imag-last``).
 is ``agent.module.kernels`` for a tree with ``reverie/models/kernels/``; for an older tree, ``off`` turns its
 fast paths off one by one where it had switches (``onehot_gather=False``, the fused and deferred-weight scans, the
 actor tape), which leaves the few it had no switch for (the two-hot and straight-through nodes, the sampler).
+
+``--preset "OVERRIDES"``: the agent that ``reverie train OVERRIDES`` builds (each tree's own config composer), on a
+batch of 64x64 images of its batch size and length (plus the replay context's rows and stored latents): 18
+discrete actions for an Atari suite, one continuous action (cartpole_swingup's) otherwise; ``--size``,
+``--config``, ``--length``, ``--imag-last`` and ``--kernels`` are not read (set them as overrides).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import numpy as np
 import torch
 import yaml
 
+from batches import stored_latents  # bench/ is the script's first import path
+
 
 def make_batch(config: str, T: int = 64, B: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
     """A replay batch ``(T, B, ...)`` of the config's shapes, ``is_first`` at t = 0 and at 2% of the rest."""
@@ -49,6 +58,43 @@ def make_batch(config: str, T: int = 64, B: int = 16, seed: int = 0) -> dict[str
     return {"vector": obs.astype(np.float32), "prev_action": (action * ~is_first[..., None]).astype(np.float32),
             "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
             "is_last": np.zeros((T, B), bool), "is_terminal": rng.random((T, B)) < 0.02}
+
+
+def image_batch(T: int, B: int, discrete: bool, latents: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """A replay batch of uint8 64x64 images ``(T, B, 3, 64, 64)``, ``is_first`` at t = 0, 18 one-hot actions
+    (``discrete``) or one in [-1, 1], and the agent's stored latents (``replay_latent_spec``: ``has_posterior``
+    true, one-hot ``(S, K)`` stochs, normal rest)."""
+    rng = np.random.default_rng(seed)
+    is_first = np.zeros((T, B), bool)
+    is_first[0] = True
+    action = np.eye(18)[rng.integers(18, size=(T, B))] if discrete else rng.uniform(-1.0, 1.0, size=(T, B, 1))
+    batch = {"image": rng.integers(0, 256, size=(T, B, 3, 64, 64), dtype=np.uint8),
+             "prev_action": (action * ~is_first[..., None]).astype(np.float32),
+             "reward": rng.normal(size=(T, B)).astype(np.float32), "is_first": is_first,
+             "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
+    batch.update(stored_latents(T, B, latents, rng))
+    return batch
+
+
+def load_preset(root: str, overrides: str, precision: str):
+    """``root``'s agent for ``reverie train <overrides>`` (with ``agent.module.precision``) and its image batch."""
+    for name in [n for n in sys.modules if n.split(".")[0] == "reverie"]:
+        del sys.modules[name]
+    root = os.path.abspath(root)
+    sys.path.insert(0, root)
+    try:
+        cfg = importlib.import_module("reverie.configs.compose").load_config(
+            [*overrides.split(), f"agent.module.precision={precision}"])
+        ActionSpec = importlib.import_module("reverie.types").ActionSpec
+        discrete = cfg.env.suite == "atari"
+        torch.manual_seed(0)
+        agent = importlib.import_module("reverie.agents.build").build_agent(
+            cfg.agent, {"image": (3, 64, 64)}, ActionSpec(discrete, 18 if discrete else 1))
+        T = cfg.agent.batch_length + int(cfg.agent.module.get("replay_context", 0) or 0)
+        latents = agent.replay_latent_spec() if hasattr(agent, "replay_latent_spec") else {}
+        return agent, image_batch(T, cfg.agent.batch_size, discrete, latents)
+    finally:
+        sys.path.remove(root)
 
 
 def load(root: str, size: str, precision: str, config: str, kernels: str, imag_last: int = 0):
@@ -96,16 +142,22 @@ def main() -> None:
     parser.add_argument("--imag-last", type=int, default=0, help="imagine from the last K rows (0: every row)")
     parser.add_argument("--pairs", type=int, default=16, help="timed updates per tree")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--preset", default="", help="overrides of `reverie train` whose agent to time on images")
     args = parser.parse_args()
     if len(args.trees) > 2:
         parser.error("give one tree or two")
     torch.set_num_threads(args.threads)
-    agents = [load(root, args.size, args.precision, args.config, args.kernels, args.imag_last) for root in args.trees]
+    if args.preset:
+        loaded = [load_preset(root, args.preset, args.precision) for root in args.trees]
+        agents, batch = [agent for agent, _ in loaded], loaded[-1][1]
+    else:
+        agents = [load(root, args.size, args.precision, args.config, args.kernels, args.imag_last)
+                  for root in args.trees]
+        batch = make_batch(args.config, T=args.length)
     # the last tree's module; the setting is process-wide, so every tree runs with it
     from reverie.runtime.cpu_memory import keep_freed_memory
 
     keep_freed_memory()
-    batch = make_batch(args.config, T=args.length)
     for agent in agents:  # warm-up
         agent.update(batch)
         agent.update(batch)
@@ -117,6 +169,10 @@ def main() -> None:
             times[j].append(time.perf_counter() - start)
     head = (f"{args.config}, size {args.size}, batch 16 x {args.length}, kernels {args.kernels}, {args.precision}, "
             f"{args.threads} thread(s), {args.pairs} updates per tree")
+    if args.preset:
+        T, B = batch["is_first"].shape
+        head = (f"preset {args.preset!r}, batch {B} x {T}, {args.precision}, {args.threads} thread(s), "
+                f"{args.pairs} updates per tree")
     if len(agents) == 1:
         print(f"{head}: {statistics.median(times[0]) * 1e3:.1f} ms per update (min {min(times[0]) * 1e3:.1f})")
         return

@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.batches import stored_latents
 from bench.peer_venv import outside_repo, run_steps, timed_peer_run
 from bench.timing import time_calls
 from reverie.runtime.cpu_memory import keep_freed_memory
@@ -134,13 +135,7 @@ def cartpole_swingup_batch(T: int, B: int, seed: int = 0,
              "prev_action": rng.uniform(-1, 1, size=(T, B, 1)).astype(np.float32) * ~is_first[..., None],
              "reward": rng.random((T, B)).astype(np.float32), "is_first": is_first,
              "is_last": np.zeros((T, B), bool), "is_terminal": np.zeros((T, B), bool)}
-    for key, (shape, dtype) in (latents or {}).items():
-        if dtype == np.dtype(bool):
-            batch[key] = np.ones((T, B, *shape), bool)
-        elif len(shape) == 2:  # (S, K): one-hot latents
-            batch[key] = np.eye(shape[1], dtype=dtype)[rng.integers(shape[1], size=(T, B, shape[0]))]
-        else:
-            batch[key] = rng.normal(size=(T, B, *shape)).astype(dtype)
+    batch.update(stored_latents(T, B, latents or {}, rng))
     return batch
 
 

@@ -72,7 +72,7 @@ class SimpleConvEncoder(nn.Module):
                              f"got shape {tuple(x.shape)}")
         lead = x.shape[:-3]
         x = scale_image(x.reshape(-1, *self.in_shape))  # (..., C, H, W) -> (N, C, H, W), x / 255 - 0.5
-        with conv_compute(x):
+        with conv_compute(x, bf16_on_amx=True):
             x = self.layers(x.contiguous(memory_format=torch.channels_last))  # (N, C', h, w)
         return x.reshape(*lead, self.out_dim)  # (N, C', h, w) -> (..., E)
 
@@ -124,7 +124,7 @@ class SimpleConvDecoder(nn.Module):
             x = x0 + x1
         else:
             x = self.space(feat).view(-1, cm, h, w)  # (N, C'*h*w) -> (N, C', h, w)
-        with conv_compute(x):
+        with conv_compute(x, bf16_on_amx=True):
             x = self.layers(self.space_norm(x.float()).contiguous(memory_format=torch.channels_last))
             x = torch.sigmoid(x) - 0.5  # official sigmoid output in [0, 1], moved to scale_image's [-0.5, 0.5]
         return x.contiguous().reshape(*lead, *self.out_shape)  # (N, C, H, W) -> (..., C, H, W)

@@ -26,6 +26,18 @@ def _cpu_has_native_bf16() -> bool:
     return ("avx512_bf16" in flags or "amx_bf16" in flags) and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+@lru_cache(maxsize=None)
+def cpu_has_amx() -> bool:
+    """True on a Linux x86 CPU with AMX's bf16 tiles (``amx_bf16`` in ``/proc/cpuinfo``) that oneDNN runs bf16 on."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
     """One of :data:`PRECISIONS` -> the compute dtype for ``device``; ValueError for another."""
     if precision not in PRECISIONS:

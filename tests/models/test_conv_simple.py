@@ -49,3 +49,49 @@ def test_decoder_first_map_puts_block_g_into_channels_g():
             want = torch.tensor([[g * h * w * c + (i * w + k) * c + j for k in range(w)] for i in range(h)],
                                 dtype=torch.float32)
             assert torch.equal(x[g * c + j], want)
+
+
+def _conv_dtypes(module: torch.nn.Module, x: torch.Tensor) -> set[torch.dtype]:
+    """The dtypes of the outputs of ``module``'s ``Conv2d``/``ConvTranspose2d`` layers on ``x`` under bf16 autocast."""
+    seen: set[torch.dtype] = set()
+    hooks = [m.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype)) for m in module.modules()
+             if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        module(x)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_current_agent_convs_follow_autocast_on_amx_and_run_float32_elsewhere(monkeypatch, amx):
+    """The 2025 stride-1 stacks keep bf16 autocast where the CPU has AMX (2x faster there); without AMX, and the
+    2023 strided stacks always, run float32 on a CPU."""
+    from reverie.models import conv
+    from reverie.models.conv import ConvEncoder
+    monkeypatch.setattr(conv, "cpu_has_amx", lambda: amx)
+    images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+    simple = SimpleConvEncoder((3, 16, 16), depth=4, mults=(1, 2))
+    decoder = SimpleConvDecoder(deter=16, stoch=8, out_shape=(3, 16, 16), depth=4, mults=(1, 2), units=8, bspace=4)
+    expected = {torch.bfloat16} if amx else {torch.float32}
+    assert _conv_dtypes(simple, images) == expected
+    assert _conv_dtypes(decoder, torch.randn(2, 24)) == expected
+    assert _conv_dtypes(ConvEncoder((3, 16, 16), depth=4), images) == {torch.float32}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = decoder(torch.randn(2, 24))
+    assert out.shape == (2, 3, 16, 16) and torch.isfinite(out.float()).all()
+
+
+def test_bf16_convs_stay_within_bf16_rounding_of_float32(monkeypatch):
+    """The encoder's embedding under bf16 convs is the float32 one up to bf16 rounding (8 bits of mantissa: a
+    relative error of order 2^-8 per product, a few per cent at most after four stages), not a different function."""
+    from reverie.models import conv
+    monkeypatch.setattr(conv, "cpu_has_amx", lambda: True)
+    torch.manual_seed(0)
+    enc = SimpleConvEncoder((3, 32, 32), depth=8, mults=(1, 2, 3))
+    images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+    exact = enc(images)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = enc(images).float()
+    err = (low - exact).norm() / exact.norm()
+    assert 1e-4 < err < 5e-2  # rounded (not float32), yet close
