@@ -6,7 +6,7 @@ stride-1 5x5 layers where the CPU has AMX).
     OMP_NUM_THREADS=1 .venv/bin/python bench/conv_precision.py --images 1024
 
 Layers: the 2025 encoder's at size xs (``cnn_depth`` 16, ``mults`` 2 3 4 4: 5x5, stride 1, SAME; the max pool
-after each is not timed) and the 2023 encoder's and decoder's (4x4, stride 2, padding 1, depth 16). Prints ms per
+after each is not timed) and the 2023 encoder's and decoder's four each (4x4, stride 2, padding 1, depth 16). Prints ms per
 layer at each precision and their ratio; the whole update's change: ``bench/paired_update.py --preset``.
 """
 
@@ -27,6 +27,8 @@ LAYERS = {  # name: (module class, cin, cout, side of the input, kernel, stride,
     "2023 conv 3->16 @64": (nn.Conv2d, 3, 16, 64, 4, 2, 1),
     "2023 conv 16->32 @32": (nn.Conv2d, 16, 32, 32, 4, 2, 1),
     "2023 conv 32->64 @16": (nn.Conv2d, 32, 64, 16, 4, 2, 1),
+    "2023 conv 64->128 @8": (nn.Conv2d, 64, 128, 8, 4, 2, 1),
+    "2023 deconv 128->64 @4": (nn.ConvTranspose2d, 128, 64, 4, 4, 2, 1),
     "2023 deconv 64->32 @8": (nn.ConvTranspose2d, 64, 32, 8, 4, 2, 1),
     "2023 deconv 32->16 @16": (nn.ConvTranspose2d, 32, 16, 16, 4, 2, 1),
     "2023 deconv 16->3 @32": (nn.ConvTranspose2d, 16, 3, 32, 4, 2, 1),
@@ -34,10 +36,12 @@ LAYERS = {  # name: (module class, cin, cout, side of the input, kernel, stride,
 
 
 def time_layer(spec: tuple, images: int, bf16: bool, rounds: int = 3) -> float:
-    """Median seconds of one forward + backward of the layer on ``images`` random channels-last inputs."""
+    """Median seconds of one forward + backward of the layer on ``images`` random channels-last inputs (the input's
+    gradient too, except for an encoder's first layer: an update does not differentiate the images)."""
     cls, cin, cout, side, kernel, stride, padding = spec
     layer = cls(cin, cout, kernel, stride, padding)
-    x = torch.randn(images, cin, side, side).contiguous(memory_format=torch.channels_last).requires_grad_()
+    x = torch.randn(images, cin, side, side).contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(not (cls is nn.Conv2d and cin == 3))
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

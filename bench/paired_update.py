@@ -86,7 +86,7 @@ def load_preset(root: str, overrides: str, precision: str):
         cfg = importlib.import_module("reverie.configs.compose").load_config(
             [*overrides.split(), f"agent.module.precision={precision}"])
         ActionSpec = importlib.import_module("reverie.types").ActionSpec
-        discrete = cfg.env.suite == "atari"
+        discrete = cfg.env.get("suite") == "atari"
         torch.manual_seed(0)
         agent = importlib.import_module("reverie.agents.build").build_agent(
             cfg.agent, {"image": (3, 64, 64)}, ActionSpec(discrete, 18 if discrete else 1))
@@ -147,30 +147,30 @@ def main() -> None:
     if len(args.trees) > 2:
         parser.error("give one tree or two")
     torch.set_num_threads(args.threads)
-    if args.preset:
+    if args.preset:  # each tree's agent on its own batch (a tree may differ in the replay context's rows and keys)
         loaded = [load_preset(root, args.preset, args.precision) for root in args.trees]
-        agents, batch = [agent for agent, _ in loaded], loaded[-1][1]
+        agents, batches = [agent for agent, _ in loaded], [batch for _, batch in loaded]
     else:
         agents = [load(root, args.size, args.precision, args.config, args.kernels, args.imag_last)
                   for root in args.trees]
-        batch = make_batch(args.config, T=args.length)
+        batches = [make_batch(args.config, T=args.length)] * len(agents)
     # the last tree's module; the setting is process-wide, so every tree runs with it
     from reverie.runtime.cpu_memory import keep_freed_memory
 
     keep_freed_memory()
-    for agent in agents:  # warm-up
+    for agent, batch in zip(agents, batches):  # warm-up
         agent.update(batch)
         agent.update(batch)
     times: list[list[float]] = [[] for _ in agents]
     for i in range(args.pairs):
         for j in range(len(agents)) if i % 2 == 0 else reversed(range(len(agents))):
             start = time.perf_counter()
-            agents[j].update(batch)
+            agents[j].update(batches[j])
             times[j].append(time.perf_counter() - start)
     head = (f"{args.config}, size {args.size}, batch 16 x {args.length}, kernels {args.kernels}, {args.precision}, "
             f"{args.threads} thread(s), {args.pairs} updates per tree")
     if args.preset:
-        T, B = batch["is_first"].shape
+        T, B = batches[-1]["is_first"].shape
         head = (f"preset {args.preset!r}, batch {B} x {T}, {args.precision}, {args.threads} thread(s), "
                 f"{args.pairs} updates per tree")
     if len(agents) == 1:

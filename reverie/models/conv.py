@@ -17,7 +17,6 @@ from torch import distributions as td
 from torch import nn
 
 from reverie.models.networks import trunc_normal_init_
-from reverie.runtime.precision import cpu_has_amx
 
 ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "none": nn.Identity}
 NORMS = ("layer", "none")
@@ -45,11 +44,11 @@ class ChannelNorm(nn.LayerNorm):
         return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (N, C, H, W) <-> (N, H, W, C)
 
 
-def conv_compute(x: torch.Tensor, bf16_on_amx: bool = False) -> contextlib.AbstractContextManager:
-    """Autocast off on CPU for the conv stacks (float32 channels-last; bf16 conv backward is slow there), except
-    where ``bf16_on_amx`` and the CPU has AMX (:func:`reverie.runtime.precision.cpu_has_amx`): the caller's autocast
-    stays on (the current agent's stride-1 5x5 stacks, 2x faster at bf16 there). On CUDA autocast stays on."""
-    if x.device.type == "cpu" and not (bf16_on_amx and cpu_has_amx()):
+def conv_compute(x: torch.Tensor, keep_autocast: bool = False) -> contextlib.AbstractContextManager:
+    """Autocast off on CPU for the conv stacks (float32 channels-last; bf16 conv backward is slow there), unless
+    ``keep_autocast`` (the current agent's stride-1 5x5 stacks on a CPU with AMX, decided when they are built: 2x
+    faster at bf16 there). On CUDA autocast stays on."""
+    if x.device.type == "cpu" and not keep_autocast:
         return torch.autocast("cpu", enabled=False)
     return contextlib.nullcontext()
 

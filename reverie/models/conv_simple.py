@@ -24,6 +24,7 @@ from reverie.models.conv import conv_compute, scale_image
 from reverie.models.networks import trunc_normal_fan_in_
 from reverie.models.rms_mlp import Dense, NormDense
 from reverie.models.rmsnorm import ChannelRMSNorm
+from reverie.runtime.precision import cpu_has_amx
 
 
 def simple_stages(side: int, stages: int, min_res: int = 4) -> int:
@@ -63,6 +64,7 @@ class SimpleConvEncoder(nn.Module):
         for cin, cout in zip([c] + self.channels[:-1], self.channels):
             layers += [_conv(cin, cout, kernel), nn.MaxPool2d(2), ChannelRMSNorm(cout), nn.SiLU()]
         self.layers = nn.Sequential(*layers)
+        self.bf16_on_amx = cpu_has_amx()  # autocast kept on a CPU with AMX (conv_compute); read once, not per call
         self.out_shape = (self.channels[-1], h // 2 ** n, w // 2 ** n)
         self.out_dim = math.prod(self.out_shape)
 
@@ -72,7 +74,7 @@ class SimpleConvEncoder(nn.Module):
                              f"got shape {tuple(x.shape)}")
         lead = x.shape[:-3]
         x = scale_image(x.reshape(-1, *self.in_shape))  # (..., C, H, W) -> (N, C, H, W), x / 255 - 0.5
-        with conv_compute(x, bf16_on_amx=True):
+        with conv_compute(x, keep_autocast=self.bf16_on_amx):
             x = self.layers(x.contiguous(memory_format=torch.channels_last))  # (N, C', h, w)
         return x.reshape(*lead, self.out_dim)  # (N, C', h, w) -> (..., E)
 
@@ -111,6 +113,7 @@ class SimpleConvDecoder(nn.Module):
                        nn.SiLU()]
         layers += [nn.Upsample(scale_factor=2, mode="nearest"), _conv(channels[0], c, kernel, outscale)]  # imgout
         self.layers = nn.Sequential(*layers)
+        self.bf16_on_amx = cpu_has_amx()  # autocast kept on a CPU with AMX (conv_compute); read once, not per call
 
     def forward(self, feat: torch.Tensor) -> torch.Tensor:
         lead = feat.shape[:-1]
@@ -124,7 +127,7 @@ class SimpleConvDecoder(nn.Module):
             x = x0 + x1
         else:
             x = self.space(feat).view(-1, cm, h, w)  # (N, C'*h*w) -> (N, C', h, w)
-        with conv_compute(x, bf16_on_amx=True):
+        with conv_compute(x, keep_autocast=self.bf16_on_amx):
             x = self.layers(self.space_norm(x.float()).contiguous(memory_format=torch.channels_last))
             x = torch.sigmoid(x) - 0.5  # official sigmoid output in [0, 1], moved to scale_image's [-0.5, 0.5]
         return x.contiguous().reshape(*lead, *self.out_shape)  # (N, C, H, W) -> (..., C, H, W)

@@ -16,26 +16,25 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float64")
 
 
 @lru_cache(maxsize=None)
-def _cpu_has_native_bf16() -> bool:
+def _cpu_flags() -> str:
+    """``/proc/cpuinfo`` (empty off Linux or where it cannot be read)."""
     if not sys.platform.startswith("linux"):
-        return False
+        return ""
     try:
-        flags = open("/proc/cpuinfo").read()
+        with open("/proc/cpuinfo") as f:
+            return f.read()
     except OSError:
-        return False
+        return ""
+
+
+def _cpu_has_native_bf16() -> bool:
+    flags = _cpu_flags()
     return ("avx512_bf16" in flags or "amx_bf16" in flags) and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-@lru_cache(maxsize=None)
 def cpu_has_amx() -> bool:
-    """True on a Linux x86 CPU with AMX's bf16 tiles (``amx_bf16`` in ``/proc/cpuinfo``) that oneDNN runs bf16 on."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    """True on an x86 CPU with AMX's bf16 tiles (``amx_bf16`` in ``/proc/cpuinfo``) that oneDNN runs bf16 on."""
+    return "amx_bf16" in _cpu_flags() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:

@@ -67,9 +67,9 @@ def _conv_dtypes(module: torch.nn.Module, x: torch.Tensor) -> set[torch.dtype]:
 def test_current_agent_convs_follow_autocast_on_amx_and_run_float32_elsewhere(monkeypatch, amx):
     """The 2025 stride-1 stacks keep bf16 autocast where the CPU has AMX (2x faster there); without AMX, and the
     2023 strided stacks always, run float32 on a CPU."""
-    from reverie.models import conv
-    from reverie.models.conv import ConvEncoder
-    monkeypatch.setattr(conv, "cpu_has_amx", lambda: amx)
+    from reverie.models import conv_simple
+    from reverie.models.conv import ConvDecoder, ConvEncoder
+    monkeypatch.setattr(conv_simple, "cpu_has_amx", lambda: amx)  # read when the stacks are built
     images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
     simple = SimpleConvEncoder((3, 16, 16), depth=4, mults=(1, 2))
     decoder = SimpleConvDecoder(deter=16, stoch=8, out_shape=(3, 16, 16), depth=4, mults=(1, 2), units=8, bspace=4)
@@ -77,16 +77,29 @@ def test_current_agent_convs_follow_autocast_on_amx_and_run_float32_elsewhere(mo
     assert _conv_dtypes(simple, images) == expected
     assert _conv_dtypes(decoder, torch.randn(2, 24)) == expected
     assert _conv_dtypes(ConvEncoder((3, 16, 16), depth=4), images) == {torch.float32}
+    assert _conv_dtypes(ConvDecoder(24, (3, 16, 16), depth=4), torch.randn(2, 24)) == {torch.float32}
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = decoder(torch.randn(2, 24))
     assert out.shape == (2, 3, 16, 16) and torch.isfinite(out.float()).all()
 
 
+def test_the_amx_probe_is_not_read_per_call(monkeypatch):
+    """The probe runs when a stack is built, not in ``forward`` (there it would read /proc/cpuinfo inside a
+    ``torch.compile`` trace and break the graph)."""
+    from reverie.models import conv_simple
+    calls = []
+    monkeypatch.setattr(conv_simple, "cpu_has_amx", lambda: calls.append(1) or True)
+    enc = SimpleConvEncoder((3, 16, 16), depth=4, mults=(1, 2))
+    built = len(calls)
+    enc(torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8))
+    assert built == 1 and len(calls) == 1
+
+
 def test_bf16_convs_stay_within_bf16_rounding_of_float32(monkeypatch):
     """The encoder's embedding under bf16 convs is the float32 one up to bf16 rounding (8 bits of mantissa: a
     relative error of order 2^-8 per product, a few per cent at most after four stages), not a different function."""
-    from reverie.models import conv
-    monkeypatch.setattr(conv, "cpu_has_amx", lambda: True)
+    from reverie.models import conv_simple
+    monkeypatch.setattr(conv_simple, "cpu_has_amx", lambda: True)
     torch.manual_seed(0)
     enc = SimpleConvEncoder((3, 32, 32), depth=8, mults=(1, 2, 3))
     images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
