@@ -31,6 +31,7 @@ discrete actions for an Atari suite, one continuous action (cartpole_swingup's) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import os
@@ -76,13 +77,23 @@ def image_batch(T: int, B: int, discrete: bool, latents: dict, seed: int = 0) ->
     return batch
 
 
-def load_preset(root: str, overrides: str, precision: str):
-    """``root``'s agent for ``reverie train <overrides>`` (with ``agent.module.precision``) and its image batch."""
+@contextlib.contextmanager
+def tree_imports(root: str):
+    """Imports of ``reverie`` inside the block come from the checkout ``root`` (earlier imports of it are dropped);
+    yields ``root`` as an absolute path."""
     for name in [n for n in sys.modules if n.split(".")[0] == "reverie"]:
         del sys.modules[name]
     root = os.path.abspath(root)
     sys.path.insert(0, root)
     try:
+        yield root
+    finally:
+        sys.path.remove(root)
+
+
+def load_preset(root: str, overrides: str, precision: str):
+    """``root``'s agent for ``reverie train <overrides>`` (with ``agent.module.precision``) and its image batch."""
+    with tree_imports(root):
         cfg = importlib.import_module("reverie.configs.compose").load_config(
             [*overrides.split(), f"agent.module.precision={precision}"])
         ActionSpec = importlib.import_module("reverie.types").ActionSpec
@@ -93,17 +104,11 @@ def load_preset(root: str, overrides: str, precision: str):
         T = cfg.agent.batch_length + int(cfg.agent.module.get("replay_context", 0) or 0)
         latents = agent.replay_latent_spec() if hasattr(agent, "replay_latent_spec") else {}
         return agent, image_batch(T, cfg.agent.batch_size, discrete, latents)
-    finally:
-        sys.path.remove(root)
 
 
 def load(root: str, size: str, precision: str, config: str, kernels: str, imag_last: int = 0):
-    """Build ``root``'s agent with ``root``'s own ``reverie`` (earlier imports of it are dropped)."""
-    for name in [n for n in sys.modules if n.split(".")[0] == "reverie"]:
-        del sys.modules[name]
-    root = os.path.abspath(root)
-    sys.path.insert(0, root)
-    try:
+    """Build ``root``'s agent with ``root``'s own ``reverie`` (:func:`tree_imports`)."""
+    with tree_imports(root) as root:
         DreamerV3 = importlib.import_module("reverie.agents.dreamer").DreamerV3
         ActionSpec = importlib.import_module("reverie.types").ActionSpec
         with open(os.path.join(root, "reverie", "configs", "size", f"{size}.yaml")) as f:
@@ -126,8 +131,6 @@ def load(root: str, size: str, precision: str, config: str, kernels: str, imag_l
                 agent.wm.rssm.fused_observe = agent.wm.rssm.defer_weight_grads = False
                 agent.compiled = True  # only read to decide the actor tape: no tape
         return agent
-    finally:
-        sys.path.remove(root)
 
 
 def main() -> None:
