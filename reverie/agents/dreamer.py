@@ -235,6 +235,7 @@ class DreamerV3(WorldModelAgent):
             states, actions = dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(self.compute_dtype)),
                                                start, self.horizon)  # (H+1, N, ...)
             feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F)
+            del states  # read only for feat: not held through the heads and the two backward passes
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
             cont_dist = self.wm.cont(feat[1:])  # Bernoulli over (H, N)
             cont_step = cont_dist.mode if self.imag_cont == "mode" else cont_dist.mean  # 0/1 or the probability

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from reverie.loop.evaluate import evaluate, record_episode
+from reverie.runtime.cpu_memory import release_freed_memory
 from reverie.state.checkpoint import save_best
 from reverie.state.rng import preserved_rng
 from reverie.viz import report
@@ -74,6 +75,7 @@ class SessionReport:
     def play(self, episodes: int, seed: int) -> dict[str, Any]:
         """:func:`reverie.loop.evaluate.evaluate` of ``episodes`` episodes in ``train.eval_mode`` with the env copies
         seeded from ``seed``, its progress shown (rank 0), without moving the training random streams."""
+        release_freed_memory()  # the updates' freed heap, back before the episodes (peak RSS: docs/dreamerv3.md)
         shown = EvalProgress(self.progress if self.info.is_main else None, self.info.is_main)
         with preserved_rng():
             result = evaluate(self.agent, self.cfg.env, episodes, seed, mode=self.cfg.train.eval_mode,
@@ -123,5 +125,6 @@ class SessionReport:
         """The video of one evaluation episode at the end of a run (``train.video``), logged at the run's step,
         without moving the training random streams."""
         cfg = self.cfg
+        release_freed_memory()
         with preserved_rng(), self.logger.clip("eval/episode", self.step) as clip:  # frames streamed as they come
             record_episode(self.agent, cfg.env, cfg.seed, mode=cfg.train.eval_mode, on_frame=clip.add)

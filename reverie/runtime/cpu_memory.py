@@ -3,6 +3,8 @@
 glibc ``mmap``s every block above ``M_MMAP_THRESHOLD`` afresh, so the few-MiB tensors of an update arrive as
 untouched pages (docs/changelog.md, round 2). :func:`keep_freed_memory` sets it to 32 MiB and ``M_TRIM_THRESHOLD`` to
 1 GiB (as ``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824``), keeping up to 1 GiB of freed heap.
+:func:`release_freed_memory` hands that kept memory back (``malloc_trim``) where a run stops updating for a while
+(before an evaluation, the stop confirmation and the end-of-run video), so those phases do not add to it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,18 @@ MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's largest allowed value (HEAP_MAX_SIZ
 TRIM_THRESHOLD = 1024 ** 3  # 1 GiB (mallopt takes an int)
 
 _applied: bool | None = None
+_libc: ctypes.CDLL | None = None
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc on Linux (it has ``mallopt`` and ``malloc_trim``), else None."""
+    global _libc
+    if _libc is None and sys.platform.startswith("linux"):
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        except OSError:
+            return None
+    return _libc if _libc is not None and hasattr(_libc, "malloc_trim") else None
 
 
 def keep_freed_memory() -> bool:
@@ -25,14 +39,23 @@ def keep_freed_memory() -> bool:
     if _applied is not None:
         return _applied
     _applied = False
-    if not sys.platform.startswith("linux"):
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # mallopt returns 1 on success, 0 on an invalid value
     _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
+
+
+def release_freed_memory() -> bool:
+    """Return the freed heap memory glibc holds to the system (``malloc_trim(0)``: the free pages anywhere in the
+    heap, not only at its top); True where it ran (glibc on Linux). Live tensors are untouched; the next update
+    faults its pages back in once (a few tens of ms at xs, measured in docs/dreamerv3.md)."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    libc.malloc_trim(0)
+    return True

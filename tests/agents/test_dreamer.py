@@ -1,4 +1,6 @@
+import gc
 import math
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -307,3 +309,28 @@ def test_a_float64_agent_acts_from_its_initial_state(agent_name):
     action, state = agent.act(obs, None, "explore")
     action, _ = agent.act(obs | {"is_first": np.zeros(3, bool)}, state, "explore")
     assert action.shape == (3, 2) and np.allclose(action.sum(-1), 1.0)
+
+
+def test_the_imagined_states_are_freed_before_the_actor_and_critic_steps():
+    """_behavior reads the rollout's stacked states only for the features: on the readable path (kernels off, the
+    features a concatenated copy) they are freed before the two backward passes, not held to the end (-23% peak
+    memory of the xs update, docs/dreamerv3.md)."""
+    torch.manual_seed(0)
+    agent = DreamerV3({"vector": (4,)}, ActionSpec(True, 2), **(TINY | {"kernels": "off"}))
+    dynamics, refs, alive = agent.wm.dynamics, [], []
+    imagine, step = dynamics.imagine, agent._step
+
+    def recording_imagine(*args, **kwargs):
+        states, actions = imagine(*args, **kwargs)
+        refs.extend(weakref.ref(value) for value in states.values())
+        return states, actions
+
+    def checking_step(*args, **kwargs):
+        if refs:  # the behaviour phase's steps (the world model's step comes before the rollout)
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in refs))
+        return step(*args, **kwargs)
+
+    dynamics.imagine, agent._step = recording_imagine, checking_step
+    agent.update(vector_batch())
+    assert len(refs) == 2 and alive == [0, 0]  # deter and stoch; the actor's and the critic's step

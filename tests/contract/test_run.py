@@ -314,3 +314,20 @@ def test_an_untrained_evaluation_never_stops_the_run(tmp_path, monkeypatch, caps
     run_dir = train(tmp_path, "untrained", "train.eval_every=48", "train.steps=400", "train.stop_return=8")
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 144
     assert "[reverie] env step 144: eval return 9.0 >= train.stop_return 8: stopping" in capsys.readouterr().out
+
+
+def test_the_kept_heap_is_handed_back_before_each_evaluation_and_the_video(tmp_path, monkeypatch):
+    """The updates' freed heap (kept for reuse, reverie/runtime/cpu_memory.py) goes back to the system before
+    every evaluation and the end-of-run video, so those phases do not stack on it (peak RSS, docs/dreamerv3.md):
+    evaluations at env steps 100 and 200, then the video: three calls, each before its phase's first episode."""
+    import reverie.loop.session_report as session_report
+
+    calls = []
+    release = session_report.release_freed_memory
+    monkeypatch.setattr(session_report, "release_freed_memory", lambda: calls.append("release") or release())
+    record = session_report.record_episode
+    monkeypatch.setattr(session_report, "record_episode", lambda *a, **k: calls.append("video") or record(*a, **k))
+    evaluate = session_report.evaluate
+    monkeypatch.setattr(session_report, "evaluate", lambda *a, **k: calls.append("eval") or evaluate(*a, **k))
+    train(tmp_path, "run", "train.video=true")
+    assert calls == ["release", "eval", "release", "eval", "release", "video"]

@@ -126,14 +126,19 @@ class RowState:
 
 def rollout(img_step: Callable[[State, torch.Tensor], State], policy: Policy, start: State, horizon: int,
             keys: Iterable[str]) -> tuple[State, torch.Tensor]:
-    """:meth:`Dynamics.imagine` from ``img_step``, stacking ``keys`` only (DreamerV3 section 4)."""
-    state, states, actions = start, [start], []
+    """:meth:`Dynamics.imagine` from ``img_step``, stacking ``keys`` only (DreamerV3 section 4). Each step keeps only
+    ``keys`` (a step's other entries, e.g. the ``(N, S, K)`` logits, are freed as the rollout goes), and each key's
+    steps are freed once stacked: the rollout's memory is one copy of the stacked keys, not two plus the logits."""
+    state, kept, actions = start, [{k: start[k] for k in keys}], []
     for t in range(horizon + 1):
         if t > 0:
             state = img_step(state, actions[-1])
-            states.append(state)
+            kept.append({k: state[k] for k in keys})
         actions.append(policy(state))
-    stacked = {k: torch.stack([s[k] for s in states]) for k in keys}  # (H+1) x (N, ...) -> (H+1, N, ...)
+    del state
+    stacked = {}
+    for k in keys:  # (H+1) x (N, ...) -> (H+1, N, ...)
+        stacked[k] = torch.stack([step.pop(k) for step in kept])
     return stacked, torch.stack(actions)  # (H+1) x (N, A) -> (H+1, N, A)
 
 
