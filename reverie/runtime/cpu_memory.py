@@ -52,7 +52,8 @@ def keep_freed_memory() -> bool:
 def release_freed_memory() -> bool:
     """Return the freed heap memory glibc holds to the system (``malloc_trim(0)``: the free pages anywhere in the
     heap, not only at its top); True where it ran (glibc on Linux). Live tensors are untouched; the next update
-    faults its pages back in once (a few tens of ms at xs, measured in docs/dreamerv3.md)."""
+    faults those pages back in once (trimming every 10 xs updates left the median update time unchanged,
+    docs/dreamerv3.md)."""
     libc = _glibc()
     if libc is None:
         return False

@@ -128,7 +128,7 @@ def rollout(img_step: Callable[[State, torch.Tensor], State], policy: Policy, st
             keys: Iterable[str]) -> tuple[State, torch.Tensor]:
     """:meth:`Dynamics.imagine` from ``img_step``, stacking ``keys`` only (DreamerV3 section 4). Each step keeps only
     ``keys`` (a step's other entries, e.g. the ``(N, S, K)`` logits, are freed as the rollout goes), and each key's
-    steps are freed once stacked: the rollout's memory is one copy of the stacked keys, not two plus the logits."""
+    steps are freed once that key is stacked (two copies of one key at a time, not of all keys plus the logits)."""
     state, kept, actions = start, [{k: start[k] for k in keys}], []
     for t in range(horizon + 1):
         if t > 0:
