@@ -23,14 +23,18 @@ _libc: ctypes.CDLL | None = None
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """The C library where it is glibc on Linux (it has ``mallopt`` and ``malloc_trim``), else None."""
+    """The C library where it is glibc on Linux (it has ``mallopt`` and ``malloc_trim``; their signatures set once
+    here), else None."""
     global _libc
     if _libc is None and sys.platform.startswith("linux"):
         try:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        except OSError:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):  # no C library found, or not glibc
             return None
-    return _libc if _libc is not None and hasattr(_libc, "malloc_trim") else None
+        _libc = libc
+    return _libc
 
 
 def keep_freed_memory() -> bool:
@@ -42,10 +46,9 @@ def keep_freed_memory() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    mallopt = libc.mallopt
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # mallopt returns 1 on success, 0 on an invalid value
-    _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    _applied = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
+        bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
 
 
@@ -57,6 +60,5 @@ def release_freed_memory() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     libc.malloc_trim(0)
     return True
