@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent("""
     counted = touched = 0
     for round in range(70):  # as an update does: tensors of a few MiB, allocated, written and freed in any order
         start = faults()
-        sizes = [rng.randint(1, 24) << 18 for _ in range(10)]  # float32 elements: 1-24 MiB each
+        sizes = [rng.randint(1, 11) << 18 for _ in range(10)]  # float32 elements: 1-11 MiB each
         tensors = [torch.ones(n) for n in sizes]
         rng.shuffle(tensors)
         while tensors:
@@ -61,7 +61,7 @@ RELEASE = textwrap.dedent("""
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096 / 2**20
     assert keep_freed_memory() is True
-    tensors = [torch.ones(1 << 18) for _ in range(256)]  # 256 x 1 MiB, below the 32 MiB mmap threshold: heap
+    tensors = [torch.ones(1 << 18) for _ in range(256)]  # 256 x 1 MiB, below the 12 MiB mmap threshold: heap
     held = rss_mib()
     del tensors  # freed, but kept by the process (trim threshold 1 GiB)
     freed = rss_mib()
@@ -83,3 +83,36 @@ def test_release_freed_memory_hands_the_kept_heap_back(mode):
         assert after < held - 200  # at least 200 of the 256 MiB handed back
     else:
         assert after > held - 16
+
+
+BIG = textwrap.dedent("""
+    import ctypes, sys
+    import torch
+    from reverie.runtime.cpu_memory import M_MMAP_THRESHOLD, keep_freed_memory
+    def rss_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / 2**20
+    assert keep_freed_memory() is True
+    if sys.argv[1] == "32":  # the contrast: the threshold this module set before (glibc's largest)
+        assert ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1
+    small = [torch.ones(1 << 16) for _ in range(8)]  # 8 x 256 KiB in the heap, so the big block is not at its edge
+    before = rss_mib()
+    outputs = torch.ones(16 * 1024, 255)  # the float32 two-hot outputs of 16 x 1,024 imagined rows: 15.9 MiB
+    held = rss_mib()
+    del outputs
+    print(before, held, rss_mib())
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt: Linux only")
+@pytest.mark.parametrize("threshold", ["kept", "32"])
+def test_the_16_mib_tensors_of_an_update_go_back_to_the_system_when_freed(threshold):
+    """Blocks of 12 MiB and more are mapped afresh and unmapped on free, so the imagined rows' 16 MiB outputs do not
+    stay in the heap between updates; with the threshold at 32 MiB (the contrast) the freed block stays resident."""
+    done = subprocess.run([sys.executable, "-c", BIG, threshold], capture_output=True, text=True, check=True)
+    before, held, after = map(float, done.stdout.strip().splitlines()[-1].split())
+    assert held > before + 15  # the 15.9 MiB were written
+    if threshold == "kept":
+        assert after < before + 1
+    else:
+        assert after > held - 1
