@@ -3,9 +3,10 @@
 glibc ``mmap``s every block above ``M_MMAP_THRESHOLD`` afresh, so the few-MiB tensors of an update arrive as
 untouched pages (docs/changelog.md, round 2). :func:`keep_freed_memory` sets it to 12 MiB and ``M_TRIM_THRESHOLD`` to
 1 GiB (as ``MALLOC_MMAP_THRESHOLD_=12582912 MALLOC_TRIM_THRESHOLD_=1073741824``), keeping up to 1 GiB of freed heap.
-Blocks of 12 MiB and more (at batch 16 x 64 the float32 ``(16,384, 255)`` two-hot outputs and ``(16, 1,024, 256)``
-activations of the imagined rows, 16 MiB each) are mapped and go back on free: kept in the heap they raised an xs
-update's peak by 60-100 MiB; mapping them costs 0-3% of the update (docs/dreamerv3.md, "make train").
+Blocks of 12 MiB and more that no free heap block fits (at batch 16 x 64 the float32 ``(16384, 255)`` two-hot outputs
+and ``(16, 1024, 256)`` activations of the imagined rows, 16 MiB each) are mapped and go back on free: kept in the
+heap they raised an xs update's peak by 60-100 MiB; mapping them costs 0-3% of the update (docs/dreamerv3.md,
+"make train").
 :func:`release_freed_memory` hands that kept memory back (``malloc_trim``) where a run stops updating for a while
 (before an evaluation, the stop confirmation and the end-of-run video), so those phases do not add to it.
 """

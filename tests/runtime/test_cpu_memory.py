@@ -45,8 +45,8 @@ def minor_faults(mode: str) -> tuple[int, int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt: Linux only")
 def test_keep_freed_memory_stops_page_faults_on_reallocated_tensors():
     (mapped, touched), (kept, _) = minor_faults("mmap"), minor_faults("keep")
-    # With the settings the freed memory stays in the heap and is reused: ~5,000-7,000 faults in all (start-up of
-    # the rounds, not per round) for ~1.9 M pages written. The contrast pins glibc's starting threshold (128 KiB;
+    # With the settings the freed memory stays in the heap and is reused: ~3,000 faults in all (start-up of the
+    # rounds, not per round) for ~0.91 M pages written. The contrast pins glibc's starting threshold (128 KiB;
     # mallopt turns its adaptive raising off, which otherwise makes an unpinned run trim anywhere from ~1% to ~25%
     # of the pages), so every tensor arrives as fresh pages: about one fault per page written.
     assert kept < touched // 100
@@ -95,7 +95,6 @@ BIG = textwrap.dedent("""
     assert keep_freed_memory() is True
     if sys.argv[1] == "32":  # the contrast: the threshold this module set before (glibc's largest)
         assert ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1
-    small = [torch.ones(1 << 16) for _ in range(8)]  # 8 x 256 KiB in the heap, so the big block is not at its edge
     before = rss_mib()
     outputs = torch.ones(16 * 1024, 255)  # the float32 two-hot outputs of 16 x 1,024 imagined rows: 15.9 MiB
     held = rss_mib()
@@ -107,12 +106,13 @@ BIG = textwrap.dedent("""
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt: Linux only")
 @pytest.mark.parametrize("threshold", ["kept", "32"])
 def test_the_16_mib_tensors_of_an_update_go_back_to_the_system_when_freed(threshold):
-    """Blocks of 12 MiB and more are mapped afresh and unmapped on free, so the imagined rows' 16 MiB outputs do not
-    stay in the heap between updates; with the threshold at 32 MiB (the contrast) the freed block stays resident."""
+    """A block of 12 MiB or more that no free heap block fits is mapped afresh and unmapped on free, so the imagined
+    rows' 16 MiB outputs do not stay in the heap between updates; with the threshold at 32 MiB (the contrast) the
+    block is carved from the heap and, freed, stays resident (the trim threshold is 1 GiB)."""
     done = subprocess.run([sys.executable, "-c", BIG, threshold], capture_output=True, text=True, check=True)
     before, held, after = map(float, done.stdout.strip().splitlines()[-1].split())
     assert held > before + 15  # the 15.9 MiB were written
     if threshold == "kept":
-        assert after < before + 1
+        assert after < held - 14  # unmapped: (nearly) all of it handed back
     else:
         assert after > held - 1
