@@ -47,11 +47,14 @@ class FusedRSSM(CategoricalRSSM):
     def imagine(self, policy: Policy, start: State, horizon: int) -> tuple[State, torch.Tensor]:
         """:meth:`CategoricalRSSM.imagine`; without autograd each step is written into one ``(H+1, N, D + S*K)``
         buffer (``deter`` and ``stoch`` are its views: not contiguous), so the features the policy and the heads
-        read are views of it, not concatenated copies. The same draws and values."""
+        read are views of it, not concatenated copies. The buffer is in the compute dtype (bf16 under bf16
+        autocast: the dtype every layer reads the features in, so no layer casts them again), while the recurrence
+        carries ``deter`` in its own dtype (float32) and reads ``stoch`` back from the buffer (one-hot: exact in
+        bf16). The same draws and values; the returned states are in the compute dtype."""
         deter0, stoch0 = start["deter"], start["stoch"]
         if torch.is_grad_enabled() or deter0.dtype != stoch0.dtype:
             return super().imagine(policy, start, horizon)
-        buffer = deter0.new_empty(horizon + 1, deter0.shape[0], self.feat_dim)
+        buffer = deter0.new_empty(horizon + 1, deter0.shape[0], self.feat_dim, dtype=compute_dtype(self))
         states = {"deter": buffer[..., :self.deter],
                   "stoch": buffer[..., self.deter:].unflatten(-1, (self.stoch, self.classes))}
         state, actions = start, []
@@ -60,8 +63,9 @@ class FusedRSSM(CategoricalRSSM):
                 state = self.img_step(state, actions[-1])
             states["deter"][t].copy_(state["deter"])
             states["stoch"][t].copy_(state["stoch"])
-            state = {key: value[t] for key, value in states.items()}
-            actions.append(policy(state))
+            row = {key: value[t] for key, value in states.items()}  # step t's views, in the compute dtype
+            state = {"deter": state["deter"], "stoch": row["stoch"]}  # the recurrence keeps deter's own dtype
+            actions.append(policy(row))
         return states, torch.stack(actions)  # (H+1) x (N, A) -> (H+1, N, A)
 
     def _cell(self, state: State, action_proj: torch.Tensor) -> torch.Tensor:

@@ -319,3 +319,32 @@ def test_one_hot_argmax_reads_the_columns_of_a_wider_tensor(lead):
     h, z, index = _features(lead=lead, deter=6, groups=4, classes=3, dtype=torch.float32)
     wide = torch.cat([h, z.flatten(-2)], -1)[..., 6:].unflatten(-1, (4, 3))
     assert not wide.is_contiguous() and torch.equal(one_hot_argmax(wide), index)
+
+
+@pytest.mark.parametrize("precision", [torch.bfloat16, torch.float32])
+def test_fused_imagine_writes_one_buffer_in_the_compute_dtype_with_the_readable_values(precision):
+    """:meth:`FusedRSSM.imagine` without autograd under autocast: the states are views of one buffer in the compute
+    dtype (bf16: no float32 buffer for the heads to cast again), equal to the readable rollout's states cast to it,
+    with the same actions (the recurrence keeps ``deter`` in float32, so every draw is the same)."""
+    torch.manual_seed(0)
+    readable = CategoricalRSSM(2, 10, deter=16, stoch=4, classes=5, units=12)
+    fused = FusedRSSM.adopt(copy.deepcopy(readable))
+    actor = torch.nn.Linear(16 + 4 * 5, 2)
+    rows = GATHER_MIN_ROWS + 44
+    start = {"deter": torch.randn(rows, 16), "stoch": F.one_hot(torch.randint(0, 5, (rows, 4)), 5).float()}
+    out = {}
+    for name, rssm in (("readable", readable), ("fused", fused)):
+        def policy(state, rssm=rssm):
+            logits = actor(rssm.features(state).to(precision).as_subclass(torch.Tensor)).float()
+            return F.one_hot(logits.argmax(-1), 2).float()
+        torch.manual_seed(1)
+        with torch.no_grad(), torch.autocast("cpu", dtype=precision, enabled=precision != torch.float32):
+            states, actions = rssm.imagine(policy, start, 6)
+        out[name] = (states, actions)
+    (states, actions), (ref, ref_actions) = out["fused"], out["readable"]
+    assert states["deter"].dtype == states["stoch"].dtype == precision
+    assert states["deter"].untyped_storage().data_ptr() == states["stoch"].untyped_storage().data_ptr()  # one buffer
+    assert ref["deter"].dtype == torch.float32  # the readable recurrence's own state
+    for key in ("deter", "stoch"):
+        assert torch.equal(states[key], ref[key].to(precision)), key
+    assert torch.equal(actions, ref_actions) and 0 < float(actions[..., 0].mean()) < 1
