@@ -53,13 +53,16 @@ def test_keep_freed_memory_stops_page_faults_on_reallocated_tensors():
     assert mapped > touched // 2
 
 
-RELEASE = textwrap.dedent("""
-    import sys
-    import torch
-    from reverie.runtime.cpu_memory import keep_freed_memory, release_freed_memory
+RSS_MIB = textwrap.dedent("""
     def rss_mib():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096 / 2**20
+""")  # the scripts' resident memory in MiB
+
+RELEASE = RSS_MIB + textwrap.dedent("""
+    import sys
+    import torch
+    from reverie.runtime.cpu_memory import keep_freed_memory, release_freed_memory
     assert keep_freed_memory() is True
     tensors = [torch.ones(1 << 18) for _ in range(256)]  # 256 x 1 MiB, below the 12 MiB mmap threshold: heap
     held = rss_mib()
@@ -85,13 +88,10 @@ def test_release_freed_memory_hands_the_kept_heap_back(mode):
         assert after > held - 16
 
 
-BIG = textwrap.dedent("""
+BIG = RSS_MIB + textwrap.dedent("""
     import ctypes, sys
     import torch
     from reverie.runtime.cpu_memory import M_MMAP_THRESHOLD, keep_freed_memory
-    def rss_mib():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096 / 2**20
     assert keep_freed_memory() is True
     if sys.argv[1] == "32":  # the contrast: the threshold this module set before (glibc's largest)
         assert ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1
