@@ -29,7 +29,9 @@ Reports, per profiled update (after one untimed warm-up update):
    ``py-spy record`` and prints, for the samples taken inside ``DreamerV3.update``, the Python functions with the
    most samples (own and inclusive): where interpreter time goes;
 4. with ``--flops``: GFLOP per update by module and the floor they put on the update time at this CPU's measured
-   single-thread matmul rate (how far overhead removal alone can go).
+   single-thread matmul rate (how far overhead removal alone can go);
+5. with ``--rollout`` (the 2023 agent): the no-grad imagination rollout alone (``dynamics.imagine`` from the
+   batch's posterior starts, as the update calls it): its median wall ms and its top ops by input shape.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from reverie.runtime.cpu_memory import keep_freed_memory
 from reverie.agents.dreamer import DreamerV3
+from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
 
 from bench.run import SIZES, cartpole_batch, sized
@@ -221,6 +224,34 @@ def report_flops(agent, batch, top: int) -> None:
         print(f"{name:<40} {flops / 1e9:8.1f} {100 * flops / total:6.1f}%")
 
 
+def report_rollout(agent: DreamerV3, batch: dict, top: int, repeats: int = 7) -> None:
+    """Median wall ms of the no-grad rollout of ``agent``'s update on ``batch`` and its top ops by input shape."""
+    dynamics, estimator = agent.wm.dynamics, agent._estimator()
+    with autocast(agent.device, agent.compute_dtype), torch.no_grad():
+        _, post, _, _ = agent.wm.loss(agent._inputs(batch))
+        start, _ = agent._posterior_starts(post, agent._inputs(batch))
+
+    def rollout() -> None:
+        with autocast(agent.device, agent.compute_dtype), torch.no_grad():
+            dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(agent.compute_dtype)), start,
+                             agent.horizon)
+
+    rollout()
+    walls = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        rollout()
+        walls.append(time.perf_counter() - begin)
+    print(f"\nimagination rollout alone ({start['deter'].shape[0]} starts, horizon {agent.horizon}): median "
+          f"{statistics.median(walls) * 1e3:.1f} ms of {repeats}")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        rollout()
+    print(f"{'op':<28} {'self ms':>8} {'calls':>6}  input shapes (one rollout, under the profiler)")
+    ops = [e for e in prof.key_averages(group_by_input_shape=True) if "::" in e.key]  # not the phase ranges
+    for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]:
+        print(f"{e.key[:28]:<28} {e.self_cpu_time_total / 1e3:8.2f} {e.count:6d}  {e.input_shapes}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="xs", choices=sorted(SIZES))
@@ -235,6 +266,7 @@ def main() -> None:
     parser.add_argument("--trace", default=None, help="also write a Chrome trace JSON here")
     parser.add_argument("--py-spy", action="store_true", help="also sample Python frames with py-spy")
     parser.add_argument("--flops", action="store_true", help="also count FLOPs per module and the time floor")
+    parser.add_argument("--rollout", action="store_true", help="also time and profile the imagination rollout alone")
     parser.add_argument("--no-torch-profiler", action="store_true", help=argparse.SUPPRESS)  # py-spy child run
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -291,6 +323,8 @@ def main() -> None:
         print(f"Chrome trace: {args.trace}")
     if args.flops:
         report_flops(agent, batch, args.top)
+    if args.rollout and args.agent == "dreamerv3":
+        report_rollout(agent, batch, args.top)
     if args.py_spy:
         run_py_spy(args)
 
