@@ -243,10 +243,11 @@ def report_rollout(agent: DreamerV3, batch: dict, top: int, repeats: int = 7) ->
         rollout()
         walls.append(time.perf_counter() - begin)
     print(f"\nimagination rollout alone ({start['deter'].shape[0]} starts, horizon {agent.horizon}): median "
-          f"{statistics.median(walls) * 1e3:.1f} ms of {repeats}")
+          f"{statistics.median(walls) * 1e3:.1f} ms wall over {repeats} rollouts without the profiler")
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         rollout()
-    print(f"{'op':<28} {'self ms':>8} {'calls':>6}  input shapes (one rollout, under the profiler)")
+    print(f"{'op':<28} {'self ms':>8} {'calls':>6}  input shapes (one rollout under the profiler: the ops' own time, "
+          f"not the Python between them)")
     ops = [e for e in prof.key_averages(group_by_input_shape=True) if "::" in e.key]  # not the phase ranges
     for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]:
         print(f"{e.key[:28]:<28} {e.self_cpu_time_total / 1e3:8.2f} {e.count:6d}  {e.input_shapes}")
@@ -325,6 +326,8 @@ def main() -> None:
         report_flops(agent, batch, args.top)
     if args.rollout and args.agent == "dreamerv3":
         report_rollout(agent, batch, args.top)
+    elif args.rollout:
+        print("\n--rollout: only for --agent dreamerv3 (the 2025 agent's rollout is in its 'of it: rollout' phase)")
     if args.py_spy:
         run_py_spy(args)
 
