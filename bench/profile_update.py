@@ -227,9 +227,10 @@ def report_flops(agent, batch, top: int) -> None:
 def report_rollout(agent: DreamerV3, batch: dict, top: int, repeats: int = 7) -> None:
     """Median wall ms of the no-grad rollout of ``agent``'s update on ``batch`` and its top ops by input shape."""
     dynamics, estimator = agent.wm.dynamics, agent._estimator()
+    data = agent._inputs(batch)
     with autocast(agent.device, agent.compute_dtype), torch.no_grad():
-        _, post, _, _ = agent.wm.loss(agent._inputs(batch))
-        start, _ = agent._posterior_starts(post, agent._inputs(batch))
+        _, post, _, _ = agent.wm.loss(data)
+        start, _ = agent._posterior_starts(post, data)
 
     def rollout() -> None:
         with autocast(agent.device, agent.compute_dtype), torch.no_grad():
