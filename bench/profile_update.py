@@ -67,6 +67,7 @@ from reverie.runtime.precision import autocast
 from reverie.types import ActionSpec
 
 from bench.run import SIZES, cartpole_batch, sized
+from bench.timing import time_calls
 
 
 class PhaseTimer:
@@ -237,12 +238,7 @@ def report_rollout(agent: DreamerV3, batch: dict, top: int, repeats: int = 7) ->
             dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(agent.compute_dtype)), start,
                              agent.horizon)
 
-    rollout()
-    walls = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        rollout()
-        walls.append(time.perf_counter() - begin)
+    walls, _ = time_calls(rollout, warmup=1, max_calls=repeats)
     print(f"\nimagination rollout alone ({start['deter'].shape[0]} starts, horizon {agent.horizon}): median "
           f"{statistics.median(walls) * 1e3:.1f} ms wall over {repeats} rollouts without the profiler")
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
