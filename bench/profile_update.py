@@ -227,7 +227,7 @@ def report_flops(agent, batch, top: int) -> None:
 
 def report_rollout(agent: DreamerV3, batch: dict, top: int, repeats: int = 7) -> None:
     """Median wall ms of the no-grad rollout of ``agent``'s update on ``batch`` and its top ops by input shape."""
-    dynamics, estimator = agent.wm.dynamics, agent._estimator()
+    estimator = agent._estimator()
     data = agent._inputs(batch)
     with autocast(agent.device, agent.compute_dtype), torch.no_grad():
         _, post, _, _ = agent.wm.loss(data)
@@ -235,8 +235,7 @@ def report_rollout(agent: DreamerV3, batch: dict, top: int, repeats: int = 7) ->
 
     def rollout() -> None:
         with autocast(agent.device, agent.compute_dtype), torch.no_grad():
-            dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(agent.compute_dtype)), start,
-                             agent.horizon)
+            agent._rollout(start, estimator)
 
     walls, _ = time_calls(rollout, warmup=1, max_calls=repeats)
     print(f"\nimagination rollout alone ({start['deter'].shape[0]} starts, horizon {agent.horizon}): median "

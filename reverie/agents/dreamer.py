@@ -226,14 +226,22 @@ class DreamerV3(WorldModelAgent):
             return Reinforce(self.actor)
         return Backprop(self.actor)
 
+    def _rollout(self, start: dict[str, torch.Tensor],
+                 estimator: Reinforce | Backprop) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(states (H+1, N, ...), actions (H+1, N, A))``: ``dynamics.imagine`` for ``H = horizon`` steps from
+        ``start`` ``(N, ...)``, each action drawn by ``estimator`` from the features in ``compute_dtype``; under the
+        caller's grad mode and autocast (section 4; 2023 ``agent.py`` ``ImagActorCritic`` ``imagine``)."""
+        dynamics = self.wm.dynamics
+        return dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(self.compute_dtype)), start,
+                                self.horizon)
+
     def _behavior(self, start: dict[str, torch.Tensor],
                   start_cont: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
         """Actor and critic steps on an imagined rollout of horizon ``H`` from ``start`` ``(N, ...)`` (section 4;
         2023 ``agent.py`` ``ImagActorCritic``; :mod:`reverie.agents.objectives`); returns ``(metrics, skipped)``."""
         dynamics, estimator = self.wm.dynamics, self._estimator()
         with torch.set_grad_enabled(estimator.grad):  # REINFORCE: no gradient; backprop: through the rollout
-            states, actions = dynamics.imagine(lambda s: estimator.act(dynamics.features(s).to(self.compute_dtype)),
-                                               start, self.horizon)  # (H+1, N, ...)
+            states, actions = self._rollout(start, estimator)  # (H+1, N, ...)
             feat = dynamics.features(states).to(self.compute_dtype)  # (H+1, N, F)
             del states  # read only for feat: not held through the heads and the two backward passes
             reward = torch.cat([torch.zeros_like(start_cont)[None], self.wm.reward(feat[1:]).mean])  # (H+1, N)
