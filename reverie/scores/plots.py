@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -98,9 +99,9 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
         ax.set_ylabel(ylabel, fontsize=8)
     for ax in axes[-1, :]:
         ax.set_xlabel("environment frames", fontsize=8)
-    handles, labels = _legend_entries(fig)
+    handles, labels, runs = _legend_entries(fig)
     note = {"ci": "mean over runs, band: 95% bootstrap CI", "range": "mean over runs, band: min-max"}[band]
-    if all("(1 runs)" in label for label in labels):
+    if runs and max(runs) == 1:
         note = "one run per method: no band"
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1.0), title=note, title_fontsize=7)
@@ -196,10 +197,15 @@ def _centres(rows: pd.DataFrame) -> np.ndarray:
     return (rows["frames"] + rows["bin_width"] / 2).to_numpy(np.float64)
 
 
-def _legend_entries(fig: plt.Figure) -> tuple[list, list[str]]:
+def _legend_entries(fig: plt.Figure) -> tuple[list, list[str], list[int]]:
+    """``(handles, methods, most runs per method)`` over every panel: each line's label is ``"<method> (<N> runs)"``;
+    only that suffix is dropped, so a method name with its own parentheses stays whole."""
     entries: dict[str, object] = {}
+    runs: dict[str, int] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            entries.setdefault(label.split(" (")[0], handle)
-    return list(entries.values()), list(entries)
+            method, count = re.fullmatch(r"(.*) \((\d+) runs\)", label, re.DOTALL).groups()
+            entries.setdefault(method, handle)
+            runs[method] = max(runs.get(method, 0), int(count))
+    return list(entries.values()), list(entries), [runs[m] for m in entries]
 

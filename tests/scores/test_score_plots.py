@@ -26,3 +26,27 @@ def test_binned_means_cut_at_the_right_end():
     edges = np.array([0.0, 10.0, 20.0])
     means = binned_means(np.array([5.0, 10.0, 15.0, 30.0]), np.array([1.0, 3.0, 5.0, 100.0]), edges)
     assert means.tolist() == [2.0, 5.0]  # (0, 10] holds 5 and 10; 30 lies beyond the last edge
+
+
+def _curve_table(runs_per_method: dict[str, int]) -> pd.DataFrame:
+    rows = [{"task": "atari_boxing", "method": method, "run": f"{method}/{i}", "frames": frames, "bin_width": 0.0,
+             "return": float(i)} for method, count in runs_per_method.items() for i in range(count)
+            for frames in (100_000.0, 200_000.0, 300_000.0)]
+    return pd.DataFrame(rows)
+
+
+def test_curve_legend_keeps_a_methods_own_parentheses_and_says_when_no_band_is_drawn(tmp_path, monkeypatch):
+    """The legend drops only the "(N runs)" suffix of each line's label: a name like "ours (xs, 6,247 updates)" stays
+    whole; with one run per method there is no band, and the legend's title says so instead of naming a CI."""
+    import reverie.scores.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, stem: figures.append(fig) or [])
+    name = "ours (xs, 6,247 updates)"
+    plots.plot_curves(_curve_table({name: 1, "dreamerv3": 1}), tmp_path / "one")
+    plots.plot_curves(_curve_table({name: 1, "dreamerv3": 5}), tmp_path / "five")
+    (one,), (five,) = (fig.legends for fig in figures)
+    assert [t.get_text() for t in one.get_texts()] == [name, "dreamerv3"]
+    assert one.get_title().get_text() == "one run per method: no band"
+    assert [t.get_text() for t in five.get_texts()] == [name, "dreamerv3"]
+    assert five.get_title().get_text() == "mean over runs, band: 95% bootstrap CI"
