@@ -204,7 +204,8 @@ def _legend_entries(fig: plt.Figure) -> tuple[list, list[str], list[int]]:
     runs: dict[str, int] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            method, count = re.fullmatch(r"(.*) \((\d+) runs\)", label, re.DOTALL).groups()
+            match = re.fullmatch(r"(.*) \((\d+) runs\)", label, re.DOTALL)  # a line without a count: one entry
+            method, count = match.groups() if match else (label, 1)
             entries.setdefault(method, handle)
             runs[method] = max(runs.get(method, 0), int(count))
     return list(entries.values()), list(entries), [runs[m] for m in entries]

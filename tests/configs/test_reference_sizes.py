@@ -172,11 +172,12 @@ def test_r2_dmc_cpu_differs_from_r2_dmc_vision_only_in_the_cpu_levers_it_lists()
         assert agent.wm.decodes is decodes and agent.wm.dynamics.deter == 128
 
 
-def test_atari100k_evaluates_100_sampled_episodes_once_at_the_end():
+@pytest.mark.parametrize("overrides", [["exp=atari100k"], ["exp=reference", "env=atari100k"]])
+def test_atari100k_evaluates_100_sampled_episodes_once_at_the_end(overrides):
     """The 2023 reference's atari100k block (8fa35f8 configs.yaml:140-145, 152): ``run.eval_every: 1e5`` agent steps
     with ``eval_initial: False`` and ``eval_eps: 100``, the actor sampled: one evaluation of 100 episodes when the
     100k steps end. reverie: ``train.eval_every: 0`` (only the final evaluation), 100 episodes, ``eval_mode: sample``;
     the default 2,500 would run 40 evaluations of 100 games."""
-    cfg = load_config(["exp=atari100k"])
+    cfg = load_config(overrides)
     assert (cfg.train.steps, cfg.train.eval_every, cfg.train.eval_episodes, cfg.train.eval_mode) == \
         (100_000, 0, 100, "sample")
