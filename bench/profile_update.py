@@ -285,12 +285,8 @@ def main() -> None:
         for _ in range(args.updates):
             agent.update(batch)
         return
-    walls = []
     with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
-        for _ in range(args.updates):
-            start = time.perf_counter()
-            agent.update(batch)
-            walls.append(time.perf_counter() - start)
+        walls, _ = time_calls(lambda: agent.update(batch), warmup=0, max_calls=args.updates)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {what}; B16 x T64, H15; "
           f"{args.updates} profiled update(s)")
     print(f"median {statistics.median(walls) * 1e3:.0f} ms/update under the profiler (it adds overhead; "

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 
@@ -61,6 +60,8 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
     cols = max(1, min(cols, len(tasks)))
     rows = int(np.ceil(len(tasks) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    handles: dict[str, object] = {}  # method -> its first line, for the one legend over every panel
+    most_runs = 0
     for ax, task in zip(axes.flat, tasks):
         part = table[table["task"] == task]
         if part.empty:
@@ -83,8 +84,9 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
                     low, high = mean_interval(curves, reps, 0.95, seed)  # (bins,) each
                 else:
                     low, high = np.nanmin(curves, 0), np.nanmax(curves, 0)
-            label = f"{method} ({len(curves)} runs)"
-            ax.plot(centers[finite], mean[finite], color=color, lw=1.5, label=label)
+            (line,) = ax.plot(centers[finite], mean[finite], color=color, lw=1.5)
+            handles.setdefault(method, line)
+            most_runs = max(most_runs, len(curves))
             ax.fill_between(centers[finite], low[finite], high[finite], color=color, alpha=0.2, lw=0)
         if window is not None:
             ax.axvspan(*window, color="#999999", alpha=0.25, lw=0)
@@ -99,12 +101,11 @@ def plot_curves(table: pd.DataFrame, stem: Path, window: tuple[float, float] | N
         ax.set_ylabel(ylabel, fontsize=8)
     for ax in axes[-1, :]:
         ax.set_xlabel("environment frames", fontsize=8)
-    handles, labels, runs = _legend_entries(fig)
     note = {"ci": "mean over runs, band: 95% bootstrap CI", "range": "mean over runs, band: min-max"}[band]
-    if runs and max(runs) == 1:
+    if most_runs == 1:
         note = "one run per method: no band"
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1.0), title=note, title_fontsize=7)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(4, len(handles)), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, 1.0), title=note, title_fontsize=7)
     fig.tight_layout()
     return save(fig, stem)
 
@@ -195,18 +196,3 @@ def _filled(curve: np.ndarray, fill: str) -> np.ndarray:
 def _centres(rows: pd.DataFrame) -> np.ndarray:
     """Episode-end frames, or the centre ``x + w / 2`` of a bin ``[x, x + w)``: ``(E,)``."""
     return (rows["frames"] + rows["bin_width"] / 2).to_numpy(np.float64)
-
-
-def _legend_entries(fig: plt.Figure) -> tuple[list, list[str], list[int]]:
-    """``(handles, methods, most runs per method)`` over every panel: each line's label is ``"<method> (<N> runs)"``;
-    only that suffix is dropped, so a method name with its own parentheses stays whole."""
-    entries: dict[str, object] = {}
-    runs: dict[str, int] = {}
-    for ax in fig.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            match = re.fullmatch(r"(.*) \((\d+) runs\)", label, re.DOTALL)  # a line without a count: one entry
-            method, count = match.groups() if match else (label, 1)
-            entries.setdefault(method, handle)
-            runs[method] = max(runs.get(method, 0), int(count))
-    return list(entries.values()), list(entries), [runs[m] for m in entries]
-

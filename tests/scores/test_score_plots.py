@@ -36,8 +36,8 @@ def _curve_table(runs_per_method: dict[str, int]) -> pd.DataFrame:
 
 
 def test_curve_legend_keeps_a_methods_own_parentheses_and_says_when_no_band_is_drawn(tmp_path, monkeypatch):
-    """The legend drops only the "(N runs)" suffix of each line's label: a name like "ours (xs, 6,247 updates)" stays
-    whole; with one run per method there is no band, and the legend's title says so instead of naming a CI."""
+    """The legend names each method whole, a name like "ours (xs, 6,247 updates)" with its parentheses; with one run
+    per method there is no band, and the legend's title says so instead of naming a CI."""
     import reverie.scores.plots as plots
 
     figures = []
