@@ -154,7 +154,8 @@ def main() -> None:
     torch.set_num_threads(1)
     arrays: dict[str, np.ndarray] = {}
     meta = {"commit": COMMIT, "seed": SEED, "B": B, "T": T, "actions": ACTIONS, "overrides": OVERRIDES,
-            "command": "bench/r2_goldens.py " + " ".join(sys.argv[1:]), "cases": {}}
+            "command": f"bench/r2_goldens.py --source <r2dreamer at {COMMIT}> --deps <tensordict and its small "
+                       f"dependencies> --out {args.out}", "cases": {}}
     for case, rep_loss in CASES.items():
         out, scales = run_case(args.source, rep_loss)
         arrays |= {f"{case}/{k}": v for k, v in out.items()}

@@ -5,7 +5,8 @@ The golden (tests/goldens/data/storm1c50658_actor_critic.npz) was made by STORM'
 two updates on two imagined batches from perturbed parameters. Here :class:`reverie.agents.storm.StormActorCritic`
 starts from the same parameters and must give STORM's logged losses, return scale, gradients (before clipping),
 gradient norm, return-normaliser EMAs and parameters after each update. Counter-checks: DreamerV3's lambda-return,
-interpolated percentiles, or a critic regularised towards the slow values instead of the slow return each fail.
+interpolated percentiles, a critic regularised towards the slow values instead of the slow return, or a policy loss
+weighted by the continuation before each step (DreamerV3's) each fail.
 """
 
 import json
@@ -96,10 +97,26 @@ def dreamer_alignment(reward, value, termination, gamma, lam):
     return torch.stack(returns[1:][::-1])
 
 
-@pytest.mark.parametrize("change", ["dreamer lambda-return", "interpolated percentiles", "slow values as target"])
+@pytest.mark.parametrize("change", ["dreamer lambda-return", "interpolated percentiles", "slow values as target",
+                                    "policy loss weighted by continuation"])
 def test_each_storm_detail_is_seen_by_the_check(change, monkeypatch):
     data = golden()
-    if change == "dreamer lambda-return":
+    if change == "policy loss weighted by continuation":  # DreamerV3's weights: the product of the continues before t
+        assert all(data[f"batch{u}/termination"][:, :-1].any() for u in (1, 2))  # terminations that change a weight
+        real_return, real_policy_loss, seen = objectives.storm_lambda_return, objectives.reinforce_policy_loss, {}
+
+        def recording_return(reward, value, termination, gamma, lam):
+            seen["cont"] = 1.0 - termination  # (T, N)
+            return real_return(reward, value, termination, gamma, lam)
+
+        def weighted_policy_loss(log_prob, adv, entropy, weight, entropy_scale):
+            cont = seen["cont"]
+            before = torch.cat([torch.ones_like(cont[:1]), torch.cumprod(cont[:-1], 0)])
+            return real_policy_loss(log_prob, adv, entropy, weight * before, entropy_scale)
+
+        monkeypatch.setattr(objectives, "storm_lambda_return", recording_return)
+        monkeypatch.setattr(objectives, "reinforce_policy_loss", weighted_policy_loss)
+    elif change == "dreamer lambda-return":
         monkeypatch.setattr(objectives, "storm_lambda_return", dreamer_alignment)
     elif change == "interpolated percentiles":
         monkeypatch.setattr(storm.KthReturnNormalizer, "_quantiles", ReturnNormalizer._quantiles)
